@@ -1,0 +1,413 @@
+/*
+ * tcoll: MPI-native collectives on host and device buffers.
+ *
+ * One public header. Conventions used by every function below:
+ *
+ *  - Return value: an int holding a tcoll_status_t unless shown otherwise. On failure,
+ *    tcoll_last_error() describes it (argument, value, what was expected).
+ *  - Bad arguments return TCOLL_ERR_INVALID_ARGUMENT, start no communication, leave nothing
+ *    allocated and leave nothing pending.
+ *  - Collectives are asynchronous. A call returns once its MPI requests are posted; each output
+ *    buffer is then "pending" and must be completed with tcoll_wait() (or wait_tensor,
+ *    wait_timeout, test, wait_all) before it is read. Input buffers must not be modified until
+ *    the outputs are waited (as for MPI nonblocking calls). An input that is itself a pending
+ *    output of an earlier call is waited for first (like PyTorch's AsyncCollectiveTensor).
+ *  - Outputs: out->data == NULL makes tcoll allocate the output on the input's device and fill
+ *    in *out (free it with tcoll_tensor_free). Otherwise *out must already have exactly the
+ *    expected dtype, shape and device. An output that already has pending work is refused with
+ *    TCOLL_ERR_BUSY.
+ *  - comm == NULL means the world communicator.
+ *  - Dimensions may be negative (counted from the end, as in PyTorch).
+ */
+#ifndef TCOLL_H
+#define TCOLL_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TCOLL_BUILDING_LIBRARY)
+#define TCOLL_API __attribute__((visibility("default")))
+#else
+#define TCOLL_API
+#endif
+
+/* ---------------------------------------------------------------- version and status */
+
+#define TCOLL_VERSION_MAJOR 0
+#define TCOLL_VERSION_MINOR 1
+#define TCOLL_VERSION_PATCH 0
+#define TCOLL_VERSION_CODE(a, b, c) ((a) * 10000 + (b) * 100 + (c))
+
+/* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked. */
+TCOLL_API int tcoll_version(void);
+/* "" for a release, "-dev" style otherwise. Static storage. */
+TCOLL_API const char *tcoll_version_suffix(void);
+
+typedef enum {
+  TCOLL_SUCCESS = 0,
+  TCOLL_IN_PROGRESS = 1,
+  TCOLL_ERR_INVALID_ARGUMENT = -1,
+  TCOLL_ERR_BUSY = -2,
+  TCOLL_ERR_NO_MEMORY = -3,
+  TCOLL_ERR_MPI = -4,
+  TCOLL_ERR_CUDA = -5,
+  TCOLL_ERR_UNSUPPORTED = -6,
+  TCOLL_ERR_MISMATCH = -7,
+  TCOLL_ERR_TIMEOUT = -8,
+  TCOLL_ERR_STATE = -9,
+  TCOLL_ERR_INTERNAL = -10
+} tcoll_status_t;
+
+/* A short literal naming the status ("TCOLL_ERR_BUSY"); never NULL, also for unknown values. */
+TCOLL_API const char *tcoll_status_string(int status);
+/* This thread's last failure in detail; "" if none yet. Valid until this thread's next failure. */
+TCOLL_API const char *tcoll_last_error(void);
+
+/* ---------------------------------------------------------------- data types, reduce ops */
+
+typedef enum {
+  TCOLL_BOOL,
+  TCOLL_INT8,
+  TCOLL_UINT8,
+  TCOLL_INT16,
+  TCOLL_INT32,
+  TCOLL_INT64,
+  TCOLL_FLOAT16,
+  TCOLL_BFLOAT16,
+  TCOLL_FLOAT32,
+  TCOLL_FLOAT64
+} tcoll_dtype_t;
+#define TCOLL_NUM_DTYPES 10
+
+/* Bytes per element; 0 for an invalid value. */
+TCOLL_API size_t tcoll_dtype_size(tcoll_dtype_t dtype);
+/* "float32" etc.; "invalid" for an invalid value. */
+TCOLL_API const char *tcoll_dtype_name(tcoll_dtype_t dtype);
+
+/* A reduce op: one of the built-in values below, or a handle made by
+ * tcoll_redop_create_premul_sum. */
+typedef int tcoll_redop_t;
+enum {
+  TCOLL_SUM,
+  TCOLL_AVG,     /* sum, then divided by the group size; floating dtypes only */
+  TCOLL_PRODUCT,
+  TCOLL_MIN,
+  TCOLL_MAX,
+  TCOLL_BAND,    /* bitwise ops: integer and bool dtypes only */
+  TCOLL_BOR,
+  TCOLL_BXOR
+};
+#define TCOLL_NUM_BUILTIN_REDOPS 8
+
+/* "sum", "avg", "product", "min", "max", "band", "bor", "bxor" in any case. Unknown names give
+ * TCOLL_ERR_INVALID_ARGUMENT with "Unrecognized reduce_op: NAME". */
+TCOLL_API int tcoll_redop_from_string(const char *name, tcoll_redop_t *op);
+/* "sum" ... "bxor", "premul_sum" for a premul handle, "invalid" otherwise. */
+TCOLL_API const char *tcoll_redop_name(tcoll_redop_t op);
+/* A sum in which each rank's contribution is multiplied by `scalar` first (finite). Floating
+ * dtypes only. The handle stays valid until tcoll_redop_destroy; work already posted with it is
+ * not affected by destroying it. */
+TCOLL_API int tcoll_redop_create_premul_sum(double scalar, tcoll_redop_t *op);
+TCOLL_API int tcoll_redop_destroy(tcoll_redop_t op);
+
+/* ---------------------------------------------------------------- tensors */
+
+#define TCOLL_MAX_DIMS 8
+#define TCOLL_HOST (-1)
+
+/* A contiguous row-major tensor. ndim == 0 is a scalar (one element). The struct does not own
+ * its data unless it came from tcoll_tensor_alloc or an output tcoll allocated. */
+typedef struct tcoll_tensor {
+  void *data;
+  tcoll_dtype_t dtype;
+  int ndim;
+  int64_t shape[TCOLL_MAX_DIMS];
+  int device; /* TCOLL_HOST or a device ordinal */
+} tcoll_tensor_t;
+
+/* Fills a descriptor; copies at most TCOLL_MAX_DIMS entries of shape. No checks, no allocation. */
+TCOLL_API tcoll_tensor_t tcoll_tensor_make(void *data, tcoll_dtype_t dtype, int ndim,
+                                           const int64_t *shape, int device);
+TCOLL_API int64_t tcoll_tensor_numel(const tcoll_tensor_t *t);
+TCOLL_API size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t);
+/* Allocates zero-filled storage on `device` (TCOLL_HOST or a device ordinal). */
+TCOLL_API int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim,
+                                 const int64_t *shape, int device);
+/* Frees storage tcoll allocated: waits first if the buffer has pending work, then sets
+ * t->data = NULL. Memory tcoll did not allocate is not freed (a warning is logged). */
+TCOLL_API void tcoll_tensor_free(tcoll_tensor_t *t);
+/* Copies src into dst: any device to any device, same dtype and numel (shapes may differ).
+ * Synchronous. A pending src or dst is waited for first. */
+TCOLL_API int tcoll_tensor_copy(tcoll_tensor_t *dst, const tcoll_tensor_t *src);
+
+/* ---------------------------------------------------------------- lifetime and configuration */
+
+/* Calls MPI_Init_thread(MPI_THREAD_MULTIPLE) unless MPI is already initialized, reads the
+ * TCOLL_* environment and creates the world communicator. May be called again (reference
+ * counted). argc/argv may be NULL. */
+TCOLL_API int tcoll_init(int *argc, char ***argv);
+/* Completes and reports unwaited work, frees every communicator, and finalizes MPI only if
+ * tcoll_init initialized it. Matches one tcoll_init. */
+TCOLL_API int tcoll_finalize(void);
+/* 1 between tcoll_init and the matching tcoll_finalize. */
+TCOLL_API int tcoll_initialized(void);
+/* The thread level MPI provided (MPI_THREAD_*). */
+TCOLL_API int tcoll_mpi_thread_level(void);
+
+typedef enum { TCOLL_LOG_WARN = 0, TCOLL_LOG_INFO = 1, TCOLL_LOG_DETAIL = 2 } tcoll_log_level_t;
+
+/* Mirrors the TCOLL_* environment variables (read by tcoll_init). */
+typedef struct tcoll_config {
+  tcoll_log_level_t debug;   /* TCOLL_DEBUG */
+  double timeout;            /* TCOLL_TIMEOUT, seconds; 0 = none */
+  int abort_on_timeout;      /* TCOLL_ON_TIMEOUT=abort */
+  int64_t max_count;         /* TCOLL_MAX_COUNT: most elements per MPI call */
+  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes */
+  int cuda_aware;            /* TCOLL_CUDA_AWARE: -1 auto, 0, 1 */
+  int fake_devices;          /* TCOLL_FAKE_DEVICES */
+  int progress_thread;       /* TCOLL_PROGRESS=thread */
+  char trace_path[512];      /* TCOLL_TRACE; "" = off */
+} tcoll_config_t;
+
+/* The configuration in force. */
+TCOLL_API int tcoll_get_config(tcoll_config_t *config);
+/* Changes debug, timeout, abort_on_timeout, max_count and staging_chunk for work posted from
+ * now on. The other fields are fixed at tcoll_init: changing them is an error. */
+TCOLL_API int tcoll_set_config(const tcoll_config_t *config);
+
+/* ---------------------------------------------------------------- communicators */
+
+typedef struct tcoll_comm tcoll_comm_t;
+
+/* The world communicator (a duplicate of MPI_COMM_WORLD); NULL before tcoll_init. Owned by
+ * tcoll: do not free it. */
+TCOLL_API tcoll_comm_t *tcoll_comm_world(void);
+/* Collective over comm. Duplicates comm: the caller keeps ownership of its MPI_Comm. */
+TCOLL_API int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out);
+/* The library's MPI communicator (errors return). Owned by tcoll. MPI_COMM_NULL for NULL. */
+TCOLL_API MPI_Comm tcoll_comm_mpi(const tcoll_comm_t *comm);
+/* -1 for a NULL communicator. */
+TCOLL_API int tcoll_comm_rank(const tcoll_comm_t *comm);
+TCOLL_API int tcoll_comm_size(const tcoll_comm_t *comm);
+/* Collective over parent, like MPI_Comm_split. A negative color gives *out = NULL. */
+TCOLL_API int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_comm_t **out);
+/* Called by the listed ranks of parent only (in parent's numbering, no duplicates); the new
+ * ranks follow the list order. Cached per parent + ranks + tag: calling again returns the same
+ * communicator (each call must be matched by one tcoll_comm_free). */
+TCOLL_API int tcoll_comm_from_ranks(tcoll_comm_t *parent, const int *ranks, int n,
+                                    const char *tag, tcoll_comm_t **out);
+/* A 2-D rank list, ngroups rows of group_size ranks (MPMD): every listed rank calls and gets
+ * the communicator of its row. Cached like tcoll_comm_from_ranks. */
+TCOLL_API int tcoll_comm_from_rank_groups(tcoll_comm_t *parent, const int *ranks, int ngroups,
+                                          int group_size, const char *tag, tcoll_comm_t **out);
+/* Ragged form of the above: rows[i] holds row_sizes[i] ranks. Rows of different sizes are
+ * refused ("group sizes must be identical found A and B"). */
+TCOLL_API int tcoll_comm_from_rank_lists(tcoll_comm_t *parent, const int *const *rows,
+                                         const int *row_sizes, int nrows, const char *tag,
+                                         tcoll_comm_t **out);
+/* Names are unique among live communicators; the string is copied (at most 63 bytes). */
+TCOLL_API int tcoll_comm_set_name(tcoll_comm_t *comm, const char *name);
+/* NULL if no live communicator has that name. */
+TCOLL_API tcoll_comm_t *tcoll_comm_lookup(const char *name);
+/* "" if unnamed. */
+TCOLL_API const char *tcoll_comm_name(const tcoll_comm_t *comm);
+/* Completes the communicator's pending work, frees it and sets *comm = NULL. Not collective
+ * (MPI_Comm_free semantics). The world communicator and mesh slices cannot be freed here. */
+TCOLL_API int tcoll_comm_free(tcoll_comm_t **comm);
+
+typedef struct tcoll_mesh tcoll_mesh_t;
+/* Collective over parent. The parent's ranks laid out row-major over dims (like
+ * DeviceMesh(arange(n).view(dims))); the product of dims must equal the parent's size. */
+TCOLL_API int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims,
+                                tcoll_mesh_t **out);
+/* My 1-D slice along dim: the ranks that share all my other coordinates, ordered by their
+ * coordinate along dim. Owned by the mesh. NULL (with tcoll_last_error) for a bad dim. */
+TCOLL_API tcoll_comm_t *tcoll_mesh_comm(const tcoll_mesh_t *mesh, int dim);
+/* My coordinate along dim; -1 for a bad dim. */
+TCOLL_API int tcoll_mesh_coord(const tcoll_mesh_t *mesh, int dim);
+TCOLL_API int tcoll_mesh_ndim(const tcoll_mesh_t *mesh);
+TCOLL_API int tcoll_mesh_free(tcoll_mesh_t **mesh);
+
+/* ---------------------------------------------------------------- NCCL-shaped bootstrap */
+
+#define TCOLL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char bytes[TCOLL_UNIQUE_ID_BYTES];
+} tcoll_unique_id_t;
+/* Makes an id naming this process as the rendezvous root. Local, not collective. */
+TCOLL_API int tcoll_get_unique_id(tcoll_unique_id_t *id);
+/* Called by the nranks members only, each with its rank in [0, nranks) and the same id
+ * (id_len must be TCOLL_UNIQUE_ID_BYTES). Rendezvous over MPI point-to-point. Free with
+ * tcoll_comm_free. */
+TCOLL_API int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id,
+                                   size_t id_len, int rank);
+
+/* ---------------------------------------------------------------- functional collectives */
+
+/* out == in (same data): in place. */
+TCOLL_API int tcoll_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm,
+                               tcoll_tensor_t *out);
+/* n tensors, one MPI call per dtype present. out[i] pairs with in[i]; out may equal in (in
+ * place, all or none). Each out[i] is registered and waited on its own. */
+TCOLL_API int tcoll_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op,
+                                         tcoll_comm_t *comm, tcoll_tensor_t *out);
+/* out.shape[gather_dim] = in.shape[gather_dim] * size; rank r's block is the r-th slice. */
+TCOLL_API int tcoll_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm,
+                               tcoll_tensor_t *out);
+TCOLL_API int tcoll_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_comm_t *comm,
+                                         tcoll_tensor_t *out); /* gather_dim 0 */
+/* in.shape[scatter_dim] must be a multiple of size; rank r gets the reduced r-th slice. */
+TCOLL_API int tcoll_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim,
+                                   tcoll_comm_t *comm, tcoll_tensor_t *out);
+TCOLL_API int tcoll_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op,
+                                             const int *scatter_dims, tcoll_comm_t *comm,
+                                             tcoll_tensor_t *out);
+/* Splits in rows of dim 0 (one entry per rank). NULL, NULL: in.shape[0] split evenly. Rank i's
+ * input_split_sizes[j] must equal rank j's output_split_sizes[i]. */
+TCOLL_API int tcoll_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_split_sizes,
+                                      const int64_t *input_split_sizes, tcoll_comm_t *comm,
+                                      tcoll_tensor_t *out);
+/* out == in: in place. On every rank `in` gives the shape; src's data is sent. */
+TCOLL_API int tcoll_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm,
+                              tcoll_tensor_t *out);
+/* src_dst is a permutation of the ranks: rank m sends its input to rank src_dst[m]. */
+TCOLL_API int tcoll_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm,
+                            tcoll_tensor_t *out);
+/* Splits in along shard_dim into size chunks, sends chunk j to rank j, and concatenates what
+ * it receives along gather_dim (DTensor's shard_dim_alltoall). */
+TCOLL_API int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim,
+                                         tcoll_comm_t *comm, tcoll_tensor_t *out);
+
+/* List and rooted forms (used by the gradient module; one tensor per rank of comm). */
+/* out is written on dst; on other ranks out is registered but left unchanged. */
+TCOLL_API int tcoll_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op,
+                           tcoll_comm_t *comm, tcoll_tensor_t *out);
+/* outs (size entries, each shaped like in) is written on dst. Other ranks may pass NULL; then
+ * the work is registered under in->data. */
+TCOLL_API int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm,
+                           tcoll_tensor_t *outs);
+/* ins (size entries of one shape) is read on src only (may be NULL elsewhere); every rank
+ * passes out shaped like those entries (with out->data == NULL, src's shape is not known on the
+ * other ranks: there, *out must give the shape). */
+TCOLL_API int tcoll_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm,
+                            tcoll_tensor_t *out);
+/* outs: size entries shaped like in. */
+TCOLL_API int tcoll_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm,
+                                    tcoll_tensor_t *outs);
+/* ins: size entries of one shape and dtype; out shaped like them. */
+TCOLL_API int tcoll_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op,
+                                        tcoll_comm_t *comm, tcoll_tensor_t *out);
+/* ins[j] goes to rank j, outs[i] comes from rank i; shapes may differ per peer but dtypes
+ * match. outs[i] must be given (with data or with data == NULL and a shape). */
+TCOLL_API int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm,
+                               tcoll_tensor_t *outs);
+
+/* Shape rules without communicating (the "meta" functions); shape receives in->ndim entries. */
+TCOLL_API int tcoll_all_gather_shape(const tcoll_tensor_t *in, int gather_dim, int group_size,
+                                     int64_t *shape);
+TCOLL_API int tcoll_reduce_scatter_shape(const tcoll_tensor_t *in, int scatter_dim,
+                                         int group_size, int64_t *shape);
+
+/* ---------------------------------------------------------------- the work registry */
+
+/* Completes the work pending on buffer (a base address or a pointer into a pending buffer).
+ * TCOLL_SUCCESS at once if nothing is pending. Returns the work's error if it failed. Honors
+ * TCOLL_TIMEOUT. */
+TCOLL_API int tcoll_wait(const void *buffer);
+TCOLL_API int tcoll_wait_tensor(const tcoll_tensor_t *t);
+/* seconds <= 0: no deadline. TCOLL_ERR_TIMEOUT leaves the work pending: a later wait
+ * completes it. */
+TCOLL_API int tcoll_wait_timeout(const void *buffer, double seconds);
+/* TCOLL_SUCCESS (done, now popped, or nothing pending), TCOLL_IN_PROGRESS, or an error. */
+TCOLL_API int tcoll_test(const void *buffer);
+/* Waits for every pending buffer of this process. Returns the first error met. */
+TCOLL_API int tcoll_wait_all(void);
+TCOLL_API size_t tcoll_pending_count(void);
+
+/* ---------------------------------------------------------------- differentiable collectives */
+
+/* Forward: same semantics and asynchrony as the plain op, plus a grad node. Backward writes
+ * grad_inputs (same out->data == NULL rule), pending until waited. Lists hold one tensor per
+ * rank of comm. Free nodes with tcoll_grad_node_free. */
+typedef struct tcoll_grad_node tcoll_grad_node_t;
+TCOLL_API int tcoll_grad_broadcast(const tcoll_tensor_t *x, int src, tcoll_comm_t *comm,
+                                   tcoll_tensor_t *y, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op,
+                                tcoll_comm_t *comm, tcoll_tensor_t *y, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_gather(const tcoll_tensor_t *x, int dst, tcoll_comm_t *comm,
+                                tcoll_tensor_t *ys, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_scatter(const tcoll_tensor_t *xs, int src, tcoll_comm_t *comm,
+                                 tcoll_tensor_t *y, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm,
+                                    tcoll_tensor_t *ys, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim,
+                                                tcoll_comm_t *comm, tcoll_tensor_t *y,
+                                                tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_reduce_scatter(const tcoll_tensor_t *xs, tcoll_redop_t op,
+                                        tcoll_comm_t *comm, tcoll_tensor_t *y,
+                                        tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op,
+                                               int scatter_dim, tcoll_comm_t *comm,
+                                               tcoll_tensor_t *y, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm,
+                                    tcoll_tensor_t *ys, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x,
+                                           const int64_t *output_split_sizes,
+                                           const int64_t *input_split_sizes, tcoll_comm_t *comm,
+                                           tcoll_tensor_t *y, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op,
+                                    tcoll_comm_t *comm, tcoll_tensor_t *y,
+                                    tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outputs,
+                                  int n_grad_outputs, tcoll_tensor_t *grad_inputs,
+                                  int n_grad_inputs);
+TCOLL_API void tcoll_grad_node_free(tcoll_grad_node_t *node);
+
+/* ---------------------------------------------------------------- devices */
+
+/* Number of devices the active backend serves (CUDA devices, or TCOLL_FAKE_DEVICES). */
+TCOLL_API int tcoll_device_count(void);
+/* "cuda", "fake" or "none". */
+TCOLL_API const char *tcoll_device_backend(void);
+
+/* ---------------------------------------------------------------- single-process multi-device */
+
+/* Devices may include TCOLL_HOST. */
+TCOLL_API int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *devices,
+                                              int n_devices, tcoll_tensor_t *out); /* out[d*n+i] */
+TCOLL_API int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, int n,
+                                               int destination,
+                                               tcoll_tensor_t *out); /* in[d*n+i] */
+TCOLL_API int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devices,
+                                  const int64_t *chunk_sizes, int dim, tcoll_tensor_t *out);
+TCOLL_API int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_device,
+                                 tcoll_tensor_t *out);
+
+/* NCCL-shaped multi-buffer ops: one buffer per local device; streams: NULL or n entries
+ * (cudaStream_t passed as void*). comms NULL: the n local buffers only, like NCCL's
+ * single-process clique. comms with n entries: after the local step the processes of those
+ * communicators combine too (all entries must have the same members). */
+TCOLL_API int tcoll_multi_all_reduce(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
+                                     tcoll_redop_t op, void *const *streams,
+                                     tcoll_comm_t *const *comms);
+TCOLL_API int tcoll_multi_reduce(const tcoll_tensor_t *in, int n, tcoll_tensor_t *out, int root,
+                                 tcoll_redop_t op, void *const *streams,
+                                 tcoll_comm_t *const *comms);
+TCOLL_API int tcoll_multi_broadcast(tcoll_tensor_t *inout, int n, int root, void *const *streams,
+                                    tcoll_comm_t *const *comms);
+TCOLL_API int tcoll_multi_all_gather(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
+                                     void *const *streams, tcoll_comm_t *const *comms);
+TCOLL_API int tcoll_multi_reduce_scatter(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
+                                         tcoll_redop_t op, void *const *streams,
+                                         tcoll_comm_t *const *comms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TCOLL_H */

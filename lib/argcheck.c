@@ -1,0 +1,447 @@
+#include "argcheck.h"
+
+#include "comm.h"
+#include "cuda/device.h"
+#include "dtype.h"
+#include "tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INVALID(...) tc_error(TCOLL_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ building blocks */
+
+int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name) {
+  if (!t) return INVALID("%s is NULL (expected a tensor)", name);
+  if (!tc_dtype_valid(t->dtype))
+    return INVALID("%s->dtype is %d (expected a tcoll_dtype_t, 0..%d)", name, (int)t->dtype, TCOLL_NUM_DTYPES - 1);
+  if (t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS)
+    return INVALID("%s->ndim is %d (expected 0..%d)", name, t->ndim, TCOLL_MAX_DIMS);
+  int64_t bytes = (int64_t)tcoll_dtype_size(t->dtype);
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] < 0) return INVALID("%s->shape[%d] is %lld (expected >= 0)", name, i, (long long)t->shape[i]);
+  }
+  for (int i = 0; i < t->ndim; i++) {
+    if (tc_mul_overflows(bytes, t->shape[i], &bytes))
+      return INVALID("%s has more than 2^63 bytes (shape too large)", name);
+  }
+  return tc_dev_check(t->device, name);
+}
+
+int tc_check_tensor(const tcoll_tensor_t *t, const char *name) {
+  int rc = tc_check_tensor_desc(t, name);
+  if (rc) return rc;
+  if (!t->data && tcoll_tensor_numel(t) > 0)
+    return INVALID("%s->data is NULL with %lld elements (expected a buffer)", name, (long long)tcoll_tensor_numel(t));
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                    int device) {
+  if (!out) return INVALID("%s is NULL (expected a tensor, with data == NULL to have tcoll allocate it)", name);
+  if (!out->data) return tc_dev_check(device, name);
+  int rc = tc_check_tensor_desc(out, name);
+  if (rc) return rc;
+  if (out->dtype != dtype)
+    return INVALID("%s->dtype is %s (expected %s)", name, tcoll_dtype_name(out->dtype), tcoll_dtype_name(dtype));
+  if (!tc_same_shape(out->ndim, out->shape, ndim, shape)) {
+    char got[128], want[128];
+    return INVALID("%s->shape is %s (expected %s)", name, tc_shape_str(got, sizeof got, out->ndim, out->shape),
+                   tc_shape_str(want, sizeof want, ndim, shape));
+  }
+  if (out->device != device)
+    return INVALID("%s->device is %d (expected %d, the input's device)", name, out->device, device);
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_dim(int dim, int ndim, const char *name, int *norm) {
+  if (ndim < 1) return INVALID("%s needs a tensor with at least 1 dim, got a 0-dim tensor", name);
+  if (dim < -ndim || dim >= ndim) return INVALID("%s is %d (expected -%d..%d)", name, dim, ndim, ndim - 1);
+  *norm = dim < 0 ? dim + ndim : dim;
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_rank(int rank, const tcoll_comm_t *comm, const char *name) {
+  if (rank < 0 || rank >= comm->size)
+    return INVALID("%s is %d (expected a rank in [0, %d))", name, rank, comm->size);
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_disjoint(const tcoll_tensor_t *out, const char *oname, const tcoll_tensor_t *in, const char *iname,
+                      bool same_ok) {
+  if (!out->data || !in->data) return TCOLL_SUCCESS;
+  uintptr_t ob = (uintptr_t)out->data, oe = ob + tcoll_tensor_nbytes(out);
+  uintptr_t ib = (uintptr_t)in->data, ie = ib + tcoll_tensor_nbytes(in);
+  if (same_ok && ob == ib && oe == ie) return TCOLL_SUCCESS;
+  if (ob < ie && ib < oe)
+    return INVALID("%s (%p) overlaps %s (%p) (expected %s)", oname, out->data, iname, in->data,
+                   same_ok ? "the same buffer for in place, or disjoint buffers" : "disjoint buffers");
+  return TCOLL_SUCCESS;
+}
+
+static int check_n(int n, const char *name) {
+  if (n < 0) return INVALID("%s is %d (expected >= 0)", name, n);
+  return TCOLL_SUCCESS;
+}
+
+static int check_array(const void *p, int n, const char *name) {
+  if (n > 0 && !p) return INVALID("%s is NULL (expected %d entries)", name, n);
+  return TCOLL_SUCCESS;
+}
+
+static int check_same_device(const tcoll_tensor_t *t, const char *name, int device) {
+  if (t->device != device) return INVALID("%s->device is %d (expected %d, the input's device)", name, t->device, device);
+  return TCOLL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ shape rules */
+
+int tc_all_gather_shape(const tcoll_tensor_t *in, int dim, int group_size, int64_t *shape) {
+  memcpy(shape, in->shape, (size_t)in->ndim * sizeof *shape);
+  if (tc_mul_overflows(shape[dim], group_size, &shape[dim]))
+    return INVALID("gathered dim %d (%lld x %d) overflows", dim, (long long)in->shape[dim], group_size);
+  return TCOLL_SUCCESS;
+}
+
+int tc_reduce_scatter_shape(const tcoll_tensor_t *in, int dim, int group_size, int64_t *shape) {
+  if (in->shape[dim] % group_size != 0)
+    return INVALID("input dimension %d (%lld) must be a multiple of group_size %d", dim, (long long)in->shape[dim],
+                   group_size);
+  memcpy(shape, in->shape, (size_t)in->ndim * sizeof *shape);
+  shape[dim] /= group_size;
+  return TCOLL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ per collective */
+
+int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm, const tcoll_tensor_t *out,
+                        tcoll_comm_t **c, tc_redop_t *rop) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
+  return tc_check_disjoint(out, "out", in, "in", true);
+}
+
+int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, tcoll_comm_t *comm,
+                                  const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
+  if (n == 0) return tc_redop_lookup(op, "op", rop);
+  char iname[32], oname[32];
+  for (int i = 0; i < n; i++) {
+    snprintf(iname, sizeof iname, "in[%d]", i);
+    snprintf(oname, sizeof oname, "out[%d]", i);
+    if ((rc = tc_check_tensor(&in[i], iname))) return rc;
+    if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
+    if ((rc = tc_redop_resolve(op, in[i].dtype, "op", rop))) return rc;
+    if ((rc = tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, in[i].shape, in[i].device))) return rc;
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(oname, sizeof oname, "out[%d]", i);
+    for (int j = 0; j < n; j++) {
+      snprintf(iname, sizeof iname, "in[%d]", j);
+      if ((rc = tc_check_disjoint(&out[i], oname, &in[j], iname, i == j))) return rc;
+    }
+  }
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm, const tcoll_tensor_t *out,
+                        tcoll_comm_t **c, int *dim, bool *inplace) {
+  int rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = tc_check_dim(gather_dim, in->ndim, "gather_dim", dim))) return rc;
+  if ((rc = tc_all_gather_shape(in, *dim, (*c)->size, shape))) return rc;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
+  size_t nb = tcoll_tensor_nbytes(in);
+  /* NCCL's in-place form: the input is this rank's own slice of the output. */
+  *inplace = *dim == 0 && out->data && in->data && nb > 0 &&
+             (char *)in->data == (char *)out->data + (size_t)(*c)->rank * nb;
+  return *inplace ? TCOLL_SUCCESS : tc_check_disjoint(out, "out", in, "in", false);
+}
+
+int tc_check_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_comm_t *comm, const tcoll_tensor_t *out,
+                                  tcoll_comm_t **c) {
+  int rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
+  char iname[32], oname[32];
+  for (int i = 0; i < n; i++) {
+    int dim;
+    snprintf(iname, sizeof iname, "in[%d]", i);
+    snprintf(oname, sizeof oname, "out[%d]", i);
+    if ((rc = tc_check_tensor(&in[i], iname))) return rc;
+    if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
+    if ((rc = tc_check_dim(0, in[i].ndim, iname, &dim))) return rc;
+    if ((rc = tc_all_gather_shape(&in[i], 0, (*c)->size, shape))) return rc;
+    if ((rc = tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device))) return rc;
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(oname, sizeof oname, "out[%d]", i);
+    for (int j = 0; j < n; j++) {
+      snprintf(iname, sizeof iname, "in[%d]", j);
+      if ((rc = tc_check_disjoint(&out[i], oname, &in[j], iname, false))) return rc;
+    }
+  }
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim, tcoll_comm_t *comm,
+                            const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop, int *dim) {
+  int rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
+  if ((rc = tc_check_dim(scatter_dim, in->ndim, "scatter_dim", dim))) return rc;
+  if ((rc = tc_reduce_scatter_shape(in, *dim, (*c)->size, shape))) return rc;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
+  return tc_check_disjoint(out, "out", in, "in", false);
+}
+
+int tc_check_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, const int *scatter_dims,
+                                      tcoll_comm_t *comm, const tcoll_tensor_t *out, tcoll_comm_t **c,
+                                      tc_redop_t *rop, int *dims) {
+  int rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out")) ||
+      (rc = check_array(scatter_dims, n, "scatter_dims")))
+    return rc;
+  if (n == 0) return tc_redop_lookup(op, "op", rop);
+  char iname[32], oname[32], dname[32];
+  for (int i = 0; i < n; i++) {
+    snprintf(iname, sizeof iname, "in[%d]", i);
+    snprintf(oname, sizeof oname, "out[%d]", i);
+    snprintf(dname, sizeof dname, "scatter_dims[%d]", i);
+    if ((rc = tc_check_tensor(&in[i], iname))) return rc;
+    if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
+    if ((rc = tc_redop_resolve(op, in[i].dtype, "op", rop))) return rc;
+    if ((rc = tc_check_dim(scatter_dims[i], in[i].ndim, dname, &dims[i]))) return rc;
+    if (in[i].shape[dims[i]] % (*c)->size != 0)
+      return INVALID("input dimension %d (%lld) must be a multiple of group_size %d for tensor at index %d", dims[i],
+                     (long long)in[i].shape[dims[i]], (*c)->size, i);
+    if ((rc = tc_reduce_scatter_shape(&in[i], dims[i], (*c)->size, shape))) return rc;
+    if ((rc = tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device))) return rc;
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(oname, sizeof oname, "out[%d]", i);
+    for (int j = 0; j < n; j++) {
+      snprintf(iname, sizeof iname, "in[%d]", j);
+      if ((rc = tc_check_disjoint(&out[i], oname, &in[j], iname, false))) return rc;
+    }
+  }
+  return TCOLL_SUCCESS;
+}
+
+static int check_splits(const int64_t *splits, int n, const char *name, int64_t *sum) {
+  *sum = 0;
+  for (int i = 0; i < n; i++) {
+    if (splits[i] < 0) return INVALID("%s[%d] is %lld (expected >= 0)", name, i, (long long)splits[i]);
+    *sum += splits[i];
+  }
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_split_sizes,
+                               const int64_t *input_split_sizes, tcoll_comm_t *comm, const tcoll_tensor_t *out,
+                               tcoll_comm_t **c, int64_t *out_rows) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if (in->ndim < 1) return INVALID("in is a 0-dim tensor (expected at least 1 dim: splits are rows of dim 0)");
+  int size = (*c)->size;
+  if (!output_split_sizes != !input_split_sizes)
+    return INVALID("output_split_sizes and input_split_sizes must either be specified together or both set to NULL");
+  if (!input_split_sizes) {
+    if (in->shape[0] % size != 0)
+      return INVALID("in->shape[0] is %lld, not a multiple of the group size %d (expected even splits with NULL "
+                     "split sizes)",
+                     (long long)in->shape[0], size);
+    *out_rows = in->shape[0];
+  } else {
+    int64_t isum, osum;
+    if ((rc = check_splits(input_split_sizes, size, "input_split_sizes", &isum))) return rc;
+    if ((rc = check_splits(output_split_sizes, size, "output_split_sizes", &osum))) return rc;
+    if (isum != in->shape[0])
+      return INVALID("input_split_sizes sum to %lld rows but input has %lld", (long long)isum, (long long)in->shape[0]);
+    *out_rows = osum;
+  }
+  int64_t shape[TCOLL_MAX_DIMS];
+  memcpy(shape, in->shape, sizeof shape);
+  shape[0] = *out_rows;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
+  return tc_check_disjoint(out, "out", in, "in", false);
+}
+
+int tc_check_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm, const tcoll_tensor_t *out,
+                       tcoll_comm_t **c) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = tc_check_rank(src, *c, "src"))) return rc;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
+  return tc_check_disjoint(out, "out", in, "in", true);
+}
+
+int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm, const tcoll_tensor_t *out,
+                     tcoll_comm_t **c) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  int size = (*c)->size;
+  if (!src_dst) return INVALID("src_dst is NULL (expected %d destinations)", size);
+  int *from = malloc((size_t)size * sizeof *from);
+  if (!from) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d entries", size);
+  for (int i = 0; i < size; i++) from[i] = -1;
+  rc = TCOLL_SUCCESS;
+  for (int m = 0; m < size && !rc; m++) {
+    int d = src_dst[m];
+    if (d < 0 || d >= size) rc = INVALID("src_dst[%d] is %d (expected a rank in [0, %d))", m, d, size);
+    else if (from[d] >= 0)
+      rc = INVALID("src_dst is not a permutation: rank %d is the destination of both %d and %d", d, from[d], m);
+    else from[d] = m;
+  }
+  free(from);
+  if (rc) return rc;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
+  return tc_check_disjoint(out, "out", in, "in", false);
+}
+
+int tc_check_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim, tcoll_comm_t *comm,
+                                  const tcoll_tensor_t *out, tcoll_comm_t **c, int *gdim, int *sdim) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = tc_check_dim(gather_dim, in->ndim, "gather_dim", gdim))) return rc;
+  if ((rc = tc_check_dim(shard_dim, in->ndim, "shard_dim", sdim))) return rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  if ((rc = tc_reduce_scatter_shape(in, *sdim, (*c)->size, shape))) return rc;
+  shape[*gdim] *= (*c)->size;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
+  return tc_check_disjoint(out, "out", in, "in", false);
+}
+
+int tc_check_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_comm_t *comm,
+                    const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = tc_check_rank(dst, *c, "dst"))) return rc;
+  if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
+  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
+  return tc_check_disjoint(out, "out", in, "in", true);
+}
+
+/* n tensors all shaped and typed like ref (outputs: data may be NULL). */
+static int check_list_like(const tcoll_tensor_t *list, int n, const char *name, const tcoll_tensor_t *ref,
+                           bool outputs) {
+  char ename[48];
+  int rc;
+  for (int i = 0; i < n; i++) {
+    snprintf(ename, sizeof ename, "%s[%d]", name, i);
+    rc = outputs ? tc_check_output(&list[i], ename, ref->dtype, ref->ndim, ref->shape, ref->device)
+                 : tc_check_tensor(&list[i], ename);
+    if (rc) return rc;
+    if (!outputs && (list[i].dtype != ref->dtype || !tc_same_shape(list[i].ndim, list[i].shape, ref->ndim, ref->shape)))
+      return INVALID("%s differs from %s[0] in dtype or shape (expected one dtype and shape for the list)", ename, name);
+    if (!outputs && (rc = check_same_device(&list[i], ename, ref->device))) return rc;
+  }
+  return TCOLL_SUCCESS;
+}
+
+/* Outputs must not overlap any input (the registry catches outputs overlapping each other). */
+static int check_list_disjoint(const tcoll_tensor_t *outs, int nout, const char *oname, const tcoll_tensor_t *ins,
+                               int nin, const char *iname) {
+  char a[48], b[48];
+  for (int i = 0; i < nout; i++) {
+    snprintf(a, sizeof a, "%s[%d]", oname, i);
+    for (int j = 0; j < nin; j++) {
+      snprintf(b, sizeof b, nin == 1 ? "%s" : "%s[%d]", iname, j);
+      int rc = tc_check_disjoint(&outs[i], a, &ins[j], b, false);
+      if (rc) return rc;
+    }
+  }
+  return TCOLL_SUCCESS;
+}
+
+int tc_check_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, const tcoll_tensor_t *outs,
+                    tcoll_comm_t **c) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = tc_check_rank(dst, *c, "dst"))) return rc;
+  if ((*c)->rank != dst) return TCOLL_SUCCESS; /* outs is not used here */
+  if (!outs) return INVALID("outs is NULL on dst (expected %d tensors)", (*c)->size);
+  if ((rc = check_list_like(outs, (*c)->size, "outs", in, true))) return rc;
+  return check_list_disjoint(outs, (*c)->size, "outs", in, 1, "in");
+}
+
+int tc_check_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm, const tcoll_tensor_t *out,
+                     tcoll_comm_t **c) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_rank(src, *c, "src"))) return rc;
+  if ((rc = tc_check_tensor_desc(out, "out"))) return rc; /* *out describes the piece, also with data NULL */
+  if ((*c)->rank != src) return TCOLL_SUCCESS;
+  if (!ins) return INVALID("ins is NULL on src (expected %d tensors)", (*c)->size);
+  if ((rc = check_list_like(ins, (*c)->size, "ins", &ins[0], false))) return rc;
+  if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device))) return rc;
+  if (out->dtype != ins[0].dtype || !tc_same_shape(out->ndim, out->shape, ins[0].ndim, ins[0].shape))
+    return INVALID("out describes a different piece than ins[0] (expected the same dtype and shape)");
+  return check_list_disjoint(out, 1, "out", ins, (*c)->size, "ins");
+}
+
+int tc_check_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm, const tcoll_tensor_t *outs,
+                             tcoll_comm_t **c) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if (!outs) return INVALID("outs is NULL (expected %d tensors)", (*c)->size);
+  if ((rc = check_list_like(outs, (*c)->size, "outs", in, true))) return rc;
+  return check_list_disjoint(outs, (*c)->size, "outs", in, 1, "in");
+}
+
+int tc_check_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tcoll_comm_t *comm,
+                                 const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  if (!ins) return INVALID("ins is NULL (expected %d tensors)", (*c)->size);
+  if ((rc = tc_check_tensor(&ins[0], "ins[0]"))) return rc;
+  if ((rc = check_list_like(ins, (*c)->size, "ins", &ins[0], false))) return rc;
+  if ((rc = tc_redop_resolve(op, ins[0].dtype, "op", rop))) return rc;
+  if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device))) return rc;
+  return check_list_disjoint(out, 1, "out", ins, (*c)->size, "ins");
+}
+
+int tc_check_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, const tcoll_tensor_t *outs,
+                        tcoll_comm_t **c) {
+  int rc;
+  if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
+  int size = (*c)->size;
+  if (!ins) return INVALID("ins is NULL (expected %d tensors)", size);
+  if (!outs) return INVALID("outs is NULL (expected %d tensors)", size);
+  char name[48];
+  for (int i = 0; i < size; i++) {
+    snprintf(name, sizeof name, "ins[%d]", i);
+    if ((rc = tc_check_tensor(&ins[i], name))) return rc;
+    if (ins[i].dtype != ins[0].dtype)
+      return INVALID("%s->dtype is %s (expected %s, as ins[0])", name, tcoll_dtype_name(ins[i].dtype),
+                     tcoll_dtype_name(ins[0].dtype));
+    if ((rc = check_same_device(&ins[i], name, ins[0].device))) return rc;
+  }
+  for (int i = 0; i < size; i++) {
+    snprintf(name, sizeof name, "outs[%d]", i);
+    if ((rc = tc_check_tensor_desc(&outs[i], name))) return rc; /* describes what rank i sends */
+    if ((rc = tc_check_output(&outs[i], name, ins[0].dtype, outs[i].ndim, outs[i].shape, ins[0].device))) return rc;
+  }
+  return check_list_disjoint(outs, size, "outs", ins, size, "ins");
+}

@@ -1,0 +1,197 @@
+/* Communicators: world, from MPI, split, names, free. Rank-list forms are in comm_groups.c. */
+#include "comm.h"
+
+#include "registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
+static tcoll_comm_t *comms_head;
+static uint32_t comms_next_id;
+
+void tc_comms_lock(void) { pthread_mutex_lock(&comms_lock); }
+void tc_comms_unlock(void) { pthread_mutex_unlock(&comms_lock); }
+tcoll_comm_t *tc_comms_first(void) { return comms_head; }
+
+static bool is_live(const tcoll_comm_t *c) {
+  bool live = false;
+  tc_comms_lock();
+  for (tcoll_comm_t *it = comms_head; it; it = it->next)
+    if (it == c) live = true;
+  tc_comms_unlock();
+  return live;
+}
+
+int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out) {
+  int rc = tc_require_init();
+  if (rc) return rc;
+  if (!comm) {
+    *out = tc_g.world;
+    return TCOLL_SUCCESS;
+  }
+  if (!is_live(comm) || comm->magic != TC_COMM_MAGIC)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s %p is not a live tcoll communicator", argname, (void *)comm);
+  *out = comm;
+  return TCOLL_SUCCESS;
+}
+
+int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
+  tcoll_comm_t *c = calloc(1, sizeof *c);
+  if (!c) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a communicator");
+  int rc = MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(mpi, &c->ctrl);
+  if (rc != MPI_SUCCESS) {
+    free(c);
+    return tc_mpi_error(rc, "setting up a communicator");
+  }
+  MPI_Comm_set_errhandler(c->ctrl, MPI_ERRORS_RETURN);
+  c->magic = TC_COMM_MAGIC;
+  c->kind = kind;
+  c->mpi = mpi;
+  MPI_Comm_rank(mpi, &c->rank);
+  MPI_Comm_size(mpi, &c->size);
+  c->refcount = 1;
+  tc_comms_lock();
+  c->id = comms_next_id++;
+  c->next = comms_head;
+  comms_head = c;
+  tc_comms_unlock();
+  *out = c;
+  return TCOLL_SUCCESS;
+}
+
+static void unlink_comm(tcoll_comm_t *c) {
+  tc_comms_lock();
+  for (tcoll_comm_t **p = &comms_head; *p; p = &(*p)->next) {
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  }
+  tc_comms_unlock();
+}
+
+void tc_comm_destroy(tcoll_comm_t *c) {
+  tc_wait_comm(c); /* nothing a user submitted is lost */
+  unlink_comm(c);
+  MPI_Comm_free(&c->ctrl);
+  MPI_Comm_free(&c->mpi);
+  free(c->key_ranks);
+  free(c->key_tag);
+  c->magic = 0;
+  free(c);
+}
+
+void tc_comms_destroy_all(void) {
+  for (;;) {
+    tc_comms_lock();
+    tcoll_comm_t *c = comms_head;
+    tc_comms_unlock();
+    if (!c) break;
+    tc_comm_destroy(c);
+  }
+}
+
+uint64_t tc_comm_next_seq(tcoll_comm_t *comm) { return __atomic_add_fetch(&comm->seq, 1, __ATOMIC_RELAXED); }
+
+const char *tc_comm_label(const tcoll_comm_t *c, char *buf, size_t len) {
+  if (c->name[0]) snprintf(buf, len, "'%s'", c->name);
+  else snprintf(buf, len, "#%u", c->id);
+  return buf;
+}
+
+tcoll_comm_t *tcoll_comm_world(void) { return tcoll_initialized() ? tc_g.world : NULL; }
+
+int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out) {
+  TC_ENTER("tcoll_comm_from_mpi");
+  int rc = tc_require_init();
+  if (rc) return rc;
+  if (!out) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "out is NULL (expected a pointer)");
+  if (comm == MPI_COMM_NULL)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL (expected a valid communicator)");
+  int inter = 0;
+  rc = MPI_Comm_test_inter(comm, &inter);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_test_inter");
+  if (inter) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "comm is an intercommunicator (expected an intracommunicator)");
+  MPI_Comm dup;
+  rc = MPI_Comm_dup(comm, &dup);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_dup");
+  rc = tc_comm_wrap(dup, TC_COMM_USER, out);
+  if (rc) MPI_Comm_free(&dup);
+  return rc;
+}
+
+MPI_Comm tcoll_comm_mpi(const tcoll_comm_t *comm) { return comm ? comm->mpi : MPI_COMM_NULL; }
+int tcoll_comm_rank(const tcoll_comm_t *comm) { return comm ? comm->rank : -1; }
+int tcoll_comm_size(const tcoll_comm_t *comm) { return comm ? comm->size : -1; }
+const char *tcoll_comm_name(const tcoll_comm_t *comm) { return comm ? comm->name : ""; }
+
+int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_comm_t **out) {
+  TC_ENTER("tcoll_comm_split");
+  tcoll_comm_t *p;
+  int rc = tc_comm_resolve(parent, "parent", &p);
+  if (rc) return rc;
+  if (!out) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "out is NULL (expected a pointer)");
+  MPI_Comm newc;
+  rc = MPI_Comm_split(p->mpi, color < 0 ? MPI_UNDEFINED : color, key, &newc);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_split");
+  *out = NULL;
+  if (newc == MPI_COMM_NULL) return TCOLL_SUCCESS;
+  rc = tc_comm_wrap(newc, TC_COMM_USER, out);
+  if (rc) MPI_Comm_free(&newc);
+  return rc;
+}
+
+int tcoll_comm_set_name(tcoll_comm_t *comm, const char *name) {
+  TC_ENTER("tcoll_comm_set_name");
+  tcoll_comm_t *c;
+  int rc = tc_comm_resolve(comm, "comm", &c);
+  if (rc) return rc;
+  if (!name) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "name is NULL (expected a string)");
+  if (strlen(name) >= TC_COMM_NAME_LEN)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "name \"%s\" is %zu bytes long (expected at most %d)", name,
+                    strlen(name), TC_COMM_NAME_LEN - 1);
+  rc = TCOLL_SUCCESS;
+  tc_comms_lock();
+  for (tcoll_comm_t *it = comms_head; it; it = it->next)
+    if (it != c && name[0] && !strcmp(it->name, name)) rc = TCOLL_ERR_INVALID_ARGUMENT;
+  if (!rc) snprintf(c->name, sizeof c->name, "%s", name);
+  tc_comms_unlock();
+  if (rc) return tc_error(rc, "name \"%s\" is already used by another communicator (expected a unique name)", name);
+  MPI_Comm_set_name(c->mpi, c->name);
+  return TCOLL_SUCCESS;
+}
+
+tcoll_comm_t *tcoll_comm_lookup(const char *name) {
+  if (!name || !name[0]) return NULL;
+  tcoll_comm_t *found = NULL;
+  tc_comms_lock();
+  for (tcoll_comm_t *it = comms_head; it && !found; it = it->next)
+    if (!strcmp(it->name, name)) found = it;
+  tc_comms_unlock();
+  return found;
+}
+
+int tcoll_comm_free(tcoll_comm_t **comm) {
+  TC_ENTER("tcoll_comm_free");
+  if (!comm) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "comm is NULL (expected the address of a communicator)");
+  if (!*comm) return TCOLL_SUCCESS;
+  tcoll_comm_t *c;
+  int rc = tc_comm_resolve(*comm, "*comm", &c);
+  if (rc) return rc;
+  if (c->kind == TC_COMM_WORLD)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "*comm is the world communicator (owned by tcoll, expected one you created)");
+  if (c->kind == TC_COMM_MESH)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "*comm is a mesh slice (free the mesh with tcoll_mesh_free)");
+  *comm = NULL;
+  if (c->kind == TC_COMM_CACHED) {
+    tc_comms_lock();
+    int left = --c->refcount;
+    tc_comms_unlock();
+    if (left > 0) return TCOLL_SUCCESS;
+  }
+  tc_comm_destroy(c);
+  return TCOLL_SUCCESS;
+}

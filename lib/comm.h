@@ -1,0 +1,53 @@
+/* Communicators: what the library keeps for each one. */
+#ifndef TC_COMM_H
+#define TC_COMM_H
+
+#include "core.h"
+
+#define TC_COMM_MAGIC 0x74636f6du /* "tcom": catches freed or foreign pointers */
+#define TC_COMM_NAME_LEN 64
+
+typedef enum {
+  TC_COMM_WORLD,  /* owned by the library */
+  TC_COMM_USER,   /* from_mpi, split, init_rank: freed by tcoll_comm_free */
+  TC_COMM_CACHED, /* from rank lists: reference counted, shared by equal requests */
+  TC_COMM_MESH    /* a mesh slice: freed with its mesh */
+} tc_comm_kind_t;
+
+struct tcoll_comm {
+  uint32_t magic;
+  tc_comm_kind_t kind;
+  MPI_Comm mpi;  /* collectives; MPI_ERRORS_RETURN */
+  MPI_Comm ctrl; /* control traffic (checks, rendezvous), kept off the collective stream */
+  int rank, size;
+  uint32_t id;   /* process-local, for logs */
+  char name[TC_COMM_NAME_LEN];
+  uint64_t seq;  /* collectives posted on this communicator (atomic) */
+  /* TC_COMM_CACHED: the request it answers, and how many holders it has. */
+  const tcoll_comm_t *key_parent;
+  int *key_ranks;
+  int key_n;
+  char *key_tag;
+  int refcount;
+  struct tcoll_comm *next; /* list of live communicators */
+};
+
+/* comm == NULL resolves to the world communicator; anything but a live communicator is an
+ * error naming argname. */
+int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out);
+/* Wraps an MPI communicator the library now owns (sets errors-return, dups a control comm). */
+int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out);
+/* Completes the communicator's pending work, then frees it (no checks). */
+void tc_comm_destroy(tcoll_comm_t *comm);
+/* Next collective sequence number on comm (1-based). */
+uint64_t tc_comm_next_seq(tcoll_comm_t *comm);
+/* "'name'" or "#id" for messages. */
+const char *tc_comm_label(const tcoll_comm_t *comm, char *buf, size_t len);
+
+/* Live communicator list (lookup, rank-list cache, finalize). */
+void tc_comms_lock(void);
+void tc_comms_unlock(void);
+tcoll_comm_t *tc_comms_first(void); /* under tc_comms_lock */
+void tc_comms_destroy_all(void);
+
+#endif

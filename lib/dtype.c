@@ -1,0 +1,140 @@
+/* Data type sizes, names and element-wise host helpers. */
+#include "dtype.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtype_info[TCOLL_NUM_DTYPES] = {
+    [TCOLL_BOOL] = {"bool", 1},       [TCOLL_INT8] = {"int8", 1},
+    [TCOLL_UINT8] = {"uint8", 1},     [TCOLL_INT16] = {"int16", 2},
+    [TCOLL_INT32] = {"int32", 4},     [TCOLL_INT64] = {"int64", 8},
+    [TCOLL_FLOAT16] = {"float16", 2}, [TCOLL_BFLOAT16] = {"bfloat16", 2},
+    [TCOLL_FLOAT32] = {"float32", 4}, [TCOLL_FLOAT64] = {"float64", 8},
+};
+
+size_t tcoll_dtype_size(tcoll_dtype_t d) { return tc_dtype_valid(d) ? dtype_info[d].size : 0; }
+
+const char *tcoll_dtype_name(tcoll_dtype_t d) { return tc_dtype_valid(d) ? dtype_info[d].name : "invalid"; }
+
+double tc_load_double(const void *buf, tcoll_dtype_t d, int64_t i) {
+  switch (d) {
+  case TCOLL_BOOL: return ((const uint8_t *)buf)[i] ? 1.0 : 0.0;
+  case TCOLL_INT8: return ((const int8_t *)buf)[i];
+  case TCOLL_UINT8: return ((const uint8_t *)buf)[i];
+  case TCOLL_INT16: return ((const int16_t *)buf)[i];
+  case TCOLL_INT32: return ((const int32_t *)buf)[i];
+  case TCOLL_INT64: return (double)((const int64_t *)buf)[i];
+  case TCOLL_FLOAT16: return tc_half_to_float(((const uint16_t *)buf)[i]);
+  case TCOLL_BFLOAT16: return tc_bf16_to_float(((const uint16_t *)buf)[i]);
+  case TCOLL_FLOAT32: return ((const float *)buf)[i];
+  case TCOLL_FLOAT64: return ((const double *)buf)[i];
+  }
+  return 0.0;
+}
+
+void tc_store_double(void *buf, tcoll_dtype_t d, int64_t i, double v) {
+  switch (d) {
+  case TCOLL_BOOL: ((uint8_t *)buf)[i] = v != 0.0; break;
+  case TCOLL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case TCOLL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case TCOLL_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+  case TCOLL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case TCOLL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case TCOLL_FLOAT16: ((uint16_t *)buf)[i] = tc_float_to_half((float)v); break;
+  case TCOLL_BFLOAT16: ((uint16_t *)buf)[i] = tc_float_to_bf16((float)v); break;
+  case TCOLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case TCOLL_FLOAT64: ((double *)buf)[i] = v; break;
+  }
+}
+
+/* One loop per floating dtype; EXPR combines the element v with the scalar s. */
+#define TC_FLOAT_LOOP(dst, src, d, n, EXPR)                                                      \
+  switch (d) {                                                                                   \
+  case TCOLL_FLOAT32: {                                                                          \
+    float *o_ = (dst);                                                                           \
+    const float *x_ = (src);                                                                     \
+    for (int64_t i_ = 0; i_ < (n); i_++) { float v = x_[i_]; o_[i_] = (float)(EXPR); }         \
+    break;                                                                                       \
+  }                                                                                              \
+  case TCOLL_FLOAT64: {                                                                          \
+    double *o_ = (dst);                                                                          \
+    const double *x_ = (src);                                                                    \
+    for (int64_t i_ = 0; i_ < (n); i_++) { double v = x_[i_]; o_[i_] = (EXPR); }               \
+    break;                                                                                       \
+  }                                                                                              \
+  case TCOLL_FLOAT16: {                                                                          \
+    uint16_t *o_ = (dst);                                                                        \
+    const uint16_t *x_ = (src);                                                                  \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                                                       \
+      float v = tc_half_to_float(x_[i_]);                                                        \
+      o_[i_] = tc_float_to_half((float)(EXPR));                                                  \
+    }                                                                                            \
+    break;                                                                                       \
+  }                                                                                              \
+  case TCOLL_BFLOAT16: {                                                                         \
+    uint16_t *o_ = (dst);                                                                        \
+    const uint16_t *x_ = (src);                                                                  \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                                                       \
+      float v = tc_bf16_to_float(x_[i_]);                                                        \
+      o_[i_] = tc_float_to_bf16((float)(EXPR));                                                  \
+    }                                                                                            \
+    break;                                                                                       \
+  }                                                                                              \
+  default: break; /* callers only scale floating dtypes */                                      \
+  }
+
+void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, double s) {
+  float fs = (float)s;
+  if (d == TCOLL_FLOAT64) {
+    TC_FLOAT_LOOP(dst, src, d, n, v * s)
+  } else {
+    TC_FLOAT_LOOP(dst, src, d, n, v * fs)
+  }
+}
+
+void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor) {
+  float fdiv = (float)divisor;
+  if (d == TCOLL_FLOAT64) {
+    TC_FLOAT_LOOP(buf, buf, d, n, v / divisor)
+  } else {
+    TC_FLOAT_LOOP(buf, buf, d, n, v / fdiv)
+  }
+}
+
+/* Integers wrap like MPI's and CUDA's do: add in the unsigned type (no signed overflow). */
+#define TC_ADD_LOOP(type, acc)                                                                   \
+  do {                                                                                           \
+    type *o_ = dst;                                                                              \
+    const type *x_ = src;                                                                        \
+    for (int64_t i_ = 0; i_ < n; i_++) o_[i_] = (type)((acc)o_[i_] + (acc)x_[i_]);               \
+  } while (0)
+
+void tc_host_add(void *dst, const void *src, tcoll_dtype_t d, int64_t n) {
+  switch (d) {
+  case TCOLL_BOOL: {
+    uint8_t *o = dst;
+    const uint8_t *x = src;
+    for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(o[i] || x[i]);
+    break;
+  }
+  case TCOLL_INT8: TC_ADD_LOOP(int8_t, uint8_t); break;
+  case TCOLL_UINT8: TC_ADD_LOOP(uint8_t, uint8_t); break;
+  case TCOLL_INT16: TC_ADD_LOOP(int16_t, uint16_t); break;
+  case TCOLL_INT32: TC_ADD_LOOP(int32_t, uint32_t); break;
+  case TCOLL_INT64: TC_ADD_LOOP(int64_t, uint64_t); break;
+  case TCOLL_FLOAT32: TC_ADD_LOOP(float, float); break;
+  case TCOLL_FLOAT64: TC_ADD_LOOP(double, double); break;
+  case TCOLL_FLOAT16: {
+    uint16_t *o = dst;
+    const uint16_t *x = src;
+    for (int64_t i = 0; i < n; i++) o[i] = tc_float_to_half(tc_half_to_float(o[i]) + tc_half_to_float(x[i]));
+    break;
+  }
+  case TCOLL_BFLOAT16: {
+    uint16_t *o = dst;
+    const uint16_t *x = src;
+    for (int64_t i = 0; i < n; i++) o[i] = tc_float_to_bf16(tc_bf16_to_float(o[i]) + tc_bf16_to_float(x[i]));
+    break;
+  }
+  }
+}

@@ -1,0 +1,147 @@
+/* Library lifetime: tcoll_init / tcoll_finalize and the version. */
+#include "core.h"
+
+#include "comm.h"
+#include "cuda/device.h"
+#include "cuda/staging.h"
+#include "mpi/mpi_glue.h"
+#include "redop.h"
+#include "registry.h"
+#include "scratch.h"
+
+#include <stdio.h>
+
+tc_state_t tc_g = {.world_rank = -1};
+/* Recursive: MPI_Comm_delete_attr in tcoll_finalize calls on_mpi_finalize, which locks it too. */
+static pthread_mutex_t init_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static int finalize_keyval = MPI_KEYVAL_INVALID;
+
+int tcoll_version(void) { return TCOLL_VERSION_CODE(TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH); }
+const char *tcoll_version_suffix(void) { return TCOLL_VERSION_SUFFIX; }
+
+int tcoll_initialized(void) {
+  if (__atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) <= 0) return 0;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  return !fin;
+}
+
+int tcoll_mpi_thread_level(void) { return tc_g.thread_level; }
+
+int tc_require_init(void) {
+  if (!tcoll_initialized())
+    return tc_error(TCOLL_ERR_STATE, "tcoll is not initialized (call tcoll_init first, and tcoll_finalize last)");
+  return TCOLL_SUCCESS;
+}
+
+/* Everything but MPI itself; runs from tcoll_finalize or, if the host program finalizes MPI
+ * first, from MPI_Finalize (through an attribute on MPI_COMM_SELF). */
+static void teardown(void) {
+  tc_registry_report_unwaited();
+  tc_wait_everything();
+  tc_comms_destroy_all();
+  tc_g.world = NULL;
+  tc_mpi_glue_fini();
+  tc_stage_cleanup();
+  tc_dev_fini();
+  tc_scratch_cleanup();
+  tc_work_pool_cleanup();
+  tc_registry_cleanup();
+  tc_redop_cleanup();
+}
+
+static int on_mpi_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
+  TC_UNUSED(comm);
+  TC_UNUSED(keyval);
+  TC_UNUSED(attr);
+  TC_UNUSED(extra);
+  pthread_mutex_lock(&init_mu);
+  if (tc_g.init_count > 0) {
+    tc_warn("MPI_Finalize was called before tcoll_finalize; tcoll shuts down now");
+    teardown();
+    __atomic_store_n(&tc_g.init_count, 0, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&init_mu);
+  return MPI_SUCCESS;
+}
+
+static int start_mpi(int *argc, char ***argv) {
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (fin) return tc_error(TCOLL_ERR_STATE, "MPI is already finalized (tcoll cannot start after MPI_Finalize)");
+  if (inited) {
+    tc_g.mpi_owned = 0;
+    MPI_Query_thread(&tc_g.thread_level);
+    return TCOLL_SUCCESS;
+  }
+  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &tc_g.thread_level);
+  if (rc != MPI_SUCCESS) return tc_error(TCOLL_ERR_MPI, "MPI_Init_thread failed (code %d)", rc);
+  tc_g.mpi_owned = 1;
+  return TCOLL_SUCCESS;
+}
+
+static int start_library(void) {
+  MPI_Comm_rank(MPI_COMM_WORLD, &tc_g.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &tc_g.world_size);
+  int rc = tc_config_load();
+  if (rc) return rc;
+  if (tc_g.thread_level < MPI_THREAD_MULTIPLE)
+    tc_info("MPI provides thread level %d (not MPI_THREAD_MULTIPLE): call tcoll from one thread at a time",
+            tc_g.thread_level);
+  if ((rc = tc_mpi_glue_init())) return rc;
+  if ((rc = tc_dev_init())) return rc;
+  MPI_Comm dup;
+  rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
+  if ((rc = tc_comm_wrap(dup, TC_COMM_WORLD, &tc_g.world))) return rc;
+  snprintf(tc_g.world->name, sizeof tc_g.world->name, "world");
+  if (finalize_keyval == MPI_KEYVAL_INVALID)
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_mpi_finalize, &finalize_keyval, NULL);
+  MPI_Comm_set_attr(MPI_COMM_SELF, finalize_keyval, NULL);
+  return TCOLL_SUCCESS;
+}
+
+int tcoll_init(int *argc, char ***argv) {
+  TC_ENTER("tcoll_init");
+  pthread_mutex_lock(&init_mu);
+  if (tc_g.init_count > 0) {
+    tc_g.init_count++;
+    pthread_mutex_unlock(&init_mu);
+    return TCOLL_SUCCESS;
+  }
+  int rc = start_mpi(argc, argv);
+  if (!rc) {
+    rc = start_library();
+    if (rc) teardown();
+  }
+  if (!rc) __atomic_store_n(&tc_g.init_count, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&init_mu);
+  return rc;
+}
+
+int tcoll_finalize(void) {
+  TC_ENTER("tcoll_finalize");
+  pthread_mutex_lock(&init_mu);
+  if (tc_g.init_count <= 0) {
+    pthread_mutex_unlock(&init_mu);
+    return tc_error(TCOLL_ERR_STATE, "tcoll is not initialized (tcoll_finalize without tcoll_init)");
+  }
+  if (--tc_g.init_count > 0) {
+    pthread_mutex_unlock(&init_mu);
+    return TCOLL_SUCCESS;
+  }
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) {
+    MPI_Comm_delete_attr(MPI_COMM_SELF, finalize_keyval);
+    teardown();
+  }
+  int rc = TCOLL_SUCCESS;
+  if (tc_g.mpi_owned && !fin) {
+    if (MPI_Finalize() != MPI_SUCCESS) rc = tc_error(TCOLL_ERR_MPI, "MPI_Finalize failed");
+  }
+  tc_g.mpi_owned = 0;
+  pthread_mutex_unlock(&init_mu);
+  return rc;
+}

@@ -1,0 +1,66 @@
+/* all_gather -> MPI_Iallgather. Along a dim other than 0 each rank's block is received
+ * through a strided datatype straight into place: no extra copy. */
+#include "../argcheck.h"
+#include "../cuda/staging.h"
+#include "../tensor.h"
+#include "post.h"
+
+/* Rank r's block of the output: outer runs of len*inner elements, size*len*inner apart. */
+static int post_strided(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_tensor_t *in, int dim) {
+  tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
+  int64_t block = v.len * v.inner;
+  tc_mpi_span_t send;
+  tc_mpi_type_t recv;
+  int rc = tc_work_reserve(w, 1);
+  if (!rc) rc = tc_mpi_span(in->dtype, tcoll_tensor_numel(in), &send);
+  if (rc) return rc;
+  if ((rc = tc_mpi_vector(in->dtype, v.outer, block, block * w->comm->size, block, &recv))) {
+    tc_mpi_span_put(&send);
+    return rc;
+  }
+  rc = tc_mpi_ok(MPI_Iallgather(sbuf, send.count, send.dt.type, rbuf, 1, recv.type, w->comm->mpi, tc_work_req(w)),
+                 "MPI_Iallgather");
+  tc_mpi_type_put(&recv);
+  tc_mpi_span_put(&send);
+  return rc;
+}
+
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, bool inplace) {
+  int64_t n = tcoll_tensor_numel(in);
+  const void *sbuf = MPI_IN_PLACE;
+  void *rbuf;
+  int rc = inplace ? tc_stage_inout(w, out, &rbuf) : tc_stage_in(w, in, &sbuf);
+  if (!rc && !inplace) rc = tc_stage_out(w, out, &rbuf);
+  if (rc || n == 0) return rc;
+  /* With all dims before `dim` of size 1 the blocks are contiguous: the plain form applies. */
+  if (dim == 0 || tc_shape_prod(in->shape, 0, dim) == 1) return tc_post_allgather(w, sbuf, rbuf, n, in->dtype);
+  return post_strided(w, sbuf, rbuf, in, dim);
+}
+
+int tcoll_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_all_gather");
+  tcoll_comm_t *c;
+  int dim;
+  bool inplace;
+  int rc = tc_check_all_gather(in, gather_dim, comm, out, &c, &dim, &inplace);
+  if (rc) return rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  tc_all_gather_shape(in, dim, c->size, shape);
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "all_gather", c))) return rc;
+  rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = post(w, in, out, dim, inplace);
+  return tc_work_end(w, rc);
+}
+
+int tcoll_all_gather_shape(const tcoll_tensor_t *in, int gather_dim, int group_size, int64_t *shape) {
+  TC_ENTER("tcoll_all_gather_shape");
+  int rc = tc_check_tensor_desc(in, "in"), dim;
+  if (rc) return rc;
+  if (group_size < 1) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group_size is %d (expected >= 1)", group_size);
+  if (!shape) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL (expected room for %d sizes)", in->ndim);
+  if ((rc = tc_check_dim(gather_dim, in->ndim, "gather_dim", &dim))) return rc;
+  return tc_all_gather_shape(in, dim, group_size, shape);
+}

@@ -1,0 +1,29 @@
+/* broadcast -> MPI_Ibcast on the output (src first copies its input there). */
+#include "../argcheck.h"
+#include "../cuda/device.h"
+#include "../cuda/staging.h"
+#include "post.h"
+
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int src) {
+  void *buf;
+  bool is_src = w->comm->rank == src;
+  int rc = is_src && out->data == in->data ? tc_stage_inout(w, out, &buf) : tc_stage_out(w, out, &buf);
+  if (!rc && is_src && out->data != in->data)
+    rc = tc_dev_copy_sync(buf, TCOLL_HOST, in->data, in->device, tcoll_tensor_nbytes(in));
+  if (rc) return rc;
+  return tc_post_bcast(w, buf, tcoll_tensor_numel(in), in->dtype, src);
+}
+
+int tcoll_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_broadcast");
+  tcoll_comm_t *c;
+  int rc = tc_check_broadcast(in, src, comm, out, &c);
+  if (rc) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "broadcast", c))) return rc;
+  rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = post(w, in, out, src);
+  return tc_work_end(w, rc);
+}

@@ -1,0 +1,186 @@
+/* Coalesced collectives: one MPI call per dtype present for any number of tensors. Inputs are
+ * packed into one scratch buffer, results unpacked into each output at completion.
+ *   all_reduce_coalesced     -> MPI_Iallreduce (in place on the packed buffer)
+ *   all_gather_coalesced     -> MPI_Iallgather of the packed bytes
+ *   reduce_scatter_coalesced -> MPI_Ireduce_scatter_block of the rank-major packed buffer */
+#include "../argcheck.h"
+#include "../cuda/device.h"
+#include "../cuda/staging.h"
+#include "../dtype.h"
+#include "../tensor.h"
+#include "post.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Elements of dtype d over the tensors (the per-dtype group sizes). */
+static int64_t group_numel(const tcoll_tensor_t *t, int n, tcoll_dtype_t d) {
+  int64_t s = 0;
+  for (int i = 0; i < n; i++)
+    if (t[i].dtype == d) s += tcoll_tensor_numel(&t[i]);
+  return s;
+}
+
+static size_t packed_bytes(const tcoll_tensor_t *t, int n, int parts) {
+  size_t total = 0;
+  for (int d = 0; d < TCOLL_NUM_DTYPES; d++) total += align64((size_t)group_numel(t, n, d) * tcoll_dtype_size(d) / parts);
+  return total;
+}
+
+/* Output i's shape: like the input, gathered along dim 0, or scattered along dims[i]. */
+typedef enum { SAME, GATHERED, SCATTERED } out_shape_t;
+
+/* Prepares and registers the outputs and waits for pending inputs: common to the three ops. */
+static int begin(tc_work_t *w, const tcoll_tensor_t *in, int n, tcoll_tensor_t *out, out_shape_t how,
+                 const int *dims) {
+  int rc = TCOLL_SUCCESS;
+  int64_t shape[TCOLL_MAX_DIMS];
+  for (int i = 0; i < n && !rc; i++) {
+    memcpy(shape, in[i].shape, sizeof shape);
+    if (how == GATHERED) shape[0] *= w->comm->size;
+    if (how == SCATTERED) shape[dims[i]] /= w->comm->size;
+    rc = tc_work_output(w, &out[i], in[i].dtype, in[i].ndim, shape, in[i].device);
+  }
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, in, n);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ all_reduce */
+
+static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const tcoll_tensor_t *out,
+                           const tc_redop_t *op) {
+  char *buf = tc_work_scratch(w, packed_bytes(in, n, 1));
+  if (!buf) return TCOLL_ERR_NO_MEMORY;
+  int rc = TCOLL_SUCCESS;
+  for (int d = 0; d < TCOLL_NUM_DTYPES && !rc; d++) {
+    int64_t total = group_numel(in, n, d);
+    if (total == 0) continue;
+    size_t es = tcoll_dtype_size(d), pos = 0;
+    for (int i = 0; i < n && !rc; i++) {
+      if (in[i].dtype != (tcoll_dtype_t)d) continue;
+      size_t nb = tcoll_tensor_nbytes(&in[i]);
+      rc = tc_dev_copy_sync(buf + pos, TCOLL_HOST, in[i].data, in[i].device, nb);
+      if (!rc) rc = tc_work_piece(w, out[i].data, out[i].device, buf + pos, nb);
+      pos += nb;
+    }
+    if (rc) break;
+    if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(buf, buf, d, total, op->scalar);
+    if (op->kind == TCOLL_AVG) rc = tc_work_divide(w, buf, total, d, w->comm->size);
+    if (!rc) rc = tc_post_allreduce(w, MPI_IN_PLACE, buf, total, d, tc_mpi_op(op, d));
+    buf += align64((size_t)total * es);
+  }
+  return rc;
+}
+
+int tcoll_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, tcoll_comm_t *comm,
+                               tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_all_reduce_coalesced");
+  tcoll_comm_t *c;
+  tc_redop_t rop;
+  int rc = tc_check_all_reduce_coalesced(in, n, op, comm, out, &c, &rop);
+  if (rc || n == 0) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "all_reduce_coalesced", c))) return rc;
+  rc = begin(w, in, n, out, SAME, NULL);
+  if (!rc) rc = post_all_reduce(w, in, n, out, &rop);
+  return tc_work_end(w, rc);
+}
+
+/* ------------------------------------------------------------------ all_gather */
+
+static int post_all_gather(tc_work_t *w, const tcoll_tensor_t *in, int n, const tcoll_tensor_t *out) {
+  int size = w->comm->size;
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += tcoll_tensor_nbytes(&in[i]);
+  char *send = tc_work_scratch(w, total), *recv = tc_work_scratch(w, total * (size_t)size);
+  if (!send || !recv) return TCOLL_ERR_NO_MEMORY;
+  int rc = TCOLL_SUCCESS;
+  size_t pos = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    size_t nb = tcoll_tensor_nbytes(&in[i]);
+    rc = tc_dev_copy_sync(send + pos, TCOLL_HOST, in[i].data, in[i].device, nb);
+    for (int r = 0; r < size && !rc; r++)
+      rc = tc_work_piece(w, (char *)out[i].data + (size_t)r * nb, out[i].device, recv + (size_t)r * total + pos, nb);
+    pos += nb;
+  }
+  /* Data movement only: the packed tensors travel as bytes, whatever their dtypes. */
+  if (!rc) rc = tc_post_allgather(w, send, recv, (int64_t)total, TCOLL_UINT8);
+  return rc;
+}
+
+int tcoll_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_all_gather_coalesced");
+  tcoll_comm_t *c;
+  int rc = tc_check_all_gather_coalesced(in, n, comm, out, &c);
+  if (rc || n == 0) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "all_gather_coalesced", c))) return rc;
+  rc = begin(w, in, n, out, GATHERED, NULL);
+  if (!rc) rc = post_all_gather(w, in, n, out);
+  return tc_work_end(w, rc);
+}
+
+/* ------------------------------------------------------------------ reduce_scatter */
+
+/* Copies rank r's slab of x along dim (x is outer x len x inner, slabs len/size wide) to y. */
+static void copy_slab(char *y, const char *x, tc_dimview_t v, int r, int size, tcoll_dtype_t d, double scale) {
+  size_t es = tcoll_dtype_size(d);
+  int64_t block = v.len / size * v.inner;
+  for (int64_t o = 0; o < v.outer; o++) {
+    const char *src = x + ((size_t)o * (size_t)v.len * (size_t)v.inner + (size_t)r * (size_t)block) * es;
+    char *dst = y + (size_t)o * (size_t)block * es;
+    if (scale == 1.0) memcpy(dst, src, (size_t)block * es);
+    else tc_host_scale_copy(dst, src, d, block, scale);
+  }
+}
+
+static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, const tcoll_tensor_t *out,
+                               const int *dims, const tc_redop_t *op) {
+  int size = w->comm->size, rc = TCOLL_SUCCESS;
+  double scale = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0;
+  char *send = tc_work_scratch(w, packed_bytes(in, n, 1)), *recv = tc_work_scratch(w, packed_bytes(in, n, size));
+  if (!send || !recv) return TCOLL_ERR_NO_MEMORY;
+  for (int d = 0; d < TCOLL_NUM_DTYPES && !rc; d++) {
+    int64_t per_rank = group_numel(in, n, d) / size;
+    if (per_rank == 0) continue;
+    size_t es = tcoll_dtype_size(d), pos = 0; /* this tensor's offset inside one rank's block */
+    for (int i = 0; i < n && !rc; i++) {
+      if (in[i].dtype != (tcoll_dtype_t)d) continue;
+      const void *x;
+      if ((rc = tc_stage_in(w, &in[i], &x))) break;
+      tc_dimview_t v = tc_dimview(in[i].shape, in[i].ndim, dims[i]);
+      size_t nb = tcoll_tensor_nbytes(&out[i]);
+      for (int r = 0; r < size; r++) copy_slab(send + (size_t)r * (size_t)per_rank * es + pos, x, v, r, size, d, scale);
+      rc = tc_work_piece(w, out[i].data, out[i].device, recv + pos, nb);
+      pos += nb;
+    }
+    if (!rc && op->kind == TCOLL_AVG) rc = tc_work_divide(w, recv, per_rank, d, size);
+    if (!rc) rc = tc_post_reduce_scatter_block(w, send, recv, per_rank, d, tc_mpi_op(op, d));
+    send += align64((size_t)per_rank * size * es);
+    recv += align64((size_t)per_rank * es);
+  }
+  return rc;
+}
+
+int tcoll_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, const int *scatter_dims,
+                                   tcoll_comm_t *comm, tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_reduce_scatter_coalesced");
+  tcoll_comm_t *c;
+  tc_redop_t rop;
+  int dims_small[16], *dims = n <= 16 ? dims_small : malloc((size_t)n * sizeof *dims);
+  if (!dims) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d dims", n);
+  int rc = tc_check_reduce_scatter_coalesced(in, n, op, scatter_dims, comm, out, &c, &rop, dims);
+  if (!rc && n > 0) {
+    tc_work_t *w;
+    if (!(rc = tc_work_begin(&w, "reduce_scatter_coalesced", c))) {
+      rc = begin(w, in, n, out, SCATTERED, dims);
+      if (!rc) rc = post_reduce_scatter(w, in, n, out, dims, &rop);
+      rc = tc_work_end(w, rc);
+    }
+  }
+  if (dims != dims_small) free(dims);
+  return rc;
+}

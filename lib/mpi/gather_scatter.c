@@ -1,0 +1,84 @@
+/* gather -> MPI_Igather into scratch on dst, unpacked into the list at completion;
+ * scatter -> MPI_Iscatter from the list packed into scratch on src. */
+#include "../argcheck.h"
+#include "../cuda/device.h"
+#include "../cuda/staging.h"
+#include "post.h"
+
+static int post_gather(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *outs, int dst) {
+  int size = w->comm->size;
+  bool is_dst = w->comm->rank == dst;
+  size_t nb = tcoll_tensor_nbytes(in);
+  const void *sbuf;
+  int rc = tc_stage_in(w, in, &sbuf);
+  if (rc) return rc;
+  char *all = NULL;
+  if (is_dst) {
+    if (!(all = tc_work_scratch(w, (size_t)size * nb))) return TCOLL_ERR_NO_MEMORY;
+    for (int r = 0; r < size && !rc; r++) rc = tc_work_piece(w, outs[r].data, outs[r].device, all + (size_t)r * nb, nb);
+    if (rc) return rc;
+  }
+  int64_t n = tcoll_tensor_numel(in);
+  if (n == 0) return TCOLL_SUCCESS;
+  tc_mpi_span_t s;
+  if ((rc = tc_work_reserve(w, 1)) || (rc = tc_mpi_span(in->dtype, n, &s))) return rc;
+  rc = tc_mpi_ok(MPI_Igather(sbuf, s.count, s.dt.type, all, s.count, s.dt.type, dst, w->comm->mpi, tc_work_req(w)),
+                 "MPI_Igather");
+  tc_mpi_span_put(&s);
+  return rc;
+}
+
+int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, tcoll_tensor_t *outs) {
+  TC_ENTER("tcoll_gather");
+  tcoll_comm_t *c;
+  int rc = tc_check_gather(in, dst, comm, outs, &c);
+  if (rc) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "gather", c))) return rc;
+  if (c->rank == dst) {
+    for (int r = 0; r < c->size && !rc; r++) rc = tc_work_output(w, &outs[r], in->dtype, in->ndim, in->shape, in->device);
+  } else {
+    rc = tc_work_key(w, in->data, tcoll_tensor_nbytes(in)); /* no output here: wait on the input */
+  }
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = post_gather(w, in, outs, dst);
+  return tc_work_end(w, rc);
+}
+
+static int post_scatter(tc_work_t *w, const tcoll_tensor_t *ins, const tcoll_tensor_t *out, int src) {
+  int size = w->comm->size;
+  size_t nb = tcoll_tensor_nbytes(out);
+  void *rbuf;
+  int rc = tc_stage_out(w, out, &rbuf);
+  if (rc) return rc;
+  char *all = NULL;
+  if (w->comm->rank == src) {
+    if (!(all = tc_work_scratch(w, (size_t)size * nb))) return TCOLL_ERR_NO_MEMORY;
+    for (int r = 0; r < size && !rc; r++)
+      rc = tc_dev_copy_sync(all + (size_t)r * nb, TCOLL_HOST, ins[r].data, ins[r].device, nb);
+    if (rc) return rc;
+  }
+  int64_t n = tcoll_tensor_numel(out);
+  if (n == 0) return TCOLL_SUCCESS;
+  tc_mpi_span_t s;
+  if ((rc = tc_work_reserve(w, 1)) || (rc = tc_mpi_span(out->dtype, n, &s))) return rc;
+  rc = tc_mpi_ok(MPI_Iscatter(all, s.count, s.dt.type, rbuf, s.count, s.dt.type, src, w->comm->mpi, tc_work_req(w)),
+                 "MPI_Iscatter");
+  tc_mpi_span_put(&s);
+  return rc;
+}
+
+int tcoll_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_scatter");
+  tcoll_comm_t *c;
+  int rc = tc_check_scatter(ins, src, comm, out, &c);
+  if (rc) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "scatter", c))) return rc;
+  rc = tc_work_output(w, out, out->dtype, out->ndim, out->shape, out->device);
+  if (!rc) rc = tc_work_register(w);
+  if (!rc && c->rank == src) rc = tc_work_inputs(w, ins, c->size);
+  if (!rc) rc = post_scatter(w, ins, out, src);
+  return tc_work_end(w, rc);
+}

@@ -1,0 +1,107 @@
+/* List forms with one tensor per rank: all_gather_list -> MPI_Iallgather into scratch,
+ * unpacked at completion; reduce_scatter_list -> MPI_Ireduce_scatter_block from the list
+ * packed into scratch; all_to_all -> MPI_Ialltoallv between packed scratch buffers. */
+#include "../argcheck.h"
+#include "../cuda/device.h"
+#include "../cuda/staging.h"
+#include "../dtype.h"
+#include "post.h"
+
+static int post_all_gather_list(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *outs) {
+  int size = w->comm->size;
+  size_t nb = tcoll_tensor_nbytes(in);
+  const void *sbuf;
+  int rc = tc_stage_in(w, in, &sbuf);
+  char *all = rc ? NULL : tc_work_scratch(w, (size_t)size * nb);
+  if (!all) return rc ? rc : TCOLL_ERR_NO_MEMORY;
+  for (int r = 0; r < size && !rc; r++) rc = tc_work_piece(w, outs[r].data, outs[r].device, all + (size_t)r * nb, nb);
+  if (!rc) rc = tc_post_allgather(w, sbuf, all, tcoll_tensor_numel(in), in->dtype);
+  return rc;
+}
+
+int tcoll_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm, tcoll_tensor_t *outs) {
+  TC_ENTER("tcoll_all_gather_list");
+  tcoll_comm_t *c;
+  int rc = tc_check_all_gather_list(in, comm, outs, &c);
+  if (rc) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "all_gather_list", c))) return rc;
+  for (int r = 0; r < c->size && !rc; r++) rc = tc_work_output(w, &outs[r], in->dtype, in->ndim, in->shape, in->device);
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = post_all_gather_list(w, in, outs);
+  return tc_work_end(w, rc);
+}
+
+static int post_reduce_scatter_list(tc_work_t *w, const tcoll_tensor_t *ins, const tcoll_tensor_t *out,
+                                    const tc_redop_t *op) {
+  int size = w->comm->size;
+  size_t nb = tcoll_tensor_nbytes(out);
+  int64_t n = tcoll_tensor_numel(out);
+  void *rbuf;
+  int rc = tc_stage_out(w, out, &rbuf);
+  char *all = rc ? NULL : tc_work_scratch(w, (size_t)size * nb);
+  if (!all) return rc ? rc : TCOLL_ERR_NO_MEMORY;
+  for (int r = 0; r < size && !rc; r++) rc = tc_dev_copy_sync(all + (size_t)r * nb, TCOLL_HOST, ins[r].data, ins[r].device, nb);
+  if (rc) return rc;
+  if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(all, all, out->dtype, n * size, op->scalar);
+  if (op->kind == TCOLL_AVG && (rc = tc_work_divide(w, rbuf, n, out->dtype, size))) return rc;
+  return tc_post_reduce_scatter_block(w, all, rbuf, n, out->dtype, tc_mpi_op(op, out->dtype));
+}
+
+int tcoll_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_reduce_scatter_list");
+  tcoll_comm_t *c;
+  tc_redop_t rop;
+  int rc = tc_check_reduce_scatter_list(ins, op, comm, out, &c, &rop);
+  if (rc) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "reduce_scatter_list", c))) return rc;
+  rc = tc_work_output(w, out, ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device);
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, ins, c->size);
+  if (!rc) rc = post_reduce_scatter_list(w, ins, out, &rop);
+  return tc_work_end(w, rc);
+}
+
+static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor_t *outs) {
+  int size = w->comm->size;
+  tcoll_dtype_t d = ins[0].dtype;
+  size_t es = tcoll_dtype_size(d);
+  int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
+  if (!v) return TCOLL_ERR_NO_MEMORY;
+  int64_t stotal = 0, rtotal = 0;
+  for (int p = 0; p < size; p++) {
+    v[p] = tcoll_tensor_numel(&ins[p]);
+    v[size + p] = stotal;
+    stotal += v[p];
+    v[2 * size + p] = tcoll_tensor_numel(&outs[p]);
+    v[3 * size + p] = rtotal;
+    rtotal += v[2 * size + p];
+  }
+  char *sbuf = tc_work_scratch(w, (size_t)stotal * es), *rbuf = tc_work_scratch(w, (size_t)rtotal * es);
+  if (!sbuf || !rbuf) return TCOLL_ERR_NO_MEMORY;
+  int rc = TCOLL_SUCCESS;
+  for (int p = 0; p < size && !rc; p++)
+    rc = tc_dev_copy_sync(sbuf + (size_t)v[size + p] * es, TCOLL_HOST, ins[p].data, ins[p].device, (size_t)v[p] * es);
+  for (int p = 0; p < size && !rc; p++)
+    rc = tc_work_piece(w, outs[p].data, outs[p].device, rbuf + (size_t)v[3 * size + p] * es,
+                       (size_t)v[2 * size + p] * es);
+  if (!rc) rc = tc_post_alltoallv(w, sbuf, v, v + size, rbuf, v + 2 * size, v + 3 * size, d, 1);
+  return rc;
+}
+
+int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, tcoll_tensor_t *outs) {
+  TC_ENTER("tcoll_all_to_all");
+  tcoll_comm_t *c;
+  int rc = tc_check_all_to_all(ins, comm, outs, &c);
+  if (rc) return rc;
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "all_to_all", c))) return rc;
+  for (int p = 0; p < c->size && !rc; p++)
+    rc = tc_work_output(w, &outs[p], ins[0].dtype, outs[p].ndim, outs[p].shape, ins[0].device);
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, ins, c->size);
+  if (!rc) rc = post_all_to_all(w, ins, outs);
+  return tc_work_end(w, rc);
+}

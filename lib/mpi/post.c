@@ -1,0 +1,184 @@
+#include "post.h"
+
+#include "../comm.h"
+#include "../dtype.h"
+
+#include <limits.h>
+#include <string.h>
+
+static int64_t nchunks(int64_t n) { return n == 0 ? 0 : (n + tc_mpi_limit() - 1) / tc_mpi_limit(); }
+
+static const void *at_const(const void *p, int64_t elems, size_t es) {
+  return p == MPI_IN_PLACE ? p : (const char *)p + (size_t)elems * es;
+}
+
+int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op) {
+  int64_t L = tc_mpi_limit(), k = nchunks(n);
+  size_t es = tcoll_dtype_size(d);
+  int rc = tc_work_reserve(w, (int)k);
+  for (int64_t off = 0; off < n && !rc; off += L) {
+    int c = (int)(n - off < L ? n - off : L);
+    rc = tc_mpi_ok(MPI_Iallreduce(at_const(sbuf, off, es), (char *)rbuf + (size_t)off * es, c, tc_mpi_dtype(d), op,
+                                  w->comm->mpi, tc_work_req(w)),
+                   "MPI_Iallreduce");
+  }
+  return rc;
+}
+
+int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op, int root) {
+  int64_t L = tc_mpi_limit(), k = nchunks(n);
+  size_t es = tcoll_dtype_size(d);
+  bool is_root = w->comm->rank == root;
+  int rc = tc_work_reserve(w, (int)k);
+  for (int64_t off = 0; off < n && !rc; off += L) {
+    int c = (int)(n - off < L ? n - off : L);
+    void *r = is_root ? (char *)rbuf + (size_t)off * es : NULL;
+    rc = tc_mpi_ok(MPI_Ireduce(at_const(sbuf, off, es), r, c, tc_mpi_dtype(d), op, root, w->comm->mpi, tc_work_req(w)),
+                   "MPI_Ireduce");
+  }
+  return rc;
+}
+
+int tc_post_reduce_scatter_block(tc_work_t *w, const void *sbuf, void *rbuf, int64_t nper, tcoll_dtype_t d,
+                                 MPI_Op op) {
+  if (nper == 0) return TCOLL_SUCCESS;
+  int64_t L = tc_mpi_limit();
+  if (nper <= L) {
+    int rc = tc_work_reserve(w, 1);
+    if (rc) return rc;
+    return tc_mpi_ok(MPI_Ireduce_scatter_block(sbuf, rbuf, (int)nper, tc_mpi_dtype(d), op, w->comm->mpi,
+                                               tc_work_req(w)),
+                     "MPI_Ireduce_scatter_block");
+  }
+  /* The send blocks of one call must be contiguous and a reduction cannot take a strided
+   * datatype, so each owner's block is reduced to it piece by piece. */
+  int size = w->comm->size;
+  size_t es = tcoll_dtype_size(d);
+  int rc = tc_work_reserve(w, (int)(nchunks(nper) * size));
+  for (int64_t off = 0; off < nper && !rc; off += L) {
+    int c = (int)(nper - off < L ? nper - off : L);
+    for (int r = 0; r < size && !rc; r++) {
+      const char *s = (const char *)sbuf + ((size_t)r * (size_t)nper + (size_t)off) * es;
+      void *dst = r == w->comm->rank ? (char *)rbuf + (size_t)off * es : NULL;
+      rc = tc_mpi_ok(MPI_Ireduce(s, dst, c, tc_mpi_dtype(d), op, r, w->comm->mpi, tc_work_req(w)), "MPI_Ireduce");
+    }
+  }
+  return rc;
+}
+
+int tc_post_bcast(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t d, int root) {
+  if (n == 0) return TCOLL_SUCCESS;
+  tc_mpi_span_t s;
+  int rc = tc_work_reserve(w, 1);
+  if (!rc) rc = tc_mpi_span(d, n, &s);
+  if (rc) return rc;
+  rc = tc_mpi_ok(MPI_Ibcast(buf, s.count, s.dt.type, root, w->comm->mpi, tc_work_req(w)), "MPI_Ibcast");
+  tc_mpi_span_put(&s);
+  return rc;
+}
+
+int tc_post_allgather(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d) {
+  if (n == 0) return TCOLL_SUCCESS;
+  tc_mpi_span_t s;
+  int rc = tc_work_reserve(w, 1);
+  if (!rc) rc = tc_mpi_span(d, n, &s);
+  if (rc) return rc;
+  rc = tc_mpi_ok(MPI_Iallgather(sbuf, s.count, s.dt.type, rbuf, s.count, s.dt.type, w->comm->mpi, tc_work_req(w)),
+                 "MPI_Iallgather");
+  tc_mpi_span_put(&s);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ all-to-all */
+
+static bool fits(const int64_t *v, int n, int64_t limit) {
+  for (int i = 0; i < n; i++)
+    if (v[i] > limit) return false;
+  return true;
+}
+
+/* Per-peer datatype: count units starting disp units into the buffer. */
+static int peer_type(tcoll_dtype_t d, int64_t unit, int64_t count, int64_t disp, MPI_Datatype *t) {
+  if (count == 0) return MPI_Type_dup(MPI_BYTE, t);
+  tc_mpi_type_t block;
+  int rc = tc_mpi_contig(d, count * unit, &block);
+  if (rc) return rc;
+  int one = 1;
+  MPI_Aint bytes = (MPI_Aint)(disp * unit) * (MPI_Aint)tcoll_dtype_size(d);
+  rc = MPI_Type_create_hindexed(1, &one, &bytes, block.type, t);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(t);
+  tc_mpi_type_put(&block);
+  return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "building an all-to-all datatype");
+}
+
+static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
+                          const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+  int size = w->comm->size;
+  /* MPI reads these arrays until the call completes: they live in the work. */
+  int *ints = tc_work_scratch(w, 4 * (size_t)size * sizeof(int));
+  MPI_Datatype *types = tc_work_scratch(w, 2 * (size_t)size * sizeof(MPI_Datatype));
+  if (!ints || !types) return TCOLL_ERR_NO_MEMORY;
+  int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size, *rdispls = ints + 3 * size;
+  MPI_Datatype *stypes = types, *rtypes = types + size;
+  int rc = TCOLL_SUCCESS, built = 0;
+  for (int p = 0; p < size && !rc; p++) {
+    rc = peer_type(d, unit, sc[p], sd[p], &stypes[p]);
+    if (!rc) rc = peer_type(d, unit, rc_[p], rd[p], &rtypes[p]);
+    if (!rc) built = p + 1;
+    scounts[p] = sc[p] ? 1 : 0;
+    rcounts[p] = rc_[p] ? 1 : 0;
+    sdispls[p] = rdispls[p] = 0;
+  }
+  if (!rc) rc = tc_work_reserve(w, 1);
+  if (!rc)
+    rc = tc_mpi_ok(MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, w->comm->mpi,
+                                  tc_work_req(w)),
+                   "MPI_Ialltoallw");
+  for (int p = 0; p < built; p++) { /* freeing types in use by a posted call is safe in MPI */
+    MPI_Type_free(&stypes[p]);
+    MPI_Type_free(&rtypes[p]);
+  }
+  return rc;
+}
+
+int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
+                      const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+  int size = w->comm->size;
+  int64_t L = tc_mpi_limit();
+  if (!fits(sc, size, L) || !fits(rc_, size, L) || !fits(sd, size, INT_MAX) || !fits(rd, size, INT_MAX))
+    return post_alltoallw(w, sbuf, sc, sd, rbuf, rc_, rd, d, unit);
+  int *ints = tc_work_scratch(w, 4 * (size_t)size * sizeof(int));
+  if (!ints) return TCOLL_ERR_NO_MEMORY;
+  int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size, *rdispls = ints + 3 * size;
+  for (int p = 0; p < size; p++) {
+    scounts[p] = (int)sc[p];
+    sdispls[p] = (int)sd[p];
+    rcounts[p] = (int)rc_[p];
+    rdispls[p] = (int)rd[p];
+  }
+  tc_mpi_span_t unit_type;
+  int rc = tc_work_reserve(w, 1);
+  if (!rc) rc = unit == 1 ? tc_mpi_span(d, 1, &unit_type) : tc_mpi_contig(d, unit, &unit_type.dt);
+  if (rc) return rc;
+  if (unit != 1) unit_type.count = 1;
+  rc = tc_mpi_ok(MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls, unit_type.dt.type,
+                                w->comm->mpi, tc_work_req(w)),
+                 "MPI_Ialltoallv");
+  tc_mpi_span_put(&unit_type);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ packing */
+
+void tc_pack_rank_major(void *y, const void *x, int64_t outer, int size, int64_t block, tcoll_dtype_t d,
+                        double scale) {
+  size_t es = tcoll_dtype_size(d), bb = (size_t)block * es;
+  for (int r = 0; r < size; r++) {
+    for (int64_t o = 0; o < outer; o++) {
+      char *dst = (char *)y + ((size_t)r * (size_t)outer + (size_t)o) * bb;
+      const char *src = (const char *)x + ((size_t)o * (size_t)size + (size_t)r) * bb;
+      if (scale == 1.0) memcpy(dst, src, bb);
+      else tc_host_scale_copy(dst, src, d, block, scale);
+    }
+  }
+}

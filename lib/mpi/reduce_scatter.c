@@ -1,0 +1,55 @@
+/* reduce_scatter -> MPI_Ireduce_scatter_block. MPI's built-in ops take no strided datatypes,
+ * so along a dim other than 0 (and for premul_sum) the input is packed rank-major first. */
+#include "../argcheck.h"
+#include "../cuda/staging.h"
+#include "../tensor.h"
+#include "post.h"
+
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, const tc_redop_t *op) {
+  int size = w->comm->size;
+  int64_t nper = tcoll_tensor_numel(in) / size;
+  tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
+  const void *sbuf;
+  void *rbuf;
+  int rc = tc_stage_in(w, in, &sbuf);
+  if (!rc) rc = tc_stage_out(w, out, &rbuf);
+  if (rc) return rc;
+  double scale = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0;
+  if (v.outer > 1 || scale != 1.0) {
+    void *packed = tc_work_scratch(w, tcoll_tensor_nbytes(in));
+    if (!packed) return TCOLL_ERR_NO_MEMORY;
+    tc_pack_rank_major(packed, sbuf, v.outer, size, v.len / size * v.inner, in->dtype, scale);
+    sbuf = packed;
+  }
+  if (op->kind == TCOLL_AVG && (rc = tc_work_divide(w, rbuf, nper, in->dtype, size))) return rc;
+  return tc_post_reduce_scatter_block(w, sbuf, rbuf, nper, in->dtype, tc_mpi_op(op, in->dtype));
+}
+
+int tcoll_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim, tcoll_comm_t *comm,
+                         tcoll_tensor_t *out) {
+  TC_ENTER("tcoll_reduce_scatter");
+  tcoll_comm_t *c;
+  tc_redop_t rop;
+  int dim;
+  int rc = tc_check_reduce_scatter(in, op, scatter_dim, comm, out, &c, &rop, &dim);
+  if (rc) return rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  tc_reduce_scatter_shape(in, dim, c->size, shape);
+  tc_work_t *w;
+  if ((rc = tc_work_begin(&w, "reduce_scatter", c))) return rc;
+  rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
+  if (!rc) rc = tc_work_register(w);
+  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = post(w, in, out, dim, &rop);
+  return tc_work_end(w, rc);
+}
+
+int tcoll_reduce_scatter_shape(const tcoll_tensor_t *in, int scatter_dim, int group_size, int64_t *shape) {
+  TC_ENTER("tcoll_reduce_scatter_shape");
+  int rc = tc_check_tensor_desc(in, "in"), dim;
+  if (rc) return rc;
+  if (group_size < 1) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group_size is %d (expected >= 1)", group_size);
+  if (!shape) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL (expected room for %d sizes)", in->ndim);
+  if ((rc = tc_check_dim(scatter_dim, in->ndim, "scatter_dim", &dim))) return rc;
+  return tc_reduce_scatter_shape(in, dim, group_size, shape);
+}

@@ -1,0 +1,229 @@
+#include "registry.h"
+
+#include "comm.h"
+#include "ptrmap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct entry {
+  uintptr_t base, end; /* [base, end); a zero-byte buffer occupies one byte */
+  tc_work_t *work;
+} entry_t;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static tc_ptrmap_t by_base;  /* base -> work */
+static entry_t *ordered;     /* by base; entries never overlap */
+static size_t nordered, ordered_cap;
+
+/* First index whose base is >= key. */
+static size_t lower_bound(uintptr_t key) {
+  size_t lo = 0, hi = nordered;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (ordered[mid].base < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* The entry overlapping [b, e), if any: since entries are disjoint and sorted, only the last
+ * one starting before e can reach past b. */
+static entry_t *overlapping(uintptr_t b, uintptr_t e) {
+  size_t i = lower_bound(e);
+  if (i == 0) return NULL;
+  entry_t *x = &ordered[i - 1];
+  return x->end > b ? x : NULL;
+}
+
+static int reserve(size_t extra) {
+  if (nordered + extra > ordered_cap) {
+    size_t cap = ordered_cap ? ordered_cap : 64;
+    while (cap < nordered + extra) cap *= 2;
+    entry_t *p = realloc(ordered, cap * sizeof *p);
+    if (!p) return TCOLL_ERR_NO_MEMORY;
+    ordered = p;
+    ordered_cap = cap;
+  }
+  return TCOLL_SUCCESS;
+}
+
+static void remove_at(size_t i) {
+  tc_ptrmap_del(&by_base, ordered[i].base);
+  memmove(&ordered[i], &ordered[i + 1], (nordered - i - 1) * sizeof *ordered);
+  nordered--;
+}
+
+static void remove_entries_of(tc_work_t *w) {
+  for (size_t i = nordered; i-- > 0;) {
+    if (ordered[i].work == w) {
+      remove_at(i);
+      w->refs--;
+    }
+  }
+}
+
+int tc_registry_add(tc_work_t *w) {
+  pthread_mutex_lock(&reg_lock);
+  int rc = reserve((size_t)w->nbuf);
+  for (int k = 0; k < w->nbuf && !rc; k++) {
+    uintptr_t b = (uintptr_t)w->bufs[k].base;
+    uintptr_t e = b + (w->bufs[k].nbytes ? w->bufs[k].nbytes : 1);
+    entry_t *x = overlapping(b, e);
+    if (x && x->work == w) {
+      rc = tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
+                    w->bufs[k].base);
+    } else if (x) {
+      char what[160];
+      tc_work_describe(x->work, what, sizeof what);
+      rc = tc_error(TCOLL_ERR_BUSY,
+                    "output buffer %p (%zu bytes) overlaps a buffer with pending work: %s (wait for it first)",
+                    w->bufs[k].base, w->bufs[k].nbytes, what);
+    } else if ((rc = tc_ptrmap_put(&by_base, b, w))) {
+      rc = tc_error(rc, "cannot grow the registry");
+    } else {
+      size_t i = lower_bound(b);
+      memmove(&ordered[i + 1], &ordered[i], (nordered - i) * sizeof *ordered);
+      ordered[i] = (entry_t){b, e, w};
+      nordered++;
+      w->refs++;
+    }
+  }
+  if (rc) remove_entries_of(w);
+  pthread_mutex_unlock(&reg_lock);
+  return rc;
+}
+
+void tc_registry_remove_work(tc_work_t *w) {
+  pthread_mutex_lock(&reg_lock);
+  remove_entries_of(w);
+  if (w->refs == 0) tc_work_recycle(w);
+  pthread_mutex_unlock(&reg_lock);
+}
+
+tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void **base) {
+  uintptr_t b = (uintptr_t)p;
+  pthread_mutex_lock(&reg_lock);
+  tc_work_t *w = n == 0 ? tc_ptrmap_get(&by_base, b) : NULL;
+  uintptr_t at = b;
+  if (!w) {
+    /* Entries overlapping [b, e) are consecutive, ending at the last one starting before e. */
+    uintptr_t e = b + (n ? n : 1);
+    for (size_t i = lower_bound(e); i-- > 0 && ordered[i].end > b;) {
+      if (ordered[i].work != self) {
+        w = ordered[i].work;
+        at = ordered[i].base;
+        break;
+      }
+    }
+  }
+  if (w == self) w = NULL;
+  if (w) {
+    w->refs++;
+    *base = (void *)at;
+  }
+  pthread_mutex_unlock(&reg_lock);
+  return w;
+}
+
+void tc_registry_release(tc_work_t *w, void *base, bool pop) {
+  pthread_mutex_lock(&reg_lock);
+  if (pop && tc_ptrmap_get(&by_base, (uintptr_t)base) == w) {
+    remove_at(lower_bound((uintptr_t)base));
+    w->refs--;
+  }
+  tc_work_unref_locked(w);
+  pthread_mutex_unlock(&reg_lock);
+}
+
+static int report_failure(tc_work_t *w, int rc) {
+  if (rc == TCOLL_SUCCESS || rc == TCOLL_IN_PROGRESS) return rc;
+  if (rc == TCOLL_ERR_TIMEOUT) return rc; /* the message was set by the timeout path */
+  return tc_error(rc, "%s", w->err);
+}
+
+int tc_wait_ptr(const void *p, double seconds, bool block) {
+  if (!p) return TCOLL_SUCCESS;
+  void *base = NULL;
+  tc_work_t *w = tc_registry_hold(p, 0, NULL, &base);
+  if (!w) return TCOLL_SUCCESS;
+  double deadline = seconds > 0 ? tc_now() + seconds : 0.0;
+  pthread_mutex_lock(&w->lock);
+  int rc = tc_work_progress(w, block, deadline);
+  pthread_mutex_unlock(&w->lock);
+  bool finished = rc != TCOLL_IN_PROGRESS && rc != TCOLL_ERR_TIMEOUT;
+  if (rc == TCOLL_ERR_TIMEOUT) {
+    char what[160];
+    tc_error(TCOLL_ERR_TIMEOUT, "%s did not complete within %g s (still pending; a later wait completes it)",
+             tc_work_describe(w, what, sizeof what), seconds);
+  }
+  rc = report_failure(w, rc);
+  tc_registry_release(w, base, finished);
+  return rc;
+}
+
+/* The base of some entry matching (comm == NULL: any), or NULL. */
+static void *any_pending(const tcoll_comm_t *comm) {
+  void *base = NULL;
+  pthread_mutex_lock(&reg_lock);
+  for (size_t i = 0; i < nordered && !base; i++)
+    if (!comm || ordered[i].work->comm == comm) base = (void *)ordered[i].base;
+  pthread_mutex_unlock(&reg_lock);
+  return base;
+}
+
+void tc_wait_comm(const tcoll_comm_t *comm) {
+  void *base;
+  while ((base = any_pending(comm))) tc_wait_ptr(base, 0.0, true);
+}
+
+int tc_wait_everything(void) {
+  int first = TCOLL_SUCCESS;
+  void *base;
+  while ((base = any_pending(NULL))) {
+    int rc = tc_wait_ptr(base, 0.0, true);
+    if (rc && !first) first = rc;
+  }
+  return first;
+}
+
+size_t tc_registry_count(void) {
+  pthread_mutex_lock(&reg_lock);
+  size_t n = nordered;
+  pthread_mutex_unlock(&reg_lock);
+  return n;
+}
+
+void tc_registry_report_unwaited(void) {
+  pthread_mutex_lock(&reg_lock);
+  size_t nwork = 0;
+  char list[512] = "";
+  size_t off = 0;
+  for (size_t i = 0; i < nordered; i++) {
+    tc_work_t *w = ordered[i].work;
+    bool first_of_work = true; /* count each work once, at its first entry */
+    for (size_t j = 0; j < i; j++)
+      if (ordered[j].work == w) first_of_work = false;
+    if (!first_of_work) continue;
+    nwork++;
+    if (off < sizeof list - 64)
+      off += (size_t)snprintf(list + off, sizeof list - off, "%s%s #%llu", nwork > 1 ? ", " : "", w->op,
+                              (unsigned long long)w->seq);
+  }
+  size_t nbuf = nordered;
+  pthread_mutex_unlock(&reg_lock);
+  if (nbuf)
+    tc_warn("at finalize, %zu collective(s) on %zu buffer(s) were never waited: %s. Completing them now; call "
+            "tcoll_wait on every output before using it.",
+            nwork, nbuf, list);
+}
+
+void tc_registry_cleanup(void) {
+  pthread_mutex_lock(&reg_lock);
+  tc_ptrmap_clear(&by_base);
+  free(ordered);
+  ordered = NULL;
+  nordered = ordered_cap = 0;
+  pthread_mutex_unlock(&reg_lock);
+}

@@ -1,0 +1,36 @@
+/* The work registry: pending output buffers -> their work.
+ *
+ * A hash table keyed by buffer base address answers the common lookup (wait on the pointer a
+ * collective returned) in O(1). An index of the same buffers ordered by address answers the
+ * other two questions in O(log n): which pending buffer contains a pointer (a view), and
+ * whether a new buffer overlaps a pending one (TCOLL_ERR_BUSY). */
+#ifndef TC_REGISTRY_H
+#define TC_REGISTRY_H
+
+#include "work.h"
+
+/* Keys w under each of its buffers; TCOLL_ERR_BUSY (nothing keyed) if one overlaps a pending
+ * buffer of other work, TCOLL_ERR_INVALID_ARGUMENT if two of w's own buffers overlap. */
+int tc_registry_add(tc_work_t *w);
+/* Removes whatever entries w still has (undo of a failed call); recycles w unless a waiter
+ * still holds it. */
+void tc_registry_remove_work(tc_work_t *w);
+/* The pending work whose buffer overlaps [p, p + n) (n == 0: contains p), other than self;
+ * the work is returned with a reference taken and *base set to its buffer. NULL if none. */
+tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void **base);
+/* Pops base's entry if it still belongs to w, then drops the reference hold took. */
+void tc_registry_release(tc_work_t *w, void *base, bool pop);
+
+/* Completes the work pending on p. seconds > 0 bounds the wait (TCOLL_ERR_TIMEOUT leaves it
+ * pending); block == false tests once. TCOLL_SUCCESS if nothing is pending. */
+int tc_wait_ptr(const void *p, double seconds, bool block);
+/* Completes every pending work of comm. */
+void tc_wait_comm(const tcoll_comm_t *comm);
+/* Completes everything; the first error met. */
+int tc_wait_everything(void);
+size_t tc_registry_count(void);
+/* Logs the unwaited work (count, op, sequence numbers), as finalize does before completing it. */
+void tc_registry_report_unwaited(void);
+void tc_registry_cleanup(void);
+
+#endif

@@ -1,0 +1,139 @@
+/* Tensor descriptors, tcoll-owned storage and copies. */
+#include "tensor.h"
+
+#include "argcheck.h"
+#include "cuda/device.h"
+#include "ptrmap.h"
+#include "registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Storage tcoll allocated: address -> device + 2 (the host, -1, is stored as 1: never NULL). */
+static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static tc_ptrmap_t alloc_table;
+
+static int alloc_record(void *p, int device) {
+  pthread_mutex_lock(&alloc_lock);
+  int rc = tc_ptrmap_put(&alloc_table, (uintptr_t)p, (void *)(intptr_t)(device + 2));
+  pthread_mutex_unlock(&alloc_lock);
+  return rc;
+}
+
+bool tc_alloc_owned(const void *p, int *device) {
+  pthread_mutex_lock(&alloc_lock);
+  intptr_t v = (intptr_t)tc_ptrmap_get(&alloc_table, (uintptr_t)p);
+  pthread_mutex_unlock(&alloc_lock);
+  if (v && device) *device = (int)v - 2;
+  return v != 0;
+}
+
+static bool alloc_forget(void *p) {
+  pthread_mutex_lock(&alloc_lock);
+  void *v = tc_ptrmap_del(&alloc_table, (uintptr_t)p);
+  pthread_mutex_unlock(&alloc_lock);
+  return v != NULL;
+}
+
+const char *tc_shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
+  size_t off = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < ndim && off < len; i++)
+    off += (size_t)snprintf(buf + off, len - off, i ? ", %lld" : "%lld", (long long)shape[i]);
+  if (off < len) snprintf(buf + off, len - off, "]");
+  return buf;
+}
+
+tcoll_tensor_t tcoll_tensor_make(void *data, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                                 int device) {
+  tcoll_tensor_t t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = ndim;
+  t.device = device;
+  for (int i = 0; shape && i < ndim && i < TCOLL_MAX_DIMS; i++) t.shape[i] = shape[i];
+  return t;
+}
+
+int64_t tcoll_tensor_numel(const tcoll_tensor_t *t) {
+  if (!t || t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] < 0 || tc_mul_overflows(n, t->shape[i], &n)) return 0;
+  }
+  return n;
+}
+
+size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
+  if (!t) return 0;
+  return (size_t)tcoll_tensor_numel(t) * tcoll_dtype_size(t->dtype);
+}
+
+/* Storage for a tensor: never NULL, also for zero elements, so the registry can key it. */
+int tc_tensor_storage(tcoll_tensor_t *t) {
+  size_t n = tcoll_tensor_nbytes(t);
+  void *p = NULL;
+  int rc = tc_dev_alloc(t->device, n ? n : 1, &p);
+  if (rc) return rc;
+  rc = alloc_record(p, t->device);
+  if (rc) {
+    tc_dev_free(t->device, p);
+    return tc_error(rc, "cannot record a new allocation");
+  }
+  t->data = p;
+  return TCOLL_SUCCESS;
+}
+
+int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                       int device) {
+  TC_ENTER("tcoll_tensor_alloc");
+  if (!t) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "t is NULL (expected a tensor to fill in)");
+  if (ndim > 0 && !shape)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL with ndim %d (expected %d sizes)", ndim, ndim);
+  tcoll_tensor_t tmp = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
+  if (ndim < 0 || ndim > TCOLL_MAX_DIMS)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ndim is %d (expected 0..%d)", ndim, TCOLL_MAX_DIMS);
+  int rc = tc_check_tensor_desc(&tmp, "t");
+  if (rc) return rc;
+  rc = tc_tensor_storage(&tmp);
+  if (rc) return rc;
+  *t = tmp;
+  return TCOLL_SUCCESS;
+}
+
+void tc_tensor_release(tcoll_tensor_t *t) {
+  int device;
+  if (tc_alloc_owned(t->data, &device)) {
+    alloc_forget(t->data);
+    tc_dev_free(device, t->data);
+  } else {
+    tc_warn("tcoll_tensor_free: %p was not allocated by tcoll; not freed", t->data);
+  }
+  t->data = NULL;
+}
+
+void tcoll_tensor_free(tcoll_tensor_t *t) {
+  TC_ENTER("tcoll_tensor_free");
+  if (!t || !t->data) return;
+  tc_wait_ptr(t->data, 0.0, true); /* a pending buffer is never freed under MPI */
+  tc_tensor_release(t);
+}
+
+int tcoll_tensor_copy(tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
+  TC_ENTER("tcoll_tensor_copy");
+  int rc = tc_check_tensor(src, "src");
+  if (!rc) rc = tc_check_tensor(dst, "dst");
+  if (rc) return rc;
+  if (dst->dtype != src->dtype)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dst->dtype is %s but src->dtype is %s (expected the same)",
+                    tcoll_dtype_name(dst->dtype), tcoll_dtype_name(src->dtype));
+  if (tcoll_tensor_numel(dst) != tcoll_tensor_numel(src))
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dst has %lld elements but src has %lld (expected the same)",
+                    (long long)tcoll_tensor_numel(dst), (long long)tcoll_tensor_numel(src));
+  rc = tc_wait_ptr(src->data, 0.0, true);
+  if (!rc) rc = tc_wait_ptr(dst->data, 0.0, true);
+  if (rc) return rc;
+  size_t n = tcoll_tensor_nbytes(src);
+  if (n == 0 || dst->data == src->data) return TCOLL_SUCCESS;
+  return tc_dev_copy_sync(dst->data, dst->device, src->data, src->device, n);
+}

@@ -1,0 +1,43 @@
+/* Internal tensor helpers. */
+#ifndef TC_TENSOR_H
+#define TC_TENSOR_H
+
+#include "core.h"
+
+/* Product of shape[from..to) (1 for an empty range). Shapes are validated first, so no overflow. */
+static inline int64_t tc_shape_prod(const int64_t *shape, int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) p *= shape[i];
+  return p;
+}
+
+/* A tensor viewed around one dim: outer x len x inner elements. */
+typedef struct tc_dimview {
+  int64_t outer, len, inner;
+} tc_dimview_t;
+static inline tc_dimview_t tc_dimview(const int64_t *shape, int ndim, int dim) {
+  tc_dimview_t v = {tc_shape_prod(shape, 0, dim), shape[dim], tc_shape_prod(shape, dim + 1, ndim)};
+  return v;
+}
+
+static inline bool tc_same_shape(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b) {
+  if (ndim_a != ndim_b) return false;
+  for (int i = 0; i < ndim_a; i++)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+/* "[2, 3, 4]" into buf. */
+const char *tc_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
+
+/* Gives t (dtype, shape, device set) zero-filled storage that tcoll owns; never NULL, also
+ * for zero elements, so that the registry can key it. */
+int tc_tensor_storage(tcoll_tensor_t *t);
+
+/* Frees storage tcoll owns (nothing pending on it) and NULLs t->data. */
+void tc_tensor_release(tcoll_tensor_t *t);
+
+/* Allocation bookkeeping: whether tcoll allocated p, and on which device. */
+bool tc_alloc_owned(const void *p, int *device);
+
+#endif

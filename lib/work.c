@@ -1,0 +1,342 @@
+#include "work.h"
+
+#include "comm.h"
+#include "dtype.h"
+#include "cuda/device.h"
+#include "cuda/staging.h"
+#include "registry.h"
+#include "scratch.h"
+#include "tensor.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define POOL_KEEP 1024
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static tc_work_t *pool;
+static int pool_size;
+static uint64_t next_seq;
+
+uint64_t tc_work_count_posted(void) { return __atomic_load_n(&next_seq, __ATOMIC_RELAXED); }
+
+/* Grows *arr (of elem bytes each) to hold at least need entries. */
+static int grow(void **arr, int *cap, int need, size_t elem) {
+  if (need <= *cap) return TCOLL_SUCCESS;
+  int c = *cap ? *cap : 4;
+  while (c < need) c *= 2;
+  void *p = realloc(*arr, (size_t)c * elem);
+  if (!p) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow a work's table to %d entries", c);
+  *arr = p;
+  *cap = c;
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm) {
+  pthread_mutex_lock(&pool_lock);
+  tc_work_t *w = pool;
+  if (w) {
+    pool = w->next_free;
+    pool_size--;
+  }
+  pthread_mutex_unlock(&pool_lock);
+  if (!w) {
+    w = calloc(1, sizeof *w);
+    if (!w) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a work");
+    pthread_mutex_init(&w->lock, NULL);
+  }
+  w->op = op;
+  w->comm = comm;
+  w->seq = w->comm_seq = 0;
+  w->bytes = 0;
+  w->refs = 0;
+  w->posted = w->done = false;
+  w->status = TCOLL_SUCCESS;
+  w->err[0] = '\0';
+  w->t_post = w->t_done = 0.0;
+  w->dtype = TCOLL_FLOAT32;
+  w->ndim = 0;
+  w->device = TCOLL_HOST;
+  w->nreq = w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = 0;
+  w->divisor = 1.0;
+  w->finish = NULL;
+  w->progress = NULL;
+  w->next_free = NULL;
+  pthread_mutex_lock(&w->lock);
+  *out = w;
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_key(tc_work_t *w, void *base, size_t nbytes) {
+  int rc = grow((void **)&w->bufs, &w->buf_cap, w->nbuf + 1, sizeof *w->bufs);
+  if (rc) return rc;
+  w->bufs[w->nbuf++] = (tc_wbuf_t){base, nbytes};
+  w->bytes += nbytes;
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                   int device) {
+  int rc = grow((void **)&w->allocated, &w->alloc_cap, w->nalloc + 1, sizeof *w->allocated);
+  if (rc) return rc;
+  if (!out->data) {
+    *out = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
+    if ((rc = tc_tensor_storage(out))) return rc;
+    w->allocated[w->nalloc++] = out;
+  }
+  return tc_work_key(w, out->data, tcoll_tensor_nbytes(out));
+}
+
+int tc_work_register(tc_work_t *w) {
+  int rc = tc_registry_add(w);
+  if (rc) return rc;
+  w->seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
+  w->comm_seq = tc_comm_next_seq(w->comm);
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
+  if (n > 0 && in) {
+    w->dtype = in[0].dtype;
+    w->ndim = in[0].ndim;
+    w->device = in[0].device;
+    memcpy(w->shape, in[0].shape, sizeof w->shape);
+  }
+  for (int i = 0; i < n; i++) {
+    size_t nbytes = tcoll_tensor_nbytes(&in[i]);
+    if (!in[i].data) continue;
+    void *base;
+    tc_work_t *other;
+    /* Like PyTorch's AsyncCollectiveTensor: using a pending result waits for it. */
+    while ((other = tc_registry_hold(in[i].data, nbytes ? nbytes : 1, w, &base))) {
+      tc_registry_release(other, base, false);
+      int rc = tc_wait_ptr(base, 0.0, true);
+      if (rc) return rc;
+    }
+  }
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_reserve(tc_work_t *w, int n) {
+  return grow((void **)&w->reqs, &w->req_cap, w->nreq + n, sizeof *w->reqs);
+}
+
+MPI_Request *tc_work_req(tc_work_t *w) {
+  if (tc_work_reserve(w, 1)) return NULL;
+  MPI_Request *r = &w->reqs[w->nreq++];
+  *r = MPI_REQUEST_NULL;
+  return r;
+}
+
+int tc_work_hold(tc_work_t *w, void *p, int kind) {
+  int rc = grow((void **)&w->held, &w->held_cap, w->nheld + 1, sizeof *w->held);
+  if (rc) return rc;
+  w->held[w->nheld++] = (tc_held_t){p, kind};
+  return TCOLL_SUCCESS;
+}
+
+void *tc_work_scratch(tc_work_t *w, size_t nbytes) {
+  void *p = tc_scratch_get(nbytes ? nbytes : 1);
+  if (!p) {
+    tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch memory", nbytes);
+    return NULL;
+  }
+  if (tc_work_hold(w, p, TC_HELD_SCRATCH)) {
+    tc_scratch_put(p);
+    return NULL;
+  }
+  return p;
+}
+
+int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, int device) {
+  int rc = grow((void **)&w->cbs, &w->cb_cap, w->ncb + 1, sizeof *w->cbs);
+  if (rc) return rc;
+  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device};
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor) {
+  if (w->ndivide == TC_MAX_DIVIDE) return tc_error(TCOLL_ERR_INTERNAL, "too many regions to divide");
+  w->divide[w->ndivide++] = (tc_divide_t){buf, n, dtype};
+  w->divisor = divisor;
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes) {
+  int rc = grow((void **)&w->pieces, &w->piece_cap, w->npiece + 1, sizeof *w->pieces);
+  if (rc) return rc;
+  w->pieces[w->npiece++] = (tc_piece_t){dst, src, nbytes, dst_device};
+  return TCOLL_SUCCESS;
+}
+
+static void release_held(tc_work_t *w) {
+  for (int i = 0; i < w->nheld; i++) {
+    if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
+    else tc_stage_release(w->held[i].p);
+  }
+  w->nheld = 0;
+}
+
+void tc_work_recycle(tc_work_t *w) {
+  release_held(w);
+  w->nreq = w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0;
+  pthread_mutex_lock(&pool_lock);
+  if (pool_size < POOL_KEEP) {
+    w->next_free = pool;
+    pool = w;
+    pool_size++;
+    w = NULL;
+  }
+  pthread_mutex_unlock(&pool_lock);
+  if (w) {
+    free(w->reqs);
+    free(w->bufs);
+    free(w->allocated);
+    free(w->held);
+    free(w->cbs);
+    free(w->pieces);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+  }
+}
+
+void tc_work_unref_locked(tc_work_t *w) {
+  if (--w->refs == 0) tc_work_recycle(w);
+}
+
+static void undo_outputs(tc_work_t *w) {
+  for (int i = 0; i < w->nalloc; i++) tc_tensor_release(w->allocated[i]);
+  w->nalloc = 0;
+}
+
+static void log_posted(const tc_work_t *w) {
+  if (tc_cfg.debug < TCOLL_LOG_INFO) return;
+  char shape[96], comm[80];
+  tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d", (unsigned long long)w->seq, w->op,
+          tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
+          tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->comm->size, w->bytes,
+          w->device);
+}
+
+int tc_work_end(tc_work_t *w, int rc) {
+  if (rc == TCOLL_SUCCESS) {
+    w->posted = true;
+    w->t_post = tc_now();
+    w->nalloc = 0;
+    log_posted(w);
+    pthread_mutex_unlock(&w->lock);
+    return TCOLL_SUCCESS;
+  }
+  bool started = w->nreq > 0 || w->posted;
+  if (!started) {
+    undo_outputs(w);
+    w->status = rc; /* a waiter that found it meanwhile sees a finished work */
+    w->done = true;
+    snprintf(w->err, sizeof w->err, "%s", tcoll_last_error());
+    pthread_mutex_unlock(&w->lock);
+    tc_registry_remove_work(w);
+    return rc;
+  }
+  /* Some requests are in flight: keep the work so that a wait completes and reports it. */
+  w->status = rc;
+  snprintf(w->err, sizeof w->err, "%s", tcoll_last_error());
+  w->nalloc = 0;
+  w->t_post = tc_now();
+  pthread_mutex_unlock(&w->lock);
+  return rc;
+}
+
+static void pause_briefly(int *spins) {
+  /* MPI only progresses nonblocking collectives inside MPI calls: test often at first, then
+   * back off so that a long wait does not burn a core another rank may need. */
+  if (++*spins < 1000) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, 50 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static int requests_progress(tc_work_t *w, bool block, double deadline) {
+  if (w->nreq == 0) return TCOLL_SUCCESS;
+  char what[160];
+  if (block && deadline <= 0) {
+    int rc = MPI_Waitall(w->nreq, w->reqs, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
+    return TCOLL_SUCCESS;
+  }
+  int spins = 0;
+  for (;;) {
+    int flag = 0;
+    int rc = MPI_Testall(w->nreq, w->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
+    if (flag) return TCOLL_SUCCESS;
+    if (!block || tc_now() >= deadline) return TCOLL_IN_PROGRESS;
+    pause_briefly(&spins);
+  }
+}
+
+/* The completion steps, in order (see work.h). */
+static int complete_steps(tc_work_t *w) {
+  for (int i = 0; i < w->ndivide; i++) tc_host_divide(w->divide[i].buf, w->divide[i].dtype, w->divide[i].n, w->divisor);
+  int rc = w->finish ? w->finish(w) : TCOLL_SUCCESS;
+  for (int i = 0; i < w->npiece && !rc; i++) {
+    tc_piece_t *p = &w->pieces[i];
+    rc = tc_dev_copy_sync(p->dst, p->dst_device, p->src, TCOLL_HOST, p->nbytes);
+  }
+  for (int i = 0; i < w->ncb && !rc; i++) {
+    tc_copyback_t *c = &w->cbs[i];
+    rc = tc_dev_copy_sync(c->dst, c->device, c->src, TCOLL_HOST, c->nbytes);
+  }
+  return rc;
+}
+
+int tc_work_progress(tc_work_t *w, bool block, double deadline) {
+  if (w->done) return w->status;
+  int rc = w->progress ? w->progress(w, block, deadline) : requests_progress(w, block, deadline);
+  if (rc == TCOLL_IN_PROGRESS) return block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
+  if (rc == TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) rc = complete_steps(w);
+  if (rc != TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) {
+    w->status = rc;
+    snprintf(w->err, sizeof w->err, "%s", tcoll_last_error());
+  }
+  w->done = true;
+  w->t_done = tc_now();
+  release_held(w);
+  if (tc_cfg.debug >= TCOLL_LOG_INFO) {
+    char what[160];
+    tc_info("%s completed in %.3f ms: %s", tc_work_describe(w, what, sizeof what), 1e3 * (w->t_done - w->t_post),
+            tcoll_status_string(w->status));
+  }
+  return w->status;
+}
+
+const char *tc_work_describe(const tc_work_t *w, char *buf, size_t len) {
+  char comm[80];
+  snprintf(buf, len, "%s #%llu on comm %s (seq %llu, %zu bytes)", w->op, (unsigned long long)w->seq,
+           tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->bytes);
+  return buf;
+}
+
+void tc_work_pool_cleanup(void) {
+  pthread_mutex_lock(&pool_lock);
+  tc_work_t *w = pool;
+  pool = NULL;
+  pool_size = 0;
+  pthread_mutex_unlock(&pool_lock);
+  while (w) {
+    tc_work_t *next = w->next_free;
+    free(w->reqs);
+    free(w->bufs);
+    free(w->allocated);
+    free(w->held);
+    free(w->cbs);
+    free(w->pieces);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+    w = next;
+  }
+}

@@ -1,0 +1,148 @@
+/* A work: one posted collective, its MPI requests and what must happen when they complete.
+ *
+ * Life of a work (every collective follows it):
+ *   tc_work_begin    take a work from the pool, locked by the posting thread
+ *   tc_work_output   name each output (allocating it if out->data == NULL)
+ *   tc_work_register put the outputs in the registry (TCOLL_ERR_BUSY if one is pending)
+ *   tc_work_inputs   wait for inputs that are pending outputs of earlier work
+ *   ...post MPI_I* calls into tc_work_req() slots, set w->finish...
+ *   tc_work_end      unlock; on failure before anything was posted, undo everything
+ * A waiter completes the requests, then runs the completion steps in this order: divide (AVG),
+ * finish (op-specific), pieces (unpacking), copy-backs (staged outputs to device memory); then it
+ * pops its buffer. The work returns to the pool when its last buffer is popped. */
+#ifndef TC_WORK_H
+#define TC_WORK_H
+
+#include "core.h"
+#include "redop.h"
+
+typedef struct tc_work tc_work_t;
+/* Runs once, after the requests completed, on the posting-side buffers (host or staging). */
+typedef int (*tc_finish_fn)(tc_work_t *w);
+/* A custom engine (the staging pipeline): advances the work; TCOLL_SUCCESS when everything is
+ * complete, TCOLL_IN_PROGRESS when not yet, or an error. block: may wait until deadline
+ * (0 = none). */
+typedef int (*tc_progress_fn)(tc_work_t *w, bool block, double deadline);
+
+typedef struct tc_wbuf {
+  void *base;
+  size_t nbytes;
+} tc_wbuf_t;
+
+/* A host staging buffer whose content goes to device memory once the work completes. */
+typedef struct tc_copyback {
+  void *dst;
+  const void *src;
+  size_t nbytes;
+  int device;
+} tc_copyback_t;
+
+/* A copy made at completion: packed results to their output (host or device memory). */
+typedef struct tc_piece {
+  void *dst;
+  const void *src;
+  size_t nbytes;
+  int dst_device;
+} tc_piece_t;
+
+/* A host region divided at completion (AVG). */
+#define TC_MAX_DIVIDE TCOLL_NUM_DTYPES
+typedef struct tc_divide {
+  void *buf;
+  int64_t n;
+  tcoll_dtype_t dtype;
+} tc_divide_t;
+
+/* A block of memory the work returns when it is recycled. */
+typedef struct tc_held {
+  void *p;
+  int kind; /* TC_HELD_SCRATCH or TC_HELD_PINNED */
+} tc_held_t;
+enum { TC_HELD_SCRATCH, TC_HELD_PINNED };
+
+#define TC_WORK_PRIV_BYTES 256
+#define TC_WORK_ERR_LEN 512
+
+struct tc_work {
+  pthread_mutex_t lock; /* held while posting and while completing */
+  const char *op;
+  tcoll_comm_t *comm;
+  uint64_t seq;      /* process-wide */
+  uint64_t comm_seq; /* on comm */
+  size_t bytes;      /* payload, for logs and traces */
+  int refs;          /* registry entries + waiters holding it (registry lock) */
+  bool posted;       /* at least one request was posted */
+  bool done;
+  int status;
+  char err[TC_WORK_ERR_LEN];
+  double t_post, t_done;
+  /* What the op works on (the first input), for logs, traces and cross-rank checks. */
+  tcoll_dtype_t dtype;
+  int ndim;
+  int64_t shape[TCOLL_MAX_DIMS];
+  int device;
+
+  MPI_Request *reqs;
+  int nreq, req_cap;
+  tc_wbuf_t *bufs; /* outputs, keyed in the registry */
+  int nbuf, buf_cap;
+  tcoll_tensor_t **allocated; /* outputs this call allocated: freed if the call fails */
+  int nalloc, alloc_cap;
+  tc_held_t *held;
+  int nheld, held_cap;
+  tc_copyback_t *cbs;
+  int ncb, cb_cap;
+  tc_piece_t *pieces;
+  int npiece, piece_cap;
+  tc_divide_t divide[TC_MAX_DIVIDE];
+  int ndivide;
+  double divisor;
+
+  tc_finish_fn finish;
+  tc_progress_fn progress;
+  _Alignas(16) unsigned char priv[TC_WORK_PRIV_BYTES]; /* op-specific completion data */
+  tc_work_t *next_free;
+};
+
+/* Op-specific completion data lives inside the work (no allocation per call). */
+#define TC_WORK_PRIV(w, type) ((type *)(void *)(w)->priv)
+#define TC_PRIV_FITS(type) _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
+
+int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm);
+/* Prepares an output: with out->data == NULL allocates it (dtype, ndim, shape, device given),
+ * otherwise it was already checked. Records it as a buffer of the work. */
+int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                   int device);
+/* Records a buffer to key the work under without it being an output tensor. */
+int tc_work_key(tc_work_t *w, void *base, size_t nbytes);
+int tc_work_register(tc_work_t *w);
+/* Waits for pending work on each input (skipping this work's own buffers). */
+int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n);
+/* Space for n more requests (so that posting never fails half-way for lack of memory). */
+int tc_work_reserve(tc_work_t *w, int n);
+MPI_Request *tc_work_req(tc_work_t *w);
+/* Pooled host scratch memory held until the work is recycled. */
+void *tc_work_scratch(tc_work_t *w, size_t nbytes);
+int tc_work_hold(tc_work_t *w, void *p, int kind);
+int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, int device);
+/* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst. */
+int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor);
+int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes);
+/* Finishes posting: returns rc. If rc is an error and nothing was posted, the work is undone
+ * (unregistered, allocated outputs freed, recycled); if requests were posted, the work stays
+ * registered with the error so that a wait completes what was posted and reports it. */
+int tc_work_end(tc_work_t *w, int rc);
+
+/* Advances w (caller holds w->lock). Returns the work's status once done, TCOLL_IN_PROGRESS,
+ * or TCOLL_ERR_TIMEOUT when block and deadline passed. */
+int tc_work_progress(tc_work_t *w, bool block, double deadline);
+/* Returns w to the pool (nobody references it any more). */
+void tc_work_recycle(tc_work_t *w);
+/* Drops a reference (registry lock held); recycles at zero. */
+void tc_work_unref_locked(tc_work_t *w);
+/* "all_reduce #12 on comm 'tp' (seq 3, 4096 bytes)" */
+const char *tc_work_describe(const tc_work_t *w, char *buf, size_t len);
+void tc_work_pool_cleanup(void);
+uint64_t tc_work_count_posted(void);
+
+#endif

@@ -1,0 +1,212 @@
+#include "harness.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int t_rank = -1, t_size = 0;
+static int failures;
+static int reported;
+
+bool t_contains(const char *haystack, const char *needle) { return haystack && strstr(haystack, needle) != NULL; }
+int t_local_failures(void) { return failures; }
+
+void t_fail_at(const char *file, int line, const char *fmt, ...) {
+  failures++;
+  if (++reported > 25) return; /* enough to diagnose; the count still goes up */
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "[rank %d/%d] %s:%d: %s\n", t_rank, t_size, file, line, msg);
+  fflush(stderr);
+}
+
+void t_setup(void) {
+  failures = 0;
+  reported = 0;
+}
+
+void t_teardown(void) {
+  /* Nothing may stay pending from one test to the next. */
+  size_t pending = tcoll_pending_count();
+  T_EXPECT(pending == 0, "%zu buffers still pending at the end of the test", pending);
+  tcoll_wait_all();
+  int local = failures, global = 0, first_bad = -1, bad_rank = local ? t_rank : t_size;
+  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&bad_rank, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  ck_assert_msg(global == 0, "%d failed expectation(s) over %d ranks (first on rank %d; see stderr)", global, t_size,
+                first_bad);
+}
+
+TCase *t_tcase(const char *name) {
+  TCase *tc = tcase_create(name);
+  tcase_add_checked_fixture(tc, t_setup, t_teardown);
+  tcase_set_timeout(tc, 0);
+  return tc;
+}
+
+int t_device(void) {
+  const char *d = getenv("T_DEVICE");
+  return d && atoi(d) && tcoll_device_count() > 0 ? 0 : TCOLL_HOST;
+}
+
+tcoll_tensor_t t_empty(void) {
+  tcoll_tensor_t t;
+  memset(&t, 0, sizeof t);
+  t.device = TCOLL_HOST;
+  return t;
+}
+
+static tcoll_tensor_t alloc_on(tcoll_dtype_t dt, int ndim, const int64_t *shape, int device) {
+  tcoll_tensor_t t = t_empty();
+  int rc = tcoll_tensor_alloc(&t, dt, ndim, shape, device);
+  T_EXPECT(rc == TCOLL_SUCCESS, "tcoll_tensor_alloc: %s", tcoll_last_error());
+  return t;
+}
+
+tcoll_tensor_t t_host(tcoll_dtype_t dt, int ndim, const int64_t *shape) { return alloc_on(dt, ndim, shape, TCOLL_HOST); }
+tcoll_tensor_t t_alloc(tcoll_dtype_t dt, int ndim, const int64_t *shape) { return alloc_on(dt, ndim, shape, t_device()); }
+
+/* Host mirror of t (t itself when on the host). */
+static tcoll_tensor_t mirror(const tcoll_tensor_t *t) {
+  if (t->device == TCOLL_HOST) return *t;
+  tcoll_tensor_t h = alloc_on(t->dtype, t->ndim, t->shape, TCOLL_HOST);
+  T_OK(tcoll_tensor_copy(&h, t));
+  return h;
+}
+
+static void store(void *buf, tcoll_dtype_t d, int64_t i, double v);
+static double load(const void *buf, tcoll_dtype_t d, int64_t i);
+
+void t_set_all(tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx), void *ctx) {
+  tcoll_tensor_t h = t->device == TCOLL_HOST ? *t : alloc_on(t->dtype, t->ndim, t->shape, TCOLL_HOST);
+  int64_t n = tcoll_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) store(h.data, t->dtype, i, f(i, ctx));
+  if (t->device != TCOLL_HOST) {
+    T_OK(tcoll_tensor_copy(t, &h));
+    tcoll_tensor_free(&h);
+  }
+}
+
+void t_read(const tcoll_tensor_t *t, double *vals) {
+  tcoll_tensor_t h = mirror(t);
+  int64_t n = tcoll_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) vals[i] = load(h.data, t->dtype, i);
+  if (h.data != t->data) tcoll_tensor_free(&h);
+}
+
+double t_get(const tcoll_tensor_t *t, int64_t i) {
+  tcoll_tensor_t h = mirror(t);
+  double v = load(h.data, t->dtype, i);
+  if (h.data != t->data) tcoll_tensor_free(&h);
+  return v;
+}
+
+int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx), void *ctx, double tol) {
+  tcoll_tensor_t h = mirror(t);
+  int64_t n = tcoll_tensor_numel(t);
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double got = load(h.data, t->dtype, i), want = f(i, ctx);
+    bool ok = tol > 0 ? fabs(got - want) <= tol * fmax(1.0, fabs(want)) : got == want;
+    if (!ok && bad++ < 3)
+      t_fail_at(__FILE__, __LINE__, "%s (%s): element %lld is %.17g, expected %.17g", what, tcoll_dtype_name(t->dtype),
+                (long long)i, got, want);
+  }
+  if (bad > 3) t_fail_at(__FILE__, __LINE__, "%s: %d elements differ in all", what, bad);
+  if (h.data != t->data) tcoll_tensor_free(&h);
+  return bad;
+}
+
+/* Independent of the library's own conversions, so the tests check them too. */
+static float half_to_float(uint16_t h) {
+  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+  return (float)((h & 0x8000) ? -v : v);
+}
+
+static uint16_t float_to_half_exact(double v) {
+  /* Tests only store values exactly representable in float16. */
+  uint16_t sign = v < 0 ? 0x8000 : 0;
+  v = fabs(v);
+  if (v == 0) return sign;
+  int e;
+  double m = frexp(v, &e); /* v = m * 2^e, m in [0.5, 1) */
+  if (e - 1 < -14) return sign | (uint16_t)lround(ldexp(v, 24));
+  return sign | (uint16_t)(((e - 1 + 15) << 10) | (lround(ldexp(m, 11)) - 1024));
+}
+
+static float bf16_to_float(uint16_t b) {
+  uint32_t x = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static uint16_t float_to_bf16_exact(double v) {
+  float f = (float)v;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return (uint16_t)(x >> 16);
+}
+
+static void store(void *buf, tcoll_dtype_t d, int64_t i, double v) {
+  switch (d) {
+  case TCOLL_BOOL: ((uint8_t *)buf)[i] = v != 0; break;
+  case TCOLL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case TCOLL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case TCOLL_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+  case TCOLL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case TCOLL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case TCOLL_FLOAT16: ((uint16_t *)buf)[i] = float_to_half_exact(v); break;
+  case TCOLL_BFLOAT16: ((uint16_t *)buf)[i] = float_to_bf16_exact(v); break;
+  case TCOLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case TCOLL_FLOAT64: ((double *)buf)[i] = v; break;
+  }
+}
+
+static double load(const void *buf, tcoll_dtype_t d, int64_t i) {
+  switch (d) {
+  case TCOLL_BOOL: return ((const uint8_t *)buf)[i];
+  case TCOLL_INT8: return ((const int8_t *)buf)[i];
+  case TCOLL_UINT8: return ((const uint8_t *)buf)[i];
+  case TCOLL_INT16: return ((const int16_t *)buf)[i];
+  case TCOLL_INT32: return ((const int32_t *)buf)[i];
+  case TCOLL_INT64: return (double)((const int64_t *)buf)[i];
+  case TCOLL_FLOAT16: return half_to_float(((const uint16_t *)buf)[i]);
+  case TCOLL_BFLOAT16: return bf16_to_float(((const uint16_t *)buf)[i]);
+  case TCOLL_FLOAT32: return ((const float *)buf)[i];
+  case TCOLL_FLOAT64: return ((const double *)buf)[i];
+  }
+  return NAN;
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &t_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &t_size);
+  if (tcoll_init(&argc, &argv) != TCOLL_SUCCESS) {
+    fprintf(stderr, "[rank %d] tcoll_init failed: %s\n", t_rank, tcoll_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (getenv("T_NEEDS_GPU") && strcmp(tcoll_device_backend(), "cuda") != 0) {
+    if (t_rank == 0) printf("no CUDA device: skipped\n");
+    tcoll_finalize();
+    MPI_Finalize();
+    return 77;
+  }
+  SRunner *sr = srunner_create(t_suite());
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, t_rank == 0 ? CK_NORMAL : CK_SILENT);
+  int local = srunner_ntests_failed(sr), worst = 0;
+  srunner_free(sr);
+  MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (t_rank == 0) printf("%s at %d rank(s): %s\n", argv[0], t_size, worst ? "FAILED" : "passed");
+  tcoll_finalize();
+  MPI_Finalize();
+  return worst ? 1 : 0;
+}
