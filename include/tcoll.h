@@ -325,6 +325,11 @@ TCOLL_API int tcoll_wait_tensor(const tcoll_tensor_t *t);
 TCOLL_API int tcoll_wait_timeout(const void *buffer, double seconds);
 /* TCOLL_SUCCESS (done, now popped, or nothing pending), TCOLL_IN_PROGRESS, or an error. */
 TCOLL_API int tcoll_test(const void *buffer);
+/* TCOLL_SUCCESS if the work on buffer is already complete (or nothing is pending),
+ * TCOLL_IN_PROGRESS otherwise. Never calls MPI and never advances anything (unlike tcoll_test):
+ * a way to see what the progress thread (TCOLL_PROGRESS=thread) has completed. The buffer stays
+ * pending until waited. */
+TCOLL_API int tcoll_query(const void *buffer);
 /* Waits for every pending buffer of this process. Returns the first error met. */
 TCOLL_API int tcoll_wait_all(void);
 TCOLL_API size_t tcoll_pending_count(void);

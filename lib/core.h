@@ -32,6 +32,8 @@ void tc_enter(const char *fn);
 const char *tc_current_fn(void);
 /* Records "fn: message" as this thread's last error and returns status. */
 int tc_error(int status, const char *fmt, ...) TC_PRINTF(2, 3);
+/* Puts back a last-error text saved earlier (no logging). */
+void tc_restore_error(const char *saved);
 /* For an MPI return code: TCOLL_ERR_MPI with MPI's own error string. */
 int tc_mpi_error(int mpi_rc, const char *what);
 

@@ -5,9 +5,11 @@
 #include "cuda/device.h"
 #include "cuda/staging.h"
 #include "mpi/mpi_glue.h"
+#include "progress.h"
 #include "redop.h"
 #include "registry.h"
 #include "scratch.h"
+#include "trace.h"
 
 #include <stdio.h>
 
@@ -37,8 +39,10 @@ int tc_require_init(void) {
 /* Everything but MPI itself; runs from tcoll_finalize or, if the host program finalizes MPI
  * first, from MPI_Finalize (through an attribute on MPI_COMM_SELF). */
 static void teardown(void) {
+  tc_progress_stop();
   tc_registry_report_unwaited();
   tc_wait_everything();
+  tc_trace_dump("finalize");
   tc_comms_destroy_all();
   tc_g.world = NULL;
   tc_mpi_glue_fini();
@@ -48,6 +52,7 @@ static void teardown(void) {
   tc_work_pool_cleanup();
   tc_registry_cleanup();
   tc_redop_cleanup();
+  tc_trace_reset();
 }
 
 static int on_mpi_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
@@ -99,7 +104,7 @@ static int start_library(void) {
   if (finalize_keyval == MPI_KEYVAL_INVALID)
     MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_mpi_finalize, &finalize_keyval, NULL);
   MPI_Comm_set_attr(MPI_COMM_SELF, finalize_keyval, NULL);
-  return TCOLL_SUCCESS;
+  return tc_progress_start();
 }
 
 int tcoll_init(int *argc, char ***argv) {

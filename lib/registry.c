@@ -16,6 +16,22 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static tc_ptrmap_t by_base;  /* base -> work */
 static entry_t *ordered;     /* by base; entries never overlap */
 static size_t nordered, ordered_cap;
+/* Buffers that pending work reads (its inputs), until that work completes. Several works may
+ * read one buffer, so these overlap: they are kept unsorted and scanned, which is fine for the
+ * few places that look (output registration, tcoll_tensor_free, tcoll_tensor_copy). */
+static entry_t *reads;
+static size_t nreads, reads_cap;
+
+static entry_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
+  for (size_t i = 0; i < nreads; i++)
+    if (reads[i].work != self && reads[i].base < e && reads[i].end > b) return &reads[i];
+  return NULL;
+}
+
+static void remove_reads_of(const tc_work_t *w) {
+  for (size_t i = nreads; i-- > 0;)
+    if (reads[i].work == w) reads[i] = reads[--nreads];
+}
 
 /* First index whose base is >= key. */
 static size_t lower_bound(uintptr_t key) {
@@ -70,8 +86,14 @@ int tc_registry_add(tc_work_t *w) {
   for (int k = 0; k < w->nbuf && !rc; k++) {
     uintptr_t b = (uintptr_t)w->bufs[k].base;
     uintptr_t e = b + (w->bufs[k].nbytes ? w->bufs[k].nbytes : 1);
-    entry_t *x = overlapping(b, e);
-    if (x && x->work == w) {
+    entry_t *x = overlapping(b, e), *r = read_overlapping(b, e, w);
+    if (!x && r) {
+      char what[160];
+      tc_work_describe(r->work, what, sizeof what);
+      rc = tc_error(TCOLL_ERR_BUSY,
+                    "output buffer %p (%zu bytes) overlaps the input of pending work: %s (wait for it first)",
+                    w->bufs[k].base, w->bufs[k].nbytes, what);
+    } else if (x && x->work == w) {
       rc = tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
                     w->bufs[k].base);
     } else if (x) {
@@ -95,9 +117,69 @@ int tc_registry_add(tc_work_t *w) {
   return rc;
 }
 
+void tc_registry_remove_entries(tc_work_t *w) {
+  pthread_mutex_lock(&reg_lock);
+  remove_entries_of(w);
+  remove_reads_of(w);
+  pthread_mutex_unlock(&reg_lock);
+}
+
+int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
+  if (!p || !n) return TCOLL_SUCCESS;
+  pthread_mutex_lock(&reg_lock);
+  int rc = TCOLL_SUCCESS;
+  if (nreads == reads_cap) {
+    size_t cap = reads_cap ? 2 * reads_cap : 64;
+    entry_t *q = realloc(reads, cap * sizeof *q);
+    if (q) {
+      reads = q;
+      reads_cap = cap;
+    } else {
+      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
+    }
+  }
+  if (!rc) reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w};
+  pthread_mutex_unlock(&reg_lock);
+  return rc;
+}
+
+void tc_registry_reads_done(tc_work_t *w) {
+  pthread_mutex_lock(&reg_lock);
+  remove_reads_of(w);
+  pthread_mutex_unlock(&reg_lock);
+}
+
+void tc_wait_readers(const void *p, size_t n) {
+  uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
+  for (;;) {
+    pthread_mutex_lock(&reg_lock);
+    entry_t *r = read_overlapping(b, e, NULL);
+    tc_work_t *w = r ? r->work : NULL;
+    if (w) w->refs++;
+    pthread_mutex_unlock(&reg_lock);
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    tc_work_progress(w, true, 0.0); /* completing it ends its reads; its result stays pending */
+    pthread_mutex_unlock(&w->lock);
+    tc_registry_release(w, NULL, false);
+  }
+}
+
+int tc_wait_writers(const void *p, size_t n) {
+  void *base;
+  tc_work_t *w;
+  while ((w = tc_registry_hold(p, n ? n : 1, NULL, &base))) {
+    tc_registry_release(w, base, false);
+    int rc = tc_wait_ptr(base, 0.0, true);
+    if (rc) return rc;
+  }
+  return TCOLL_SUCCESS;
+}
+
 void tc_registry_remove_work(tc_work_t *w) {
   pthread_mutex_lock(&reg_lock);
   remove_entries_of(w);
+  remove_reads_of(w);
   if (w->refs == 0) tc_work_recycle(w);
   pthread_mutex_unlock(&reg_lock);
 }
@@ -129,11 +211,44 @@ tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void
 
 void tc_registry_release(tc_work_t *w, void *base, bool pop) {
   pthread_mutex_lock(&reg_lock);
-  if (pop && tc_ptrmap_get(&by_base, (uintptr_t)base) == w) {
+  if (pop && base && tc_ptrmap_get(&by_base, (uintptr_t)base) == w) {
     remove_at(lower_bound((uintptr_t)base));
     w->refs--;
   }
   tc_work_unref_locked(w);
+  pthread_mutex_unlock(&reg_lock);
+}
+
+int tc_registry_snapshot(tc_work_t **works, int max) {
+  int n = 0;
+  pthread_mutex_lock(&reg_lock);
+  for (size_t i = 0; i < nordered && n < max; i++) {
+    tc_work_t *w = ordered[i].work;
+    bool seen = w->done;
+    for (int k = 0; k < n && !seen; k++) seen = works[k] == w;
+    if (seen) continue;
+    w->refs++;
+    works[n++] = w;
+  }
+  pthread_mutex_unlock(&reg_lock);
+  return n;
+}
+
+void tc_registry_describe_pending(char *buf, size_t len, int max) {
+  size_t off = 0;
+  int shown = 0;
+  buf[0] = '\0';
+  pthread_mutex_lock(&reg_lock);
+  for (size_t i = 0; i < nordered && shown < max && off + 200 < len; i++) {
+    tc_work_t *w = ordered[i].work;
+    bool first = true;
+    for (size_t j = 0; j < i && first; j++) first = ordered[j].work != w;
+    if (!first) continue;
+    char what[180];
+    off += (size_t)snprintf(buf + off, len - off, "%s%s%s", shown ? "; " : "", tc_work_describe(w, what, sizeof what),
+                            w->done ? " (complete, not yet waited)" : "");
+    shown++;
+  }
   pthread_mutex_unlock(&reg_lock);
 }
 
@@ -225,5 +340,8 @@ void tc_registry_cleanup(void) {
   free(ordered);
   ordered = NULL;
   nordered = ordered_cap = 0;
+  free(reads);
+  reads = NULL;
+  nreads = reads_cap = 0;
   pthread_mutex_unlock(&reg_lock);
 }

@@ -43,6 +43,8 @@ int tc_error(int status, const char *fmt, ...) {
   return status;
 }
 
+void tc_restore_error(const char *saved) { snprintf(last_error, sizeof last_error, "%s", saved); }
+
 int tc_mpi_error(int mpi_rc, const char *what) {
   char mpimsg[MPI_MAX_ERROR_STRING] = "";
   int len = 0;

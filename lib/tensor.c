@@ -115,7 +115,11 @@ void tc_tensor_release(tcoll_tensor_t *t) {
 void tcoll_tensor_free(tcoll_tensor_t *t) {
   TC_ENTER("tcoll_tensor_free");
   if (!t || !t->data) return;
-  tc_wait_ptr(t->data, 0.0, true); /* a pending buffer is never freed under MPI */
+  /* A pending buffer is never freed under MPI: neither a pending output nor an input that
+   * pending work still reads. */
+  size_t n = tcoll_tensor_nbytes(t);
+  tc_wait_writers(t->data, n);
+  tc_wait_readers(t->data, n);
   tc_tensor_release(t);
 }
 
@@ -130,10 +134,11 @@ int tcoll_tensor_copy(tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
   if (tcoll_tensor_numel(dst) != tcoll_tensor_numel(src))
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dst has %lld elements but src has %lld (expected the same)",
                     (long long)tcoll_tensor_numel(dst), (long long)tcoll_tensor_numel(src));
-  rc = tc_wait_ptr(src->data, 0.0, true);
-  if (!rc) rc = tc_wait_ptr(dst->data, 0.0, true);
-  if (rc) return rc;
   size_t n = tcoll_tensor_nbytes(src);
+  rc = tc_wait_writers(src->data, n);
+  if (!rc) rc = tc_wait_writers(dst->data, n);
+  if (rc) return rc;
+  tc_wait_readers(dst->data, n); /* dst may be an input of pending work */
   if (n == 0 || dst->data == src->data) return TCOLL_SUCCESS;
   return tc_dev_copy_sync(dst->data, dst->device, src->data, src->device, n);
 }

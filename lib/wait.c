@@ -1,9 +1,21 @@
 /* The public face of the registry: wait, test, wait_all, pending_count. */
 #include "registry.h"
+#include "trace.h"
 
-static int on_timeout(int rc) {
-  if (rc == TCOLL_ERR_TIMEOUT && tc_cfg.abort_on_timeout) {
-    tc_warn("%s; TCOLL_ON_TIMEOUT=abort: aborting the job", tcoll_last_error());
+/* A timeout leaves a diagnosis behind (what is pending, the flight recorder) and, with
+ * TCOLL_ON_TIMEOUT=abort, ends the job rather than letting a batch job hang. An explicit
+ * tcoll_wait_timeout is often a poll, so it diagnoses only at INFO level unless aborting. */
+static int on_timeout(int rc, bool loud) {
+  if (rc != TCOLL_ERR_TIMEOUT) return rc;
+  loud = loud || tc_cfg.abort_on_timeout || tc_cfg.debug >= TCOLL_LOG_INFO;
+  if (!loud) return rc;
+  char pending[2048];
+  tc_registry_describe_pending(pending, sizeof pending, 8);
+  tc_warn("%s", tcoll_last_error());
+  tc_warn("pending on this rank: %s", pending[0] ? pending : "nothing");
+  tc_trace_dump("timeout");
+  if (tc_cfg.abort_on_timeout) {
+    tc_warn("TCOLL_ON_TIMEOUT=abort: aborting the job");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return rc;
@@ -11,24 +23,38 @@ static int on_timeout(int rc) {
 
 int tcoll_wait(const void *buffer) {
   TC_ENTER("tcoll_wait");
-  return on_timeout(tc_wait_ptr(buffer, tc_cfg.timeout, true));
+  return on_timeout(tc_wait_ptr(buffer, tc_cfg.timeout, true), true);
 }
 
 int tcoll_wait_tensor(const tcoll_tensor_t *t) {
   TC_ENTER("tcoll_wait_tensor");
   if (!t) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "t is NULL (expected a tensor)");
-  return on_timeout(tc_wait_ptr(t->data, tc_cfg.timeout, true));
+  return on_timeout(tc_wait_ptr(t->data, tc_cfg.timeout, true), true);
 }
 
 int tcoll_wait_timeout(const void *buffer, double seconds) {
   TC_ENTER("tcoll_wait_timeout");
   if (seconds != seconds) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "seconds is NaN (expected a number)");
-  return on_timeout(tc_wait_ptr(buffer, seconds > 0 ? seconds : 0.0, true));
+  return on_timeout(tc_wait_ptr(buffer, seconds > 0 ? seconds : 0.0, true), false);
 }
 
 int tcoll_test(const void *buffer) {
   TC_ENTER("tcoll_test");
   return tc_wait_ptr(buffer, 0.0, false);
+}
+
+int tcoll_query(const void *buffer) {
+  TC_ENTER("tcoll_query");
+  void *base;
+  tc_work_t *w = buffer ? tc_registry_hold(buffer, 0, NULL, &base) : NULL;
+  if (!w) return TCOLL_SUCCESS;
+  bool done = false;
+  if (pthread_mutex_trylock(&w->lock) == 0) { /* a waiter holding it is not done yet */
+    done = w->done;
+    pthread_mutex_unlock(&w->lock);
+  }
+  tc_registry_release(w, base, false);
+  return done ? TCOLL_SUCCESS : TCOLL_IN_PROGRESS;
 }
 
 int tcoll_wait_all(void) {

@@ -7,6 +7,8 @@
 #include "registry.h"
 #include "scratch.h"
 #include "tensor.h"
+#include "trace.h"
+#include "detail.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -35,7 +37,36 @@ static int grow(void **arr, int *cap, int need, size_t elem) {
   return TCOLL_SUCCESS;
 }
 
-int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm) {
+static uint64_t hash_shapes(const tcoll_tensor_t *t, int n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int i = 0; i < n; i++) {
+    int64_t v[TCOLL_MAX_DIMS + 2] = {t[i].dtype, t[i].ndim};
+    for (int d = 0; d < t[i].ndim && d < TCOLL_MAX_DIMS; d++) v[d + 2] = t[i].shape[d];
+    for (int k = 0; k < TCOLL_MAX_DIMS + 2; k++) {
+      h ^= (uint64_t)v[k];
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
+static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
+  const tcoll_tensor_t *t = sig && sig->t ? sig->t : NULL;
+  w->dtype = t ? t->dtype : TCOLL_UINT8;
+  w->ndim = t ? t->ndim : 0;
+  w->device = t ? t->device : TCOLL_HOST;
+  memset(w->shape, 0, sizeof w->shape);
+  if (t) memcpy(w->shape, t->shape, sizeof w->shape);
+  w->ntensors = t ? sig->n : 0;
+  w->root = sig ? sig->root : -1;
+  w->redop = sig && sig->op ? sig->op->kind : -1;
+  w->scalar = sig && sig->op ? sig->op->scalar : 0.0;
+  w->dim = sig ? sig->dim : -1;
+  w->agree = sig ? sig->agree : TC_AGREE_SHAPE;
+  w->shapes_hash = t && w->agree == TC_AGREE_SHAPE ? hash_shapes(t, sig->n) : 0;
+}
+
+int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
   pthread_mutex_lock(&pool_lock);
   tc_work_t *w = pool;
   if (w) {
@@ -57,9 +88,7 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm) {
   w->status = TCOLL_SUCCESS;
   w->err[0] = '\0';
   w->t_post = w->t_done = 0.0;
-  w->dtype = TCOLL_FLOAT32;
-  w->ndim = 0;
-  w->device = TCOLL_HOST;
+  set_signature(w, sig);
   w->nreq = w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = 0;
   w->divisor = 1.0;
   w->finish = NULL;
@@ -92,19 +121,32 @@ int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int n
 
 int tc_work_register(tc_work_t *w) {
   int rc = tc_registry_add(w);
-  if (rc) return rc;
   w->seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
   w->comm_seq = tc_comm_next_seq(w->comm);
-  return TCOLL_SUCCESS;
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL) {
+    /* Every rank that reached this point takes part, also one that failed locally. */
+    int checked = tc_detail_check(w, rc);
+    if (!rc && checked) {
+      tc_registry_remove_entries(w);
+      rc = checked;
+    }
+  }
+  return rc;
+}
+
+int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
+  if (rc && comm && tc_cfg.debug >= TCOLL_LOG_DETAIL) {
+    tc_work_t w = {.op = op, .comm = comm, .dtype = TCOLL_UINT8, .root = -1, .redop = -1, .dim = -1};
+    w.comm_seq = tc_comm_next_seq(comm);
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", tcoll_last_error());
+    tc_detail_check(&w, rc);
+    tc_restore_error(saved); /* the caller learns of its own failure, not of the others' reaction */
+  }
+  return rc;
 }
 
 int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
-  if (n > 0 && in) {
-    w->dtype = in[0].dtype;
-    w->ndim = in[0].ndim;
-    w->device = in[0].device;
-    memcpy(w->shape, in[0].shape, sizeof w->shape);
-  }
   for (int i = 0; i < n; i++) {
     size_t nbytes = tcoll_tensor_nbytes(&in[i]);
     if (!in[i].data) continue;
@@ -116,6 +158,8 @@ int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
       int rc = tc_wait_ptr(base, 0.0, true);
       if (rc) return rc;
     }
+    int rc = tc_registry_add_read(w, in[i].data, nbytes);
+    if (rc) return rc;
   }
   return TCOLL_SUCCESS;
 }
@@ -227,6 +271,7 @@ int tc_work_end(tc_work_t *w, int rc) {
     w->t_post = tc_now();
     w->nalloc = 0;
     log_posted(w);
+    tc_trace_posted(w);
     pthread_mutex_unlock(&w->lock);
     return TCOLL_SUCCESS;
   }
@@ -245,6 +290,7 @@ int tc_work_end(tc_work_t *w, int rc) {
   snprintf(w->err, sizeof w->err, "%s", tcoll_last_error());
   w->nalloc = 0;
   w->t_post = tc_now();
+  tc_trace_posted(w);
   pthread_mutex_unlock(&w->lock);
   return rc;
 }
@@ -305,7 +351,9 @@ int tc_work_progress(tc_work_t *w, bool block, double deadline) {
   }
   w->done = true;
   w->t_done = tc_now();
+  tc_registry_reads_done(w);
   release_held(w);
+  tc_trace_done(w);
   if (tc_cfg.debug >= TCOLL_LOG_INFO) {
     char what[160];
     tc_info("%s completed in %.3f ms: %s", tc_work_describe(w, what, sizeof what), 1e3 * (w->t_done - w->t_post),

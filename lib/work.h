@@ -1,9 +1,11 @@
 /* A work: one posted collective, its MPI requests and what must happen when they complete.
  *
  * Life of a work (every collective follows it):
- *   tc_work_begin    take a work from the pool, locked by the posting thread
+ *   tc_work_begin    take a work from the pool, locked by the posting thread, with the call's
+ *                    signature (tc_sig_t)
  *   tc_work_output   name each output (allocating it if out->data == NULL)
- *   tc_work_register put the outputs in the registry (TCOLL_ERR_BUSY if one is pending)
+ *   tc_work_register put the outputs in the registry (TCOLL_ERR_BUSY if one is pending); with
+ *                    TCOLL_DEBUG=DETAIL, check the signature across ranks first
  *   tc_work_inputs   wait for inputs that are pending outputs of earlier work
  *   ...post MPI_I* calls into tc_work_req() slots, set w->finish...
  *   tc_work_end      unlock; on failure before anything was posted, undo everything
@@ -17,6 +19,23 @@
 #include "redop.h"
 
 typedef struct tc_work tc_work_t;
+
+/* What ranks must agree on for a collective: DETAIL mode compares it across ranks before
+ * posting, and logs and traces describe the call with it. */
+enum {
+  TC_AGREE_SHAPE, /* dtype and whole shape (most collectives) */
+  TC_AGREE_ROW,   /* dtype and shape[1:] (all_to_all_single: row counts differ per rank) */
+  TC_AGREE_DTYPE  /* dtype only (list all_to_all: per-peer shapes) */
+};
+typedef struct tc_sig {
+  const tcoll_tensor_t *t; /* the tensor(s) that describe the call */
+  int n;                   /* how many (coalesced calls hash all of them) */
+  int root;                /* -1: none */
+  const tc_redop_t *op;    /* NULL: none */
+  int dim;                 /* -1: none */
+  int agree;               /* TC_AGREE_* */
+} tc_sig_t;
+#define TC_SIG(...) (&(tc_sig_t){.n = 1, .root = -1, .dim = -1, __VA_ARGS__})
 /* Runs once, after the requests completed, on the posting-side buffers (host or staging). */
 typedef int (*tc_finish_fn)(tc_work_t *w);
 /* A custom engine (the staging pipeline): advances the work; TCOLL_SUCCESS when everything is
@@ -76,11 +95,14 @@ struct tc_work {
   int status;
   char err[TC_WORK_ERR_LEN];
   double t_post, t_done;
-  /* What the op works on (the first input), for logs, traces and cross-rank checks. */
+  /* The call's signature (see tc_sig_t), for logs, traces and cross-rank checks. */
   tcoll_dtype_t dtype;
   int ndim;
   int64_t shape[TCOLL_MAX_DIMS];
   int device;
+  int ntensors, root, redop, dim, agree;
+  double scalar;
+  uint64_t shapes_hash; /* every tensor's dtype and shape */
 
   MPI_Request *reqs;
   int nreq, req_cap;
@@ -108,7 +130,7 @@ struct tc_work {
 #define TC_WORK_PRIV(w, type) ((type *)(void *)(w)->priv)
 #define TC_PRIV_FITS(type) _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
 
-int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm);
+int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig);
 /* Prepares an output: with out->data == NULL allocates it (dtype, ndim, shape, device given),
  * otherwise it was already checked. Records it as a buffer of the work. */
 int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
@@ -116,6 +138,10 @@ int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int n
 /* Records a buffer to key the work under without it being an output tensor. */
 int tc_work_key(tc_work_t *w, void *base, size_t nbytes);
 int tc_work_register(tc_work_t *w);
+/* For a call that failed its argument checks on this rank: with TCOLL_DEBUG=DETAIL, still takes
+ * part in the cross-rank check (so that the other ranks learn of it instead of hanging).
+ * Returns rc. comm may be NULL (not resolved). */
+int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc);
 /* Waits for pending work on each input (skipping this work's own buffers). */
 int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n);
 /* Space for n more requests (so that posting never fails half-way for lack of memory). */

@@ -13,8 +13,8 @@ bool t_contains(const char *haystack, const char *needle) { return haystack && s
 int t_local_failures(void) { return failures; }
 
 void t_fail_at(const char *file, int line, const char *fmt, ...) {
-  failures++;
-  if (++reported > 25) return; /* enough to diagnose; the count still goes up */
+  __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED); /* tests may fail from several threads */
+  if (__atomic_add_fetch(&reported, 1, __ATOMIC_RELAXED) > 25) return; /* enough to diagnose */
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);

@@ -39,15 +39,15 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
 
 int tcoll_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_gather");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int dim;
   bool inplace;
   int rc = tc_check_all_gather(in, gather_dim, comm, out, &c, &dim, &inplace);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("all_gather", c, rc);
   int64_t shape[TCOLL_MAX_DIMS];
   tc_all_gather_shape(in, dim, c->size, shape);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_gather", c))) return rc;
+  if ((rc = tc_work_begin(&w, "all_gather", c, TC_SIG(.t = in, .dim = dim)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);

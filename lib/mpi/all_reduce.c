@@ -22,13 +22,13 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
 
 int tcoll_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_reduce");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   tc_redop_t rop;
   int rc = tc_check_all_reduce(in, op, comm, out, &c, &rop);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("all_reduce", c, rc);
   bool inplace = out->data && out->data == in->data;
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_reduce", c))) return rc;
+  if ((rc = tc_work_begin(&w, "all_reduce", c, TC_SIG(.t = in, .op = &rop)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);

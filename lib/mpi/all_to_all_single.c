@@ -1,6 +1,7 @@
 /* all_to_all_single -> MPI_Ialltoallv in rows of dim 0 (MPI_Ialltoallw above the limits). */
 #include "../argcheck.h"
 #include "../cuda/staging.h"
+#include "../detail.h"
 #include "../tensor.h"
 #include "post.h"
 
@@ -23,9 +24,11 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   if (!v) return TCOLL_ERR_NO_MEMORY;
   layout(isplits, in->shape[0], size, v, v + size);
   layout(osplits, in->shape[0], size, v + 2 * size, v + 3 * size);
+  int rc = TCOLL_SUCCESS;
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size))) return rc;
   const void *sbuf;
   void *rbuf;
-  int rc = tc_stage_in(w, in, &sbuf);
+  rc = tc_stage_in(w, in, &sbuf);
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc) return rc;
   int64_t row = tc_shape_prod(in->shape, 1, in->ndim);
@@ -36,15 +39,15 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
 int tcoll_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_split_sizes,
                             const int64_t *input_split_sizes, tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_to_all_single");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int64_t rows;
   int rc = tc_check_all_to_all_single(in, output_split_sizes, input_split_sizes, comm, out, &c, &rows);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("all_to_all_single", c, rc);
   int64_t shape[TCOLL_MAX_DIMS];
   memcpy(shape, in->shape, sizeof shape);
   shape[0] = rows;
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_to_all_single", c))) return rc;
+  if ((rc = tc_work_begin(&w, "all_to_all_single", c, TC_SIG(.t = in, .agree = TC_AGREE_ROW)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);

@@ -16,11 +16,11 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
 
 int tcoll_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_broadcast");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int rc = tc_check_broadcast(in, src, comm, out, &c);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("broadcast", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "broadcast", c))) return rc;
+  if ((rc = tc_work_begin(&w, "broadcast", c, TC_SIG(.t = in, .root = src)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);

@@ -78,12 +78,12 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
 int tcoll_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, tcoll_comm_t *comm,
                                tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_reduce_coalesced");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   tc_redop_t rop;
   int rc = tc_check_all_reduce_coalesced(in, n, op, comm, out, &c, &rop);
-  if (rc || n == 0) return rc;
+  if (rc) return tc_call_failed("all_reduce_coalesced", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_reduce_coalesced", c))) return rc;
+  if ((rc = tc_work_begin(&w, "all_reduce_coalesced", c, TC_SIG(.t = in, .n = n, .op = &rop)))) return rc;
   rc = begin(w, in, n, out, SAME, NULL);
   if (!rc) rc = post_all_reduce(w, in, n, out, &rop);
   return tc_work_end(w, rc);
@@ -113,11 +113,11 @@ static int post_all_gather(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
 
 int tcoll_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_gather_coalesced");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int rc = tc_check_all_gather_coalesced(in, n, comm, out, &c);
-  if (rc || n == 0) return rc;
+  if (rc) return tc_call_failed("all_gather_coalesced", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_gather_coalesced", c))) return rc;
+  if ((rc = tc_work_begin(&w, "all_gather_coalesced", c, TC_SIG(.t = in, .n = n)))) return rc;
   rc = begin(w, in, n, out, GATHERED, NULL);
   if (!rc) rc = post_all_gather(w, in, n, out);
   return tc_work_end(w, rc);
@@ -168,14 +168,15 @@ static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, co
 int tcoll_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, const int *scatter_dims,
                                    tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_reduce_scatter_coalesced");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   tc_redop_t rop;
   int dims_small[16], *dims = n <= 16 ? dims_small : malloc((size_t)n * sizeof *dims);
   if (!dims) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d dims", n);
   int rc = tc_check_reduce_scatter_coalesced(in, n, op, scatter_dims, comm, out, &c, &rop, dims);
-  if (!rc && n > 0) {
+  if (rc) rc = tc_call_failed("reduce_scatter_coalesced", c, rc);
+  else if (n > 0) {
     tc_work_t *w;
-    if (!(rc = tc_work_begin(&w, "reduce_scatter_coalesced", c))) {
+    if (!(rc = tc_work_begin(&w, "reduce_scatter_coalesced", c, TC_SIG(.t = in, .n = n, .op = &rop)))) {
       rc = begin(w, in, n, out, SCATTERED, dims);
       if (!rc) rc = post_reduce_scatter(w, in, n, out, dims, &rop);
       rc = tc_work_end(w, rc);

@@ -30,11 +30,11 @@ static int post_gather(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *o
 
 int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, tcoll_tensor_t *outs) {
   TC_ENTER("tcoll_gather");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int rc = tc_check_gather(in, dst, comm, outs, &c);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("gather", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "gather", c))) return rc;
+  if ((rc = tc_work_begin(&w, "gather", c, TC_SIG(.t = in, .root = dst)))) return rc;
   if (c->rank == dst) {
     for (int r = 0; r < c->size && !rc; r++) rc = tc_work_output(w, &outs[r], in->dtype, in->ndim, in->shape, in->device);
   } else {
@@ -71,11 +71,11 @@ static int post_scatter(tc_work_t *w, const tcoll_tensor_t *ins, const tcoll_ten
 
 int tcoll_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_scatter");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int rc = tc_check_scatter(ins, src, comm, out, &c);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("scatter", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "scatter", c))) return rc;
+  if ((rc = tc_work_begin(&w, "scatter", c, TC_SIG(.t = out, .root = src)))) return rc;
   rc = tc_work_output(w, out, out->dtype, out->ndim, out->shape, out->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc && c->rank == src) rc = tc_work_inputs(w, ins, c->size);

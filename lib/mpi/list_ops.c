@@ -21,11 +21,11 @@ static int post_all_gather_list(tc_work_t *w, const tcoll_tensor_t *in, tcoll_te
 
 int tcoll_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm, tcoll_tensor_t *outs) {
   TC_ENTER("tcoll_all_gather_list");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int rc = tc_check_all_gather_list(in, comm, outs, &c);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("all_gather_list", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_gather_list", c))) return rc;
+  if ((rc = tc_work_begin(&w, "all_gather_list", c, TC_SIG(.t = in)))) return rc;
   for (int r = 0; r < c->size && !rc; r++) rc = tc_work_output(w, &outs[r], in->dtype, in->ndim, in->shape, in->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);
@@ -51,12 +51,12 @@ static int post_reduce_scatter_list(tc_work_t *w, const tcoll_tensor_t *ins, con
 
 int tcoll_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_reduce_scatter_list");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   tc_redop_t rop;
   int rc = tc_check_reduce_scatter_list(ins, op, comm, out, &c, &rop);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("reduce_scatter_list", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "reduce_scatter_list", c))) return rc;
+  if ((rc = tc_work_begin(&w, "reduce_scatter_list", c, TC_SIG(.t = ins, .n = c->size, .op = &rop)))) return rc;
   rc = tc_work_output(w, out, ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, ins, c->size);
@@ -93,11 +93,11 @@ static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor
 
 int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, tcoll_tensor_t *outs) {
   TC_ENTER("tcoll_all_to_all");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int rc = tc_check_all_to_all(ins, comm, outs, &c);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("all_to_all", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_to_all", c))) return rc;
+  if ((rc = tc_work_begin(&w, "all_to_all", c, TC_SIG(.t = ins, .agree = TC_AGREE_DTYPE)))) return rc;
   for (int p = 0; p < c->size && !rc; p++)
     rc = tc_work_output(w, &outs[p], ins[0].dtype, outs[p].ndim, outs[p].shape, ins[0].device);
   if (!rc) rc = tc_work_register(w);

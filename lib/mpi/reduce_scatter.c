@@ -28,15 +28,15 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
 int tcoll_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim, tcoll_comm_t *comm,
                          tcoll_tensor_t *out) {
   TC_ENTER("tcoll_reduce_scatter");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   tc_redop_t rop;
   int dim;
   int rc = tc_check_reduce_scatter(in, op, scatter_dim, comm, out, &c, &rop, &dim);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("reduce_scatter", c, rc);
   int64_t shape[TCOLL_MAX_DIMS];
   tc_reduce_scatter_shape(in, dim, c->size, shape);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "reduce_scatter", c))) return rc;
+  if ((rc = tc_work_begin(&w, "reduce_scatter", c, TC_SIG(.t = in, .op = &rop, .dim = dim)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);

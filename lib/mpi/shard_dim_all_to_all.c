@@ -49,16 +49,16 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
 int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim, tcoll_comm_t *comm,
                                tcoll_tensor_t *out) {
   TC_ENTER("tcoll_shard_dim_all_to_all");
-  tcoll_comm_t *c;
+  tcoll_comm_t *c = NULL;
   int gdim, sdim;
   int rc = tc_check_shard_dim_all_to_all(in, gather_dim, shard_dim, comm, out, &c, &gdim, &sdim);
-  if (rc) return rc;
+  if (rc) return tc_call_failed("shard_dim_all_to_all", c, rc);
   int64_t shape[TCOLL_MAX_DIMS];
   memcpy(shape, in->shape, sizeof shape);
   shape[sdim] /= c->size;
   shape[gdim] *= c->size;
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "shard_dim_all_to_all", c))) return rc;
+  if ((rc = tc_work_begin(&w, "shard_dim_all_to_all", c, TC_SIG(.t = in, .dim = gdim * TCOLL_MAX_DIMS + sdim)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);

@@ -1,0 +1,79 @@
+/* TCOLL_PROGRESS=thread (set by the suite's environment): posted collectives complete while the
+ * caller does not call tcoll or MPI at all. tcoll_query observes completion without advancing
+ * anything itself. */
+#include "harness.h"
+
+#include <time.h>
+
+static void nap_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static double fill(int64_t i, void *ctx) { return (double)(*(int *)ctx + 1) + (double)(i % 4); }
+
+START_TEST(config_says_thread) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  T_EXPECT(c.progress_thread == 1, "progress_thread is %d", c.progress_thread);
+}
+END_TEST
+
+/* Post, then only sleep and query: the progress thread must complete the work. The bound is
+ * generous (60 s): this checks that completion happens, not how fast. */
+START_TEST(completes_without_the_caller) {
+  int64_t shape[1] = {1 << 16};
+  tcoll_tensor_t x = t_alloc(TCOLL_FLOAT32, 1, shape), y = t_empty(), g = t_empty();
+  t_set_all(&x, fill, &t_rank);
+  MPI_Barrier(MPI_COMM_WORLD); /* start together: nobody's query may depend on a late poster */
+  T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
+  T_OK(tcoll_all_gather(&x, 0, NULL, &g));
+  int waited = 0;
+  while ((tcoll_query(y.data) != TCOLL_SUCCESS || tcoll_query(g.data) != TCOLL_SUCCESS) && waited < 60000) {
+    nap_ms(5);
+    waited += 5;
+  }
+  T_EXPECT(tcoll_query(y.data) == TCOLL_SUCCESS, "all_reduce not completed by the progress thread after %d ms",
+           waited);
+  T_EXPECT(tcoll_query(g.data) == TCOLL_SUCCESS, "all_gather not completed by the progress thread");
+  T_EXPECT(tcoll_pending_count() == 2, "completed work stays pending until waited (%zu)", tcoll_pending_count());
+  T_OK(tcoll_wait(y.data));
+  T_OK(tcoll_wait(g.data));
+  double want = 0;
+  for (int r = 0; r < t_size; r++) want += r + 1 + 3;
+  T_EXPECT(t_get(&y, 3) == want, "y[3] = %g, expected %g", t_get(&y, 3), want);
+  T_EXPECT(t_get(&g, (int64_t)(t_size - 1) * shape[0]) == t_size, "gathered value %g",
+           t_get(&g, (int64_t)(t_size - 1) * shape[0]));
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+  tcoll_tensor_free(&g);
+}
+END_TEST
+
+/* The progress thread and explicit waits race for the same works: results stay exact. */
+START_TEST(waits_race_the_thread) {
+  int64_t shape[1] = {257};
+  for (int it = 0; it < 200; it++) {
+    tcoll_tensor_t x = t_alloc(TCOLL_INT32, 1, shape), y = t_empty();
+    t_set_all(&x, fill, &t_rank);
+    T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
+    if (it % 3 == 0) nap_ms(1);
+    T_OK(it % 2 ? tcoll_wait(y.data) : tcoll_wait_timeout(y.data, 60.0));
+    double want = 0;
+    for (int r = 0; r < t_size; r++) want += r + 1 + 1;
+    T_EXPECT(t_get(&y, 5) == want, "iteration %d: %g, expected %g", it, t_get(&y, 5), want);
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&y);
+  }
+}
+END_TEST
+
+Suite *t_suite(void) {
+  Suite *s = suite_create("progress");
+  TCase *tc = t_tcase("progress");
+  tcase_add_test(tc, config_says_thread);
+  tcase_add_test(tc, completes_without_the_caller);
+  tcase_add_test(tc, waits_race_the_thread);
+  suite_add_tcase(s, tc);
+  return s;
+}
