@@ -32,6 +32,8 @@ void tc_enter(const char *fn);
 const char *tc_current_fn(void);
 /* Records "fn: message" as this thread's last error and returns status. */
 int tc_error(int status, const char *fmt, ...) TC_PRINTF(2, 3);
+/* This thread's last error without the "fn: " prefix (to be reported again by another call). */
+const char *tc_last_message(void);
 /* Puts back a last-error text saved earlier (no logging). */
 void tc_restore_error(const char *saved);
 /* For an MPI return code: TCOLL_ERR_MPI with MPI's own error string. */

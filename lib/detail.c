@@ -1,6 +1,7 @@
 #include "detail.h"
 
 #include "comm.h"
+#include "mpi/mpi_glue.h"
 #include "tensor.h"
 #include "trace.h"
 
@@ -139,13 +140,13 @@ static int exchange(const tc_work_t *w, const fingerprint_t *mine, fingerprint_t
   int rc = MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, w->comm->ctrl, &req);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Iallgather (DETAIL check)");
   if (tc_cfg.timeout <= 0) {
-    rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+    rc = tc_mpi_waitall(1, &req);
     return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "MPI_Wait (DETAIL check)");
   }
   double deadline = tc_now() + tc_cfg.timeout;
   for (;;) {
     int flag = 0;
-    rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    rc = tc_mpi_testall(1, &req, &flag);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Test (DETAIL check)");
     if (flag) return TCOLL_SUCCESS;
     if (tc_now() >= deadline) {

@@ -46,6 +46,7 @@ static void teardown(void) {
   tc_comms_destroy_all();
   tc_g.world = NULL;
   tc_mpi_glue_fini();
+  tc_mpi_errors_fini();
   tc_stage_cleanup();
   tc_dev_fini();
   tc_scratch_cleanup();
@@ -95,6 +96,7 @@ static int start_library(void) {
     tc_info("MPI provides thread level %d (not MPI_THREAD_MULTIPLE): call tcoll from one thread at a time",
             tc_g.thread_level);
   if ((rc = tc_mpi_glue_init())) return rc;
+  tc_mpi_errors_init();
   if ((rc = tc_dev_init())) return rc;
   MPI_Comm dup;
   rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);

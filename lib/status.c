@@ -7,6 +7,7 @@
 #define TC_ERRMSG_LEN 1024
 
 static _Thread_local char last_error[TC_ERRMSG_LEN];
+static _Thread_local char last_message[TC_ERRMSG_LEN]; /* the same without the "fn: " prefix */
 static _Thread_local const char *current_fn = "tcoll";
 
 const char *tcoll_status_string(int status) {
@@ -39,11 +40,13 @@ int tc_error(int status, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   snprintf(last_error, sizeof last_error, "%s: %s", current_fn, msg);
+  snprintf(last_message, sizeof last_message, "%s", msg);
   tc_log(TCOLL_LOG_INFO, "%s failed (%s): %s", current_fn, tcoll_status_string(status), msg);
   return status;
 }
 
 void tc_restore_error(const char *saved) { snprintf(last_error, sizeof last_error, "%s", saved); }
+const char *tc_last_message(void) { return last_message; }
 
 int tc_mpi_error(int mpi_rc, const char *what) {
   char mpimsg[MPI_MAX_ERROR_STRING] = "";

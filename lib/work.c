@@ -9,6 +9,7 @@
 #include "tensor.h"
 #include "trace.h"
 #include "detail.h"
+#include "mpi/mpi_glue.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -280,14 +281,14 @@ int tc_work_end(tc_work_t *w, int rc) {
     undo_outputs(w);
     w->status = rc; /* a waiter that found it meanwhile sees a finished work */
     w->done = true;
-    snprintf(w->err, sizeof w->err, "%s", tcoll_last_error());
+    snprintf(w->err, sizeof w->err, "%s", tc_last_message());
     pthread_mutex_unlock(&w->lock);
     tc_registry_remove_work(w);
     return rc;
   }
   /* Some requests are in flight: keep the work so that a wait completes and reports it. */
   w->status = rc;
-  snprintf(w->err, sizeof w->err, "%s", tcoll_last_error());
+  snprintf(w->err, sizeof w->err, "%s", tc_last_message());
   w->nalloc = 0;
   w->t_post = tc_now();
   tc_trace_posted(w);
@@ -310,14 +311,14 @@ static int requests_progress(tc_work_t *w, bool block, double deadline) {
   if (w->nreq == 0) return TCOLL_SUCCESS;
   char what[160];
   if (block && deadline <= 0) {
-    int rc = MPI_Waitall(w->nreq, w->reqs, MPI_STATUSES_IGNORE);
+    int rc = tc_mpi_waitall(w->nreq, w->reqs);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
     return TCOLL_SUCCESS;
   }
   int spins = 0;
   for (;;) {
     int flag = 0;
-    int rc = MPI_Testall(w->nreq, w->reqs, &flag, MPI_STATUSES_IGNORE);
+    int rc = tc_mpi_testall(w->nreq, w->reqs, &flag);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
     if (flag) return TCOLL_SUCCESS;
     if (!block || tc_now() >= deadline) return TCOLL_IN_PROGRESS;
@@ -347,7 +348,7 @@ int tc_work_progress(tc_work_t *w, bool block, double deadline) {
   if (rc == TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) rc = complete_steps(w);
   if (rc != TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) {
     w->status = rc;
-    snprintf(w->err, sizeof w->err, "%s", tcoll_last_error());
+    snprintf(w->err, sizeof w->err, "%s", tc_last_message());
   }
   w->done = true;
   w->t_done = tc_now();

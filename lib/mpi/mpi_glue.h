@@ -41,4 +41,11 @@ typedef struct tc_mpi_span {
 int tc_mpi_span(tcoll_dtype_t d, int64_t n, tc_mpi_span_t *s);
 void tc_mpi_span_put(tc_mpi_span_t *s);
 
+/* MPI_Waitall / MPI_Testall for tcoll's own requests: an error comes back as a return code even
+ * where Open MPI would raise it on MPI_COMM_WORLD (see mpi_errors.c). */
+int tc_mpi_waitall(int n, MPI_Request *reqs);
+int tc_mpi_testall(int n, MPI_Request *reqs, int *flag);
+void tc_mpi_errors_init(void);
+void tc_mpi_errors_fini(void);
+
 #endif

@@ -1,0 +1,75 @@
+/* Open MPI 4.1 raises the errors of completed nonblocking-collective requests on
+ * MPI_COMM_WORLD's error handler instead of the request's communicator (fixed upstream by
+ * open-mpi/ompi#10460). With the default MPI_ERRORS_ARE_FATAL there, a truncation inside a
+ * tcoll collective would abort the host program, whose communicators all return errors.
+ *
+ * So when MPI_COMM_WORLD has the default handler, tcoll installs one that behaves exactly like
+ * it (message, then MPI_Abort) except while this thread is inside tcoll's own MPI_Wait* /
+ * MPI_Test*: there the error returns to tcoll, which reports TCOLL_ERR_MPI. A handler the host
+ * program set itself is left alone. */
+#include "mpi_glue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static _Thread_local int completing; /* > 0 inside tcoll's own completion calls */
+static MPI_Errhandler installed = MPI_ERRHANDLER_NULL;
+
+static void world_errors(MPI_Comm *comm, int *code, ...) {
+  if (completing) return; /* tcoll's caller gets the code back */
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  MPI_Error_string(*code, msg, &len);
+  fprintf(stderr, "[tcoll %d] MPI error on MPI_COMM_WORLD: %s (MPI_ERRORS_ARE_FATAL)\n", tc_g.world_rank, msg);
+  MPI_Abort(*comm, *code);
+}
+
+void tc_mpi_errors_init(void) {
+  MPI_Errhandler current;
+  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &current) != MPI_SUCCESS) return;
+  bool is_default = current == MPI_ERRORS_ARE_FATAL;
+  MPI_Errhandler_free(&current);
+  if (!is_default || installed != MPI_ERRHANDLER_NULL) return;
+  if (MPI_Comm_create_errhandler(world_errors, &installed) == MPI_SUCCESS)
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, installed);
+}
+
+void tc_mpi_errors_fini(void) {
+  if (installed == MPI_ERRHANDLER_NULL) return;
+  MPI_Errhandler current;
+  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &current) == MPI_SUCCESS) {
+    if (current == installed) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Errhandler_free(&current);
+  }
+  MPI_Errhandler_free(&installed);
+}
+
+/* MPI_ERR_IN_STATUS says little: the first failed request's own code says what happened. */
+static int first_error(int rc, int n, const MPI_Status *st) {
+  if (rc != MPI_ERR_IN_STATUS || !st) return rc;
+  for (int i = 0; i < n; i++)
+    if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) return st[i].MPI_ERROR;
+  return rc;
+}
+
+#define SMALL 32 /* statuses on the stack for the usual few requests */
+
+int tc_mpi_waitall(int n, MPI_Request *reqs) {
+  MPI_Status small[SMALL], *st = n <= SMALL ? small : malloc((size_t)n * sizeof *st);
+  completing++;
+  int rc = MPI_Waitall(n, reqs, st ? st : MPI_STATUSES_IGNORE);
+  completing--;
+  rc = first_error(rc, n, st);
+  if (st != small) free(st);
+  return rc;
+}
+
+int tc_mpi_testall(int n, MPI_Request *reqs, int *flag) {
+  MPI_Status small[SMALL], *st = n <= SMALL ? small : malloc((size_t)n * sizeof *st);
+  completing++;
+  int rc = MPI_Testall(n, reqs, flag, st ? st : MPI_STATUSES_IGNORE);
+  completing--;
+  rc = first_error(rc, n, st);
+  if (st != small) free(st);
+  return rc;
+}
