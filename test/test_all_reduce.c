@@ -354,6 +354,63 @@ START_TEST(large_counts) {
 }
 END_TEST
 
+/* The smallest limits: one or two elements per MPI call. */
+START_TEST(tiny_limits) {
+  for (int64_t lim = 1; lim <= 2; lim++) {
+    int64_t old = t_set_max_count(lim);
+    int64_t s1[1] = {7}, s2[2] = {3, 3};
+    ar_case(rc_world(TCOLL_INT32, K_SUM, 1), TCOLL_SUM, NULL, V_PREALLOC, 1, s1);
+    ar_case(rc_world(TCOLL_FLOAT16, K_AVG, 1), TCOLL_AVG, NULL, V_INPLACE, 2, s2);
+    ar_case(rc_world(TCOLL_BOOL, K_BXOR, 1), TCOLL_BXOR, NULL, V_ALLOC, 1, s1);
+    t_set_max_count(old);
+  }
+}
+END_TEST
+
+/* Several reductions of different kinds outstanding at once, waited in reverse order, and
+ * inputs that are views into pending outputs. */
+START_TEST(many_outstanding) {
+  int G = t_size;
+  int64_t s[1] = {6 * (int64_t)G};
+  rc_t c = rc_world(TCOLL_FLOAT32, K_SUM, 1);
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, s), o[5];
+  t_set_all(&in, rc_fill, &c);
+  for (int i = 0; i < 5; i++) o[i] = t_empty();
+  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &o[0]));
+  T_OK(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &o[1]));
+  T_OK(tcoll_reduce(&in, G - 1, TCOLL_SUM, NULL, &o[2]));
+  T_OK(tcoll_all_reduce_coalesced(&in, 1, TCOLL_MAX, NULL, &o[3]));
+  /* a view of o[0] (its second half) as an input: o[0] is waited for first */
+  int64_t h[1] = {3 * (int64_t)G};
+  tcoll_tensor_t view = tcoll_tensor_make((float *)o[0].data + 3 * G, TCOLL_FLOAT32, 1, h, o[0].device);
+  T_OK(tcoll_all_reduce(&view, TCOLL_MAX, NULL, &o[4]));
+  T_EXPECT(tcoll_pending_count() == 4, "%zu pending (expected o[1..4])", tcoll_pending_count());
+  /* in place on a pending buffer: refused as BUSY, like any pending output */
+  T_FAILS(tcoll_all_reduce(&o[1], TCOLL_SUM, NULL, &o[1]), TCOLL_ERR_BUSY, "pending");
+  for (int i = 4; i >= 1; i--) {
+    int rc;
+    while ((rc = tcoll_test(o[i].data)) == TCOLL_IN_PROGRESS) {
+    }
+    T_OK(rc);
+  }
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending", tcoll_pending_count());
+  t_check_all("outstanding all_reduce", &o[0], rc_want, &c, 0);
+  rc_t rs = c;
+  rc_scatter(&rs, s, 1, 0, t_rank);
+  t_check_all("outstanding reduce_scatter", &o[1], rc_want, &rs, 0);
+  if (t_rank == G - 1) t_check_all("outstanding reduce", &o[2], rc_want, &c, 0);
+  rc_t mx = c; /* rv gives sum, min and max the same inputs */
+  mx.k = K_MAX;
+  t_check_all("outstanding coalesced max", &o[3], rc_want, &mx, 0);
+  /* o[4] = max over ranks of the (identical) second half of o[0] */
+  rc_t half = c;
+  half.salt = 3 * G;
+  t_check_all("all_reduce of a view of a pending output", &o[4], rc_want, &half, 0);
+  for (int i = 0; i < 5; i++) tcoll_tensor_free(&o[i]);
+  tcoll_tensor_free(&in);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("all_reduce");
   TCase *tc = t_tcase("all_reduce");
@@ -370,6 +427,8 @@ Suite *t_suite(void) {
   tcase_add_test(tc, premul_destroyed_after_post);
   tcase_add_test(tc, pending);
   tcase_add_test(tc, large_counts);
+  tcase_add_test(tc, tiny_limits);
+  tcase_add_test(tc, many_outstanding);
   suite_add_tcase(s, tc);
   return s;
 }

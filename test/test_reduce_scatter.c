@@ -431,6 +431,54 @@ START_TEST(large_counts) {
 }
 END_TEST
 
+/* The smallest limits: one or two elements per MPI call (per-root MPI_Ireduce for every block
+ * above them). */
+START_TEST(tiny_limits) {
+  int G = t_size, ids[T_MAX_G];
+  for (int r = 0; r < G; r++) ids[r] = r;
+  for (int64_t lim = 1; lim <= 2; lim++) {
+    int64_t old = t_set_max_count(lim);
+    int64_t s1[1] = {3 * (int64_t)G}, s2[2] = {2, 2 * (int64_t)G}, s3[1] = {(int64_t)G};
+    rs_case(rc_world(TCOLL_INT32, K_SUM, 1), TCOLL_SUM, NULL, false, 1, s1, 0);
+    rs_case(rc_world(TCOLL_FLOAT16, K_AVG, 1), TCOLL_AVG, NULL, true, 2, s2, 1);
+    rs_case(rc_world(TCOLL_BOOL, K_MIN, 1), TCOLL_MIN, NULL, true, 1, s3, 0);
+    const co_spec_t sp[] = {{TCOLL_FLOAT32, 1, {3}, 0, true}, {TCOLL_INT8, 2, {2, 1}, 1, false},
+                            {TCOLL_FLOAT32, 2, {1, 2}, -1, false}};
+    rsc_case(sp, 3, K_MAX, TCOLL_MAX, 1, NULL, ids, G, REV);
+    int64_t s4[1] = {3};
+    rsl_case(TCOLL_FLOAT64, K_SUM, TCOLL_SUM, 1, 1, s4, true);
+    t_set_max_count(old);
+  }
+}
+END_TEST
+
+/* A dtype group whose tensors are all empty sits next to non-empty groups. */
+START_TEST(coalesced_empty_group) {
+  int G = t_size, ids[T_MAX_G];
+  for (int r = 0; r < G; r++) ids[r] = r;
+  const co_spec_t sp[] = {{TCOLL_INT16, 2, {0, 1}, 1, true}, {TCOLL_FLOAT32, 1, {2}, 0, false},
+                          {TCOLL_INT16, 1, {0}, 0, false}, {TCOLL_FLOAT64, 2, {1, 0}, 0, true}};
+  rsc_case(sp, 4, K_SUM, TCOLL_SUM, 1, NULL, ids, G, REV);
+  const co_spec_t all_empty[] = {{TCOLL_FLOAT32, 1, {0}, 0, true}, {TCOLL_INT32, 2, {2, 0}, 0, false}};
+  rsc_case(all_empty, 2, K_MAX, TCOLL_MAX, 1, NULL, ids, G, FWD);
+}
+END_TEST
+
+/* An output overlapping one of the list's inputs is refused. */
+START_TEST(list_overlap) {
+  int64_t shape[1] = {4};
+  tcoll_tensor_t ins[T_MAX_G];
+  for (int j = 0; j < t_size; j++) ins[j] = t_alloc(TCOLL_FLOAT32, 1, shape);
+  tcoll_tensor_t out = ins[t_size - 1];
+  char needle[32];
+  snprintf(needle, sizeof needle, "ins[%d]", t_size - 1);
+  T_FAILS(tcoll_reduce_scatter_list(ins, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+  T_EXPECT(t_contains(tcoll_last_error(), needle), "message does not name %s: %s", needle, tcoll_last_error());
+  T_EXPECT(tcoll_pending_count() == 0, "refused call left %zu pending", tcoll_pending_count());
+  for (int j = 0; j < t_size; j++) tcoll_tensor_free(&ins[j]);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("reduce_scatter");
   TCase *tc = t_tcase("reduce_scatter");
@@ -444,6 +492,9 @@ Suite *t_suite(void) {
   tcase_add_test(tc, coalesced_refusals);
   tcase_add_test(tc, list_form);
   tcase_add_test(tc, large_counts);
+  tcase_add_test(tc, tiny_limits);
+  tcase_add_test(tc, coalesced_empty_group);
+  tcase_add_test(tc, list_overlap);
   suite_add_tcase(s, tc);
   return s;
 }
