@@ -140,6 +140,54 @@ static inline double mv_ag_expect(int64_t i, void *c) {
   return mv_val(a->dt, tag, mv_flatten(a->ndim, a->ishape, idx));
 }
 
+/* ---- all_to_all_single layout ---- */
+
+/* S[i * size + j]: rows group rank i sends to group rank j. Every rank i fills its input with
+ * mv_fill(tags[i], 0) (tags NULL: i). Output element e of rank me: row e / row, which comes from
+ * the rank i whose block of rows holds it, at that rank's row (rows it sends to ranks < me) + k. */
+typedef struct mv_a2a_ctx {
+  tcoll_dtype_t dt;
+  int size, me;
+  int64_t row; /* elements per row */
+  const int64_t *S;
+  const int *tags;
+} mv_a2a_ctx;
+
+static inline double mv_a2a_expect(int64_t e, void *c) {
+  mv_a2a_ctx *a = c;
+  int64_t r = e / a->row, col = e % a->row, start = 0;
+  int i = 0;
+  while (i < a->size - 1 && r >= start + a->S[i * a->size + a->me]) start += a->S[i++ * a->size + a->me];
+  int64_t src_row = r - start;
+  for (int j = 0; j < a->me; j++) src_row += a->S[i * a->size + j];
+  return mv_val(a->dt, a->tags ? a->tags[i] : i, src_row * a->row + col);
+}
+
+/* ---- shard_dim_all_to_all layout ---- */
+
+/* in: ishape on every group rank i, filled with mv_fill(tags[i], 0). Output of rank me: chunk me
+ * (along sdim) of every rank, concatenated along gdim in rank order. */
+typedef struct mv_shard_ctx {
+  tcoll_dtype_t dt;
+  int ndim, gdim, sdim, size, me;
+  const int64_t *ishape;
+  const int *tags;
+} mv_shard_ctx;
+
+static inline double mv_shard_expect(int64_t e, void *c) {
+  mv_shard_ctx *a = c;
+  int64_t chunk[TCOLL_MAX_DIMS], oshape[TCOLL_MAX_DIMS], idx[TCOLL_MAX_DIMS];
+  memcpy(chunk, a->ishape, (size_t)a->ndim * sizeof *chunk);
+  chunk[a->sdim] /= a->size; /* what one rank sends one peer */
+  memcpy(oshape, chunk, (size_t)a->ndim * sizeof *oshape);
+  oshape[a->gdim] *= a->size;
+  mv_unflatten(e, a->ndim, oshape, idx);
+  int src = (int)(idx[a->gdim] / chunk[a->gdim]);
+  idx[a->gdim] %= chunk[a->gdim];          /* index inside the chunk */
+  idx[a->sdim] += (int64_t)a->me * chunk[a->sdim]; /* chunk me of the source's input */
+  return mv_val(a->dt, a->tags ? a->tags[src] : src, mv_flatten(a->ndim, a->ishape, idx));
+}
+
 /* A communicator with only this rank (every rank its own group): for argument errors that only
  * some ranks of a real group would see (they would leave the others waiting). */
 static inline tcoll_comm_t *mv_self_comm(void) {
