@@ -197,6 +197,38 @@ START_TEST(gather_bad_arguments) {
 }
 END_TEST
 
+/* An input that is the pending output of an earlier call is waited for first, on dst and off
+ * dst alike (off dst the gather is keyed under that very input). */
+START_TEST(gather_pending_input) {
+  int64_t s[1] = {5};
+  for (int dst = 0; dst < t_size; dst++) {
+    tcoll_tensor_t x = t_alloc(TCOLL_INT32, 1, s), in = t_empty();
+    mv_fill(&x, t_rank, 0);
+    T_OK(tcoll_broadcast(&x, 0, NULL, &in)); /* in: pending, rank 0's values everywhere */
+    tcoll_tensor_t *outs = NULL;
+    if (t_rank == dst) {
+      outs = calloc((size_t)t_size, sizeof *outs);
+      for (int r = 0; r < t_size; r++) outs[r] = t_empty();
+    }
+    int rc = tcoll_gather(&in, dst, NULL, outs);
+    T_EXPECT(rc == TCOLL_SUCCESS, "gather of a pending input to %d: %s: %s", dst, tcoll_status_string(rc),
+             tcoll_last_error());
+    if (outs) {
+      for (int r = 0; r < t_size && rc == TCOLL_SUCCESS; r++) {
+        T_OK(tcoll_wait(outs[r].data));
+        mv_check_fill("gather of a pending input", &outs[r], 0, 0);
+      }
+      for (int r = 0; r < t_size; r++) tcoll_tensor_free(&outs[r]);
+      free(outs);
+    }
+    T_OK(tcoll_wait(in.data));
+    mv_check_fill("gather's pending input", &in, 0, 0);
+    tcoll_tensor_free(&in);
+    tcoll_tensor_free(&x);
+  }
+}
+END_TEST
+
 /* ---- scatter ---- */
 
 static void scatter_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int src, bool prealloc, tcoll_comm_t *comm,
@@ -334,6 +366,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, gather_every_dst);
   tcase_add_test(tc, gather_zero_size);
   tcase_add_test(tc, gather_bad_arguments);
+  tcase_add_test(tc, gather_pending_input);
   tcase_add_test(tc, scatter_every_src);
   tcase_add_test(tc, scatter_zero_size);
   tcase_add_test(tc, scatter_bad_arguments);
