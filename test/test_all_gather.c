@@ -454,6 +454,118 @@ START_TEST(pending_input) {
 }
 END_TEST
 
+/* The in-place form is a property of each rank (as in NCCL): some ranks in place, others not. */
+START_TEST(in_place_on_some_ranks) {
+  int64_t shape[2] = {3, 2}, oshape[2] = {3 * (int64_t)t_size, 2};
+  for (int k = 0; k < MV_SOME_DTYPES; k++) {
+    tcoll_dtype_t dt = mv_some_dtypes[k];
+    for (int pattern = 0; pattern < 2; pattern++) {
+      bool inplace = (t_rank + pattern) % 2 == 0;
+      tcoll_tensor_t out = t_alloc(dt, 2, oshape), in = t_empty();
+      mv_fill(&out, 600 + t_rank, 0);
+      size_t nb = (size_t)6 * tcoll_dtype_size(dt);
+      if (inplace) in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * nb, dt, 2, shape, out.device);
+      else in = t_alloc(dt, 2, shape);
+      mv_fill(&in, t_rank, 0);
+      T_OK(tcoll_all_gather(&in, 0, NULL, &out));
+      T_OK(tcoll_wait(out.data));
+      mv_ag_ctx c = {dt, 2, 0, t_size, shape, NULL};
+      t_check_all(inplace ? "all_gather, in place on this rank only" : "all_gather, in place on other ranks only", &out,
+                  mv_ag_expect, &c, 0);
+      if (!inplace) tcoll_tensor_free(&in);
+      tcoll_tensor_free(&out);
+    }
+  }
+}
+END_TEST
+
+/* Zero-size inputs may come without a buffer (data NULL). */
+START_TEST(zero_size_null_data) {
+  int64_t z[2] = {0, 3};
+  tcoll_tensor_t in = tcoll_tensor_make(NULL, TCOLL_FLOAT64, 2, z, t_device());
+  for (int dim = 0; dim < 2; dim++) {
+    tcoll_tensor_t out = t_empty();
+    T_OK(tcoll_all_gather(&in, dim, NULL, &out));
+    T_OK(tcoll_wait(out.data));
+    int64_t os[2] = {dim == 0 ? 0 : 0, dim == 1 ? 3 * (int64_t)t_size : 3};
+    MV_EXPECT_SHAPE(&out, 2, os, "all_gather of a NULL zero-size input");
+    tcoll_tensor_free(&out);
+  }
+  tcoll_tensor_t *outs = calloc((size_t)t_size, sizeof *outs);
+  for (int r = 0; r < t_size; r++) outs[r] = t_empty();
+  T_OK(tcoll_all_gather_list(&in, NULL, outs));
+  for (int r = 0; r < t_size; r++) {
+    T_OK(tcoll_wait(outs[r].data));
+    tcoll_tensor_free(&outs[r]);
+  }
+  free(outs);
+  int64_t s1[1] = {2};
+  tcoll_tensor_t cin[2] = {in, t_alloc(TCOLL_INT16, 1, s1)}, cout[2] = {t_empty(), t_empty()};
+  mv_fill(&cin[1], t_rank, 0);
+  T_OK(tcoll_all_gather_coalesced(cin, 2, NULL, cout));
+  T_OK(tcoll_wait(cout[0].data));
+  T_OK(tcoll_wait(cout[1].data));
+  mv_ag_ctx c = {TCOLL_INT16, 1, 0, t_size, s1, NULL};
+  t_check_all("coalesced next to a NULL zero-size input", &cout[1], mv_ag_expect, &c, 0);
+  tcoll_tensor_free(&cin[1]);
+  tcoll_tensor_free(&cout[0]);
+  tcoll_tensor_free(&cout[1]);
+}
+END_TEST
+
+/* Outputs with pending work are refused (TCOLL_ERR_BUSY) and nothing starts; outputs of one call
+ * may not overlap each other. */
+START_TEST(busy_and_overlapping_outputs) {
+  int64_t s[1] = {4};
+  tcoll_tensor_t in = t_alloc(TCOLL_INT32, 1, s), out = t_empty();
+  mv_fill(&in, t_rank, 0);
+  T_OK(tcoll_all_gather(&in, 0, NULL, &out));
+  T_FAILS(tcoll_all_gather(&in, 0, NULL, &out), TCOLL_ERR_BUSY, "pending");
+  tcoll_tensor_t cin[2] = {in, in}, cout[2] = {t_empty(), out};
+  T_FAILS(tcoll_all_gather_coalesced(cin, 2, NULL, cout), TCOLL_ERR_BUSY, "pending");
+  T_EXPECT(cout[0].data == NULL, "a refused all_gather_coalesced kept the output it allocated");
+  T_EXPECT(tcoll_pending_count() == 1, "%zu pending (expected 1)", tcoll_pending_count());
+  T_OK(tcoll_wait(out.data));
+  mv_ag_ctx c = {TCOLL_INT32, 1, 0, t_size, s, NULL};
+  t_check_all("all_gather after refused calls on its output", &out, mv_ag_expect, &c, 0);
+  /* Two outputs of one call on the same buffer. */
+  cout[0] = out;
+  T_FAILS(tcoll_all_gather_coalesced(cin, 2, NULL, cout), TCOLL_ERR_INVALID_ARGUMENT, "overlaps another output");
+  if (t_size > 1) {
+    tcoll_tensor_t *outs = calloc((size_t)t_size, sizeof *outs);
+    for (int r = 0; r < t_size; r++) outs[r] = r < 2 ? tcoll_tensor_make(out.data, TCOLL_INT32, 1, s, out.device) : t_empty();
+    T_FAILS(tcoll_all_gather_list(&in, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, "overlaps another output");
+    for (int r = 2; r < t_size; r++) T_EXPECT(outs[r].data == NULL, "refused all_gather_list kept outs[%d]", r);
+    free(outs);
+  }
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending after refused calls", tcoll_pending_count());
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+}
+END_TEST
+
+/* all_gather_coalesced with some outputs preallocated and the others allocated. */
+START_TEST(coalesced_mixed_outputs) {
+  int64_t a[2] = {2, 3}, b[1] = {5}, ao[2] = {2 * (int64_t)t_size, 3};
+  tcoll_tensor_t in[2] = {t_alloc(TCOLL_FLOAT16, 2, a), t_alloc(TCOLL_UINT8, 1, b)};
+  mv_fill(&in[0], t_rank, 0);
+  mv_fill(&in[1], 10 + t_rank, 0);
+  tcoll_tensor_t out[2] = {t_alloc(TCOLL_FLOAT16, 2, ao), t_empty()};
+  T_OK(tcoll_all_gather_coalesced(in, 2, NULL, out));
+  T_OK(tcoll_wait(out[1].data)); /* in the other order */
+  T_OK(tcoll_wait(out[0].data));
+  int tags[8];
+  for (int r = 0; r < t_size; r++) tags[r] = 10 + r;
+  mv_ag_ctx c0 = {TCOLL_FLOAT16, 2, 0, t_size, a, NULL}, c1 = {TCOLL_UINT8, 1, 0, t_size, b, tags};
+  t_check_all("coalesced preallocated output", &out[0], mv_ag_expect, &c0, 0);
+  t_check_all("coalesced allocated output", &out[1], mv_ag_expect, &c1, 0);
+  for (int i = 0; i < 2; i++) {
+    tcoll_tensor_free(&in[i]);
+    tcoll_tensor_free(&out[i]);
+  }
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("all_gather");
   TCase *tc = t_tcase("all_gather");
@@ -471,6 +583,10 @@ Suite *t_suite(void) {
   tcase_add_test(tc, list_bad_arguments);
   tcase_add_test(tc, sub_communicators);
   tcase_add_test(tc, pending_input);
+  tcase_add_test(tc, in_place_on_some_ranks);
+  tcase_add_test(tc, zero_size_null_data);
+  tcase_add_test(tc, busy_and_overlapping_outputs);
+  tcase_add_test(tc, coalesced_mixed_outputs);
   suite_add_tcase(s, tc);
   return s;
 }

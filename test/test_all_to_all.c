@@ -488,6 +488,151 @@ START_TEST(sub_communicators) {
 }
 END_TEST
 
+/* A rank with nothing to send (empty input) still receives. */
+START_TEST(single_empty_sender) {
+  int64_t *S = malloc((size_t)t_size * (size_t)t_size * sizeof *S);
+  for (int i = 0; i < t_size; i++)
+    for (int j = 0; j < t_size; j++) S[i * t_size + j] = i == 0 ? 0 : j + 1;
+  int64_t r[1] = {2};
+  a2a_case(TCOLL_INT16, NULL, S, 0, 1, r, NULL, false);
+  a2a_case(TCOLL_FLOAT64, NULL, S, 0, 0, NULL, NULL, true);
+  free(S);
+}
+END_TEST
+
+/* Zero-size inputs may come without a buffer (data NULL). */
+START_TEST(zero_size_null_data) {
+  int64_t z[2] = {0, 3};
+  tcoll_tensor_t in = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, z, t_device()), out = t_empty();
+  T_OK(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  MV_EXPECT_SHAPE(&out, 2, z, "all_to_all_single of a NULL zero-size input");
+  tcoll_tensor_free(&out);
+  int *p = malloc((size_t)t_size * sizeof *p);
+  for (int m = 0; m < t_size; m++) p[m] = (m + 1) % t_size;
+  T_OK(tcoll_permute(&in, p, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  MV_EXPECT_SHAPE(&out, 2, z, "permute of a NULL zero-size input");
+  tcoll_tensor_free(&out);
+  free(p);
+  T_OK(tcoll_shard_dim_all_to_all(&in, 1, 0, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  int64_t zs[2] = {0, 3 * (int64_t)t_size};
+  MV_EXPECT_SHAPE(&out, 2, zs, "shard_dim_all_to_all of a NULL zero-size input");
+  tcoll_tensor_free(&out);
+  tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *outs = calloc((size_t)t_size, sizeof *outs);
+  for (int q = 0; q < t_size; q++) {
+    ins[q] = in;
+    outs[q] = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, z, t_device());
+  }
+  T_OK(tcoll_all_to_all(ins, NULL, outs));
+  for (int q = 0; q < t_size; q++) {
+    T_OK(tcoll_wait(outs[q].data));
+    tcoll_tensor_free(&outs[q]);
+  }
+  free(ins);
+  free(outs);
+}
+END_TEST
+
+/* Inputs that are pending outputs of earlier calls are waited for first. */
+START_TEST(pending_inputs) {
+  int64_t s[2] = {2 * (int64_t)t_size, 3};
+  tcoll_tensor_t x = t_alloc(TCOLL_INT32, 2, s), y = t_empty(), z = t_empty();
+  mv_fill(&x, t_rank, 0);
+  /* even all_to_all_single twice is the identity */
+  T_OK(tcoll_all_to_all_single(&x, NULL, NULL, NULL, &y));
+  T_OK(tcoll_all_to_all_single(&y, NULL, NULL, NULL, &z));
+  T_OK(tcoll_wait(z.data));
+  T_OK(tcoll_wait(y.data));
+  mv_check_fill("all_to_all_single of a pending all_to_all_single", &z, t_rank, 0);
+  tcoll_tensor_free(&z);
+  /* permute a pending permute: shift by one twice */
+  int *p = malloc((size_t)t_size * sizeof *p);
+  for (int m = 0; m < t_size; m++) p[m] = (m + 1) % t_size;
+  tcoll_tensor_t y2 = t_empty();
+  T_OK(tcoll_permute(&x, p, NULL, &y2));
+  T_OK(tcoll_permute(&y2, p, NULL, &z));
+  T_OK(tcoll_wait(z.data));
+  mv_check_fill("permute of a pending permute", &z, ((t_rank - 2) % t_size + 2 * t_size) % t_size, 0);
+  tcoll_tensor_free(&z);
+  tcoll_tensor_free(&y2);
+  free(p);
+  /* shard_dim_all_to_all (0 -> 1) of a pending shard_dim_all_to_all (1 -> 0) is the identity */
+  tcoll_tensor_t u = t_empty();
+  int64_t s3[2] = {2 * (int64_t)t_size, 3 * (int64_t)t_size};
+  tcoll_tensor_t x3 = t_alloc(TCOLL_FLOAT64, 2, s3);
+  mv_fill(&x3, t_rank, 0);
+  T_OK(tcoll_shard_dim_all_to_all(&x3, 0, 1, NULL, &u));
+  T_OK(tcoll_shard_dim_all_to_all(&u, 1, 0, NULL, &z));
+  T_OK(tcoll_wait(z.data));
+  MV_EXPECT_SHAPE(&z, 2, s3, "shard_dim_all_to_all there and back");
+  mv_check_fill("shard_dim_all_to_all there and back", &z, t_rank, 0);
+  tcoll_tensor_free(&z);
+  tcoll_tensor_free(&u);
+  tcoll_tensor_free(&x3);
+  /* list all_to_all of pending inputs (the outputs of an earlier list all_to_all) */
+  tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *mid = calloc((size_t)t_size, sizeof *mid),
+                 *outs = calloc((size_t)t_size, sizeof *outs);
+  int64_t s1[1] = {3};
+  for (int q = 0; q < t_size; q++) {
+    ins[q] = t_alloc(TCOLL_INT8, 1, s1);
+    mv_fill(&ins[q], 16 * t_rank + q, 0);
+    mid[q] = tcoll_tensor_make(NULL, TCOLL_INT8, 1, s1, t_device());
+    outs[q] = tcoll_tensor_make(NULL, TCOLL_INT8, 1, s1, t_device());
+  }
+  T_OK(tcoll_all_to_all(ins, NULL, mid));
+  T_OK(tcoll_all_to_all(mid, NULL, outs)); /* back where it came from */
+  for (int q = 0; q < t_size; q++) {
+    T_OK(tcoll_wait(outs[q].data));
+    mv_check_fill("all_to_all of pending inputs", &outs[q], 16 * t_rank + q, 0);
+  }
+  for (int q = 0; q < t_size; q++) {
+    tcoll_tensor_free(&ins[q]);
+    tcoll_tensor_free(&mid[q]);
+    tcoll_tensor_free(&outs[q]);
+  }
+  free(ins);
+  free(mid);
+  free(outs);
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+}
+END_TEST
+
+/* Pending outputs are refused with TCOLL_ERR_BUSY; outputs of one call may not overlap. */
+START_TEST(busy_and_overlapping_outputs) {
+  int64_t s[1] = {(int64_t)t_size};
+  tcoll_tensor_t x = t_alloc(TCOLL_INT32, 1, s), y = t_empty();
+  mv_fill(&x, t_rank, 0);
+  T_OK(tcoll_all_to_all_single(&x, NULL, NULL, NULL, &y));
+  T_FAILS(tcoll_all_to_all_single(&x, NULL, NULL, NULL, &y), TCOLL_ERR_BUSY, "pending");
+  int *p = malloc((size_t)t_size * sizeof *p);
+  for (int m = 0; m < t_size; m++) p[m] = m;
+  T_FAILS(tcoll_permute(&x, p, NULL, &y), TCOLL_ERR_BUSY, "pending");
+  T_FAILS(tcoll_shard_dim_all_to_all(&x, 0, 0, NULL, &y), TCOLL_ERR_BUSY, "pending");
+  T_EXPECT(tcoll_pending_count() == 1, "%zu pending (expected 1)", tcoll_pending_count());
+  T_OK(tcoll_wait(y.data));
+  free(p);
+  if (t_size > 1) {
+    int64_t one[1] = {1};
+    tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *outs = calloc((size_t)t_size, sizeof *outs);
+    for (int q = 0; q < t_size; q++) {
+      ins[q] = tcoll_tensor_make((char *)x.data + 4 * (size_t)q, TCOLL_INT32, 1, one, x.device);
+      outs[q] = q < 2 ? tcoll_tensor_make(y.data, TCOLL_INT32, 1, one, y.device)
+                      : tcoll_tensor_make(NULL, TCOLL_INT32, 1, one, t_device());
+    }
+    T_FAILS(tcoll_all_to_all(ins, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, "overlaps another output");
+    for (int q = 2; q < t_size; q++) T_EXPECT(outs[q].data == NULL, "refused all_to_all kept outs[%d]", q);
+    free(ins);
+    free(outs);
+  }
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending after refused calls", tcoll_pending_count());
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("all_to_all");
   TCase *tc = t_tcase("all_to_all");
@@ -503,6 +648,10 @@ Suite *t_suite(void) {
   tcase_add_test(tc, list_per_peer_shapes);
   tcase_add_test(tc, list_zero_size_and_errors);
   tcase_add_test(tc, sub_communicators);
+  tcase_add_test(tc, single_empty_sender);
+  tcase_add_test(tc, zero_size_null_data);
+  tcase_add_test(tc, pending_inputs);
+  tcase_add_test(tc, busy_and_overlapping_outputs);
   suite_add_tcase(s, tc);
   return s;
 }
