@@ -33,6 +33,14 @@ int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, tcoll_te
   tcoll_comm_t *c;
   int rc = tc_check_gather(in, dst, comm, outs, &c);
   if (rc) return rc;
+  if (c->rank != dst && !in->data) {
+    /* Off dst the work would be keyed under the input, but a zero-size input may come without a
+     * buffer, and tcoll_wait(NULL) finds nothing: it would stay pending for good. Nothing moves
+     * (every rank's input is empty), so there is nothing to wait for; only keep this
+     * communicator's collective numbering in step with dst. */
+    tc_comm_next_seq(c);
+    return TCOLL_SUCCESS;
+  }
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "gather", c))) return rc;
   if (c->rank == dst) {
