@@ -318,6 +318,81 @@ START_TEST(scatter_bad_arguments) {
 }
 END_TEST
 
+/* Zero-size inputs may come without a buffer (data NULL): nothing may stay pending. */
+START_TEST(zero_size_null_data) {
+  int64_t z[2] = {0, 3};
+  tcoll_tensor_t in = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, z, t_device());
+  for (int root = 0; root < t_size; root++) {
+    tcoll_tensor_t out = t_empty();
+    T_OK(tcoll_broadcast(&in, root, NULL, &out));
+    T_OK(tcoll_wait(out.data));
+    MV_EXPECT_SHAPE(&out, 2, z, "broadcast of a NULL zero-size input");
+    tcoll_tensor_free(&out);
+    tcoll_tensor_t *outs = NULL;
+    if (t_rank == root) {
+      outs = calloc((size_t)t_size, sizeof *outs);
+      for (int r = 0; r < t_size; r++) outs[r] = t_empty();
+    }
+    T_OK(tcoll_gather(&in, root, NULL, outs));
+    if (outs) {
+      for (int r = 0; r < t_size; r++) {
+        T_OK(tcoll_wait(outs[r].data));
+        MV_EXPECT_SHAPE(&outs[r], 2, z, "gather of NULL zero-size inputs");
+        tcoll_tensor_free(&outs[r]);
+      }
+      free(outs);
+    } else {
+      T_OK(tcoll_wait(in.data));
+    }
+    T_EXPECT(tcoll_pending_count() == 0, "gather of NULL zero-size inputs to %d: %zu pending after the waits", root,
+             tcoll_pending_count());
+    tcoll_tensor_t *ins = NULL;
+    if (t_rank == root) {
+      ins = calloc((size_t)t_size, sizeof *ins);
+      for (int r = 0; r < t_size; r++) ins[r] = in;
+    }
+    out = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, z, t_device());
+    T_OK(tcoll_scatter(ins, root, NULL, &out));
+    T_OK(tcoll_wait(out.data));
+    MV_EXPECT_SHAPE(&out, 2, z, "scatter of NULL zero-size inputs");
+    tcoll_tensor_free(&out);
+    free(ins);
+    T_EXPECT(tcoll_pending_count() == 0, "%zu pending", tcoll_pending_count());
+    tcoll_wait_all(); /* so that one failure does not spill into the next root */
+  }
+}
+END_TEST
+
+/* Pending inputs of scatter (on src) and broadcast are waited for first; a pending output is
+ * refused with TCOLL_ERR_BUSY. */
+START_TEST(pending_inputs_and_busy_outputs) {
+  int64_t s[1] = {4};
+  for (int root = 0; root < t_size; root++) {
+    tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *mid = calloc((size_t)t_size, sizeof *mid);
+    for (int r = 0; r < t_size; r++) {
+      ins[r] = t_alloc(TCOLL_INT16, 1, s);
+      mv_fill(&ins[r], 16 * t_rank + r, 0);
+      mid[r] = t_empty();
+    }
+    /* mid[r] = ins[r] of rank `root` everywhere, pending */
+    for (int r = 0; r < t_size; r++) T_OK(tcoll_broadcast(&ins[r], root, NULL, &mid[r]));
+    tcoll_tensor_t out = tcoll_tensor_make(NULL, TCOLL_INT16, 1, s, t_device());
+    T_OK(tcoll_scatter(t_rank == root ? mid : NULL, root, NULL, &out));
+    T_FAILS(tcoll_broadcast(&ins[0], root, NULL, &out), TCOLL_ERR_BUSY, "pending");
+    T_OK(tcoll_wait(out.data));
+    mv_check_fill("scatter of pending inputs", &out, 16 * root + t_rank, 0);
+    for (int r = 0; r < t_size; r++) {
+      T_OK(tcoll_wait(mid[r].data));
+      tcoll_tensor_free(&mid[r]);
+      tcoll_tensor_free(&ins[r]);
+    }
+    tcoll_tensor_free(&out);
+    free(ins);
+    free(mid);
+  }
+}
+END_TEST
+
 /* ---- sub-communicators ---- */
 
 START_TEST(sub_communicators) {
@@ -371,6 +446,8 @@ Suite *t_suite(void) {
   tcase_add_test(tc, scatter_zero_size);
   tcase_add_test(tc, scatter_bad_arguments);
   tcase_add_test(tc, sub_communicators);
+  tcase_add_test(tc, zero_size_null_data);
+  tcase_add_test(tc, pending_inputs_and_busy_outputs);
   suite_add_tcase(s, tc);
   return s;
 }
