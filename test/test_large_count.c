@@ -515,6 +515,112 @@ START_TEST(all_to_all_list_large) {
 }
 END_TEST
 
+/* ---- many pending at once ---- */
+
+/* More distinct derived datatypes in flight than the datatype cache has slots (256), waited in
+ * an order that differs between ranks: cache slots in use are never recycled under MPI. */
+START_TEST(many_pending_distinct_types) {
+  watch_begin();
+  enum { N = 300 };
+  tcoll_tensor_t *in = calloc(N, sizeof *in), *out = calloc(N, sizeof *out);
+  int64_t (*shape)[2] = calloc(N, sizeof *shape);
+  for (int k = 0; k < N; k++) {
+    shape[k][0] = 2;
+    shape[k][1] = 1001 + k; /* blocks above the limit, a new datatype each */
+    in[k] = t_alloc(TCOLL_INT8, 2, shape[k]);
+    mv_fill(&in[k], t_rank + k, 0);
+    out[k] = t_empty();
+    T_OK(tcoll_all_gather(&in[k], 1, NULL, &out[k]));
+  }
+  T_EXPECT(tcoll_pending_count() == N, "%zu pending (expected %d)", tcoll_pending_count(), N);
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    int k = t_rank % 2 ? N - 1 - i : (i * 7) % N; /* 7 and 300 are coprime: a permutation */
+    T_OK(tcoll_wait(out[k].data));
+    int tags[8];
+    for (int r = 0; r < t_size; r++) tags[r] = r + k;
+    mv_ag_ctx c = {TCOLL_INT8, 2, 1, t_size, shape[k], tags};
+    if (bad < 3) bad += t_check_all("one of many pending all_gathers", &out[k], mv_ag_expect, &c, 0) > 0;
+  }
+  for (int k = 0; k < N; k++) {
+    tcoll_tensor_free(&in[k]);
+    tcoll_tensor_free(&out[k]);
+  }
+  free(in);
+  free(out);
+  free(shape);
+  WATCH_END("many_pending_distinct_types");
+}
+END_TEST
+
+/* Every data-movement op pending at the same time, above the limit, completed in an order that
+ * differs between ranks. */
+START_TEST(every_op_pending_at_once) {
+  watch_begin();
+  int size = t_size, me = t_rank;
+  int64_t n = 1500;
+  int64_t sh2[2] = {3, 1100}, shs[2] = {2, 1001 * (int64_t)size}, nsz = 1200 * (int64_t)size;
+  tcoll_tensor_t x1 = t_alloc(TCOLL_FLOAT32, 1, &n), x2 = t_alloc(TCOLL_FLOAT16, 2, sh2),
+                 xa = t_alloc(TCOLL_INT32, 1, &nsz), xs = t_alloc(TCOLL_FLOAT64, 2, shs);
+  mv_fill(&x1, me, 0);
+  mv_fill(&x2, me, 0);
+  mv_fill(&xa, me, 0);
+  mv_fill(&xs, me, 0);
+  tcoll_tensor_t ag = t_empty(), bc = t_empty(), a2a = t_empty(), pm = t_empty(), sd = t_empty(), sc = t_empty();
+  tcoll_tensor_t *gouts = NULL, *sins = NULL;
+  int *p = malloc((size_t)size * sizeof *p);
+  for (int m = 0; m < size; m++) p[m] = size - 1 - m;
+  int root = size - 1;
+  if (me == root) {
+    gouts = calloc((size_t)size, sizeof *gouts);
+    sins = calloc((size_t)size, sizeof *sins);
+    for (int r = 0; r < size; r++) {
+      gouts[r] = t_empty();
+      sins[r] = t_alloc(TCOLL_FLOAT32, 1, &n);
+      mv_fill(&sins[r], 16 * root + r, 0);
+    }
+  }
+  sc = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 1, &n, t_device());
+  T_OK(tcoll_all_gather(&x2, 1, NULL, &ag));
+  T_OK(tcoll_broadcast(&x1, 0, NULL, &bc));
+  T_OK(tcoll_all_to_all_single(&xa, NULL, NULL, NULL, &a2a));
+  T_OK(tcoll_permute(&x1, p, NULL, &pm));
+  T_OK(tcoll_shard_dim_all_to_all(&xs, 0, 1, NULL, &sd));
+  T_OK(tcoll_gather(&x1, root, NULL, gouts));
+  T_OK(tcoll_scatter(sins, root, NULL, &sc));
+  /* Complete them in a rank-dependent order. */
+  void *bufs[7] = {ag.data, bc.data, a2a.data, pm.data, sd.data, me == root ? gouts[0].data : x1.data, sc.data};
+  for (int i = 0; i < 7; i++) T_OK(tcoll_wait(bufs[(i * (me + 1) + me) % 7])); /* 7 is prime: all of them */
+  if (me == root)
+    for (int r = 1; r < size; r++) T_OK(tcoll_wait(gouts[r].data));
+  T_EXPECT(tcoll_pending_count() == 0, "%zu still pending", tcoll_pending_count());
+  mv_ag_ctx c1 = {TCOLL_FLOAT16, 2, 1, size, sh2, NULL};
+  t_check_all("concurrent all_gather", &ag, mv_ag_expect, &c1, 0);
+  mv_check_fill("concurrent broadcast", &bc, 0, 0);
+  int64_t *E = malloc((size_t)size * (size_t)size * sizeof *E);
+  for (int k = 0; k < size * size; k++) E[k] = 1200;
+  mv_a2a_ctx c2 = {TCOLL_INT32, size, me, 1, E, NULL};
+  t_check_all("concurrent all_to_all_single", &a2a, mv_a2a_expect, &c2, 0);
+  mv_check_fill("concurrent permute", &pm, size - 1 - me, 0);
+  mv_shard_ctx c3 = {TCOLL_FLOAT64, 2, 0, 1, size, me, shs, NULL};
+  t_check_all("concurrent shard_dim_all_to_all", &sd, mv_shard_expect, &c3, 0);
+  mv_check_fill("concurrent scatter", &sc, 16 * root + me, 0);
+  if (me == root)
+    for (int r = 0; r < size; r++) {
+      mv_check_fill("concurrent gather", &gouts[r], r, 0);
+      tcoll_tensor_free(&gouts[r]);
+      tcoll_tensor_free(&sins[r]);
+    }
+  free(gouts);
+  free(sins);
+  free(E);
+  free(p);
+  tcoll_tensor_t *all[] = {&x1, &x2, &xa, &xs, &ag, &bc, &a2a, &pm, &sd, &sc};
+  for (int i = 0; i < 10; i++) tcoll_tensor_free(all[i]);
+  WATCH_END("every_op_pending_at_once");
+}
+END_TEST
+
 /* ---- a tiny limit: derived datatypes nested several levels ---- */
 
 START_TEST(tiny_limit) {
@@ -562,6 +668,8 @@ Suite *t_suite(void) {
   tcase_add_test(tc, shard_large);
   tcase_add_test(tc, gather_scatter_large);
   tcase_add_test(tc, all_to_all_list_large);
+  tcase_add_test(tc, many_pending_distinct_types);
+  tcase_add_test(tc, every_op_pending_at_once);
   tcase_add_test(tc, tiny_limit);
   suite_add_tcase(s, tc);
   return s;
