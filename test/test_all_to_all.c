@@ -256,6 +256,37 @@ END_TEST
 
 /* ---- shard_dim_all_to_all ---- */
 
+/* A serial reference for shard_dim_all_to_all, computed forwards (unlike mv_shard_expect, which
+ * works back from each output element): materialize every rank's input, narrow chunk `me` of
+ * each along sdim, and concatenate those chunks along gdim. Returns the expected output. */
+static double *shard_reference(tcoll_dtype_t dt, int ndim, const int64_t *ishape, int g, int s, int size, int me,
+                               const int *tags) {
+  int64_t cs[TCOLL_MAX_DIMS], os[TCOLL_MAX_DIMS], idx[TCOLL_MAX_DIMS];
+  memcpy(cs, ishape, (size_t)ndim * sizeof *cs);
+  cs[s] /= size;
+  memcpy(os, cs, (size_t)ndim * sizeof *os);
+  os[g] *= size;
+  int64_t n_in = mv_numel(ndim, ishape), n_chunk = mv_numel(ndim, cs);
+  double *out = malloc((size_t)(n_chunk * size + 1) * sizeof *out), *input = malloc((size_t)(n_in + 1) * sizeof *input),
+         *chunk = malloc((size_t)(n_chunk + 1) * sizeof *chunk);
+  for (int i = 0; i < size; i++) {
+    for (int64_t e = 0; e < n_in; e++) input[e] = mv_val(dt, tags ? tags[i] : i, e); /* rank i's input */
+    for (int64_t e = 0; e < n_chunk; e++) {                                         /* narrow(sdim, me) */
+      mv_unflatten(e, ndim, cs, idx);
+      idx[s] += (int64_t)me * cs[s];
+      chunk[e] = input[mv_flatten(ndim, ishape, idx)];
+    }
+    for (int64_t e = 0; e < n_chunk; e++) { /* cat along gdim: chunk i is the i-th slab */
+      mv_unflatten(e, ndim, cs, idx);
+      idx[g] += (int64_t)i * cs[g];
+      out[mv_flatten(ndim, os, idx)] = chunk[e];
+    }
+  }
+  free(input);
+  free(chunk);
+  return out;
+}
+
 static void shard_case(tcoll_dtype_t dt, tcoll_comm_t *comm, int ndim, const int64_t *ishape, int gdim, int sdim,
                        const int *tags, bool prealloc) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
@@ -281,6 +312,17 @@ static void shard_case(tcoll_dtype_t dt, tcoll_comm_t *comm, int ndim, const int
     MV_EXPECT_SHAPE(&out, ndim, oshape, what);
     mv_shard_ctx a = {dt, ndim, g, s, size, me, ishape, tags};
     t_check_all(what, &out, mv_shard_expect, &a, 0);
+    /* And against the serial reference. */
+    int64_t n = tcoll_tensor_numel(&out);
+    double *want = shard_reference(dt, ndim, ishape, g, s, size, me, tags), *got = malloc((size_t)(n + 1) * sizeof *got);
+    t_read(&out, got);
+    int64_t bad = 0, first = -1;
+    for (int64_t e = 0; e < n; e++)
+      if (got[e] != want[e] && bad++ == 0) first = e;
+    T_EXPECT(bad == 0, "%s: %lld elements differ from the serial reference (first: %lld, %g instead of %g)", what,
+             (long long)bad, (long long)first, first >= 0 ? got[first] : 0.0, first >= 0 ? want[first] : 0.0);
+    free(want);
+    free(got);
   }
   mv_check_fill("shard_dim_all_to_all input afterwards", &in, tags ? tags[me] : me, 0);
   tcoll_tensor_free(&in);
