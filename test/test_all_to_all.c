@@ -162,6 +162,12 @@ START_TEST(single_bad_arguments) {
   /* Output and input may not overlap (no in-place form). */
   if (size == 1 || 6 % size == 0)
     T_FAILS(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+  /* Output splits whose sum or whose output size overflows are refused, not wrapped. */
+  for (int p = 0; p < size; p++) os[p] = INT64_MAX / size + 1; /* sum above INT64_MAX */
+  if (size > 1) T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "output_split_sizes");
+  for (int p = 0; p < size; p++) os[p] = p == 0 ? (int64_t)1 << 62 : 0; /* [2^62, 2] float32: 2^65 bytes */
+  T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "out");
+  for (int p = 0; p < size; p++) os[p] = 1;
   T_EXPECT(out.data == NULL, "refused calls allocated an output");
   T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu pending", tcoll_pending_count());
   free(is);
@@ -388,6 +394,12 @@ START_TEST(shard_bad_arguments) {
   if (size > 1) T_FAILS(tcoll_shard_dim_all_to_all(&in, 1, 0, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape");
   tcoll_tensor_free(&wrong);
   T_FAILS(tcoll_shard_dim_all_to_all(&in, 0, 0, NULL, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+  /* A gathered dim that overflows is refused, not wrapped (an empty input can have such a dim). */
+  if (size > 1) {
+    int64_t huge[2] = {(int64_t)1 << 62, 0};
+    tcoll_tensor_t empty = tcoll_tensor_make(NULL, TCOLL_INT8, 2, huge, t_device());
+    T_FAILS(tcoll_shard_dim_all_to_all(&empty, 0, 1, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "overflows");
+  }
   T_EXPECT(out.data == NULL && tcoll_pending_count() == 0, "refused calls left an output or pending work");
   tcoll_tensor_free(&in);
 }
