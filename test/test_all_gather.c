@@ -510,6 +510,13 @@ START_TEST(zero_size_null_data) {
   tcoll_tensor_free(&cin[1]);
   tcoll_tensor_free(&cout[0]);
   tcoll_tensor_free(&cout[1]);
+  /* An empty tensor has 0 bytes however large its other dims are. */
+  int64_t wide[2] = {0, (int64_t)1 << 61}; /* 2^63 bytes of float32 per row, but no rows */
+  tcoll_tensor_t win = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, wide, t_device()), wout = t_empty();
+  T_OK(tcoll_all_gather(&win, 0, NULL, &wout));
+  T_OK(tcoll_wait(wout.data));
+  MV_EXPECT_SHAPE(&wout, 2, wide, "all_gather of an empty [0, 2^61] input");
+  tcoll_tensor_free(&wout);
 }
 END_TEST
 
