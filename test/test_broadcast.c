@@ -229,6 +229,39 @@ START_TEST(gather_pending_input) {
 }
 END_TEST
 
+/* Two gathers of the same input in flight at once, to different roots: off dst each is keyed
+ * under that input, so the second waits for the first instead of being refused. */
+START_TEST(two_gathers_of_one_input) {
+  int64_t s[1] = {3};
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT64, 1, s);
+  mv_fill(&in, t_rank, 0);
+  int roots[2] = {0, t_size - 1};
+  tcoll_tensor_t *outs[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    if (t_rank == roots[k]) {
+      outs[k] = calloc((size_t)t_size, sizeof *outs[k]);
+      for (int r = 0; r < t_size; r++) outs[k][r] = t_empty();
+    }
+    int rc = tcoll_gather(&in, roots[k], NULL, outs[k]);
+    T_EXPECT(rc == TCOLL_SUCCESS, "gather %d of one input (to %d): %s: %s", k, roots[k], tcoll_status_string(rc),
+             tcoll_last_error());
+  }
+  for (int k = 0; k < 2; k++) {
+    if (!outs[k]) continue;
+    for (int r = 0; r < t_size; r++) {
+      T_OK(tcoll_wait(outs[k][r].data));
+      mv_check_fill("two gathers of one input", &outs[k][r], r, 0);
+      tcoll_tensor_free(&outs[k][r]);
+    }
+    free(outs[k]);
+  }
+  T_OK(tcoll_wait(in.data));
+  T_OK(tcoll_wait(in.data));
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending", tcoll_pending_count());
+  tcoll_tensor_free(&in);
+}
+END_TEST
+
 /* ---- scatter ---- */
 
 static void scatter_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int src, bool prealloc, tcoll_comm_t *comm,
@@ -442,6 +475,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, gather_zero_size);
   tcase_add_test(tc, gather_bad_arguments);
   tcase_add_test(tc, gather_pending_input);
+  tcase_add_test(tc, two_gathers_of_one_input);
   tcase_add_test(tc, scatter_every_src);
   tcase_add_test(tc, scatter_zero_size);
   tcase_add_test(tc, scatter_bad_arguments);
