@@ -20,10 +20,12 @@ int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name) {
   if (t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS)
     return INVALID("%s->ndim is %d (expected 0..%d)", name, t->ndim, TCOLL_MAX_DIMS);
   int64_t bytes = (int64_t)tcoll_dtype_size(t->dtype);
+  bool empty = false;
   for (int i = 0; i < t->ndim; i++) {
     if (t->shape[i] < 0) return INVALID("%s->shape[%d] is %lld (expected >= 0)", name, i, (long long)t->shape[i]);
+    empty = empty || t->shape[i] == 0;
   }
-  for (int i = 0; i < t->ndim; i++) {
+  for (int i = 0; i < t->ndim && !empty; i++) { /* an empty tensor has 0 bytes, whatever its other dims */
     if (tc_mul_overflows(bytes, t->shape[i], &bytes))
       return INVALID("%s has more than 2^63 bytes (shape too large)", name);
   }
@@ -246,7 +248,8 @@ static int check_splits(const int64_t *splits, int n, const char *name, int64_t 
   *sum = 0;
   for (int i = 0; i < n; i++) {
     if (splits[i] < 0) return INVALID("%s[%d] is %lld (expected >= 0)", name, i, (long long)splits[i]);
-    *sum += splits[i];
+    if (__builtin_add_overflow(*sum, splits[i], sum))
+      return INVALID("%s sum to more than 2^63 rows (%s[%d] is %lld)", name, name, i, (long long)splits[i]);
   }
   return TCOLL_SUCCESS;
 }
@@ -278,6 +281,10 @@ int tc_check_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_s
   int64_t shape[TCOLL_MAX_DIMS];
   memcpy(shape, in->shape, sizeof shape);
   shape[0] = *out_rows;
+  /* The rows come from the caller: the output they describe must be representable. */
+  tcoll_tensor_t want = tcoll_tensor_make(NULL, in->dtype, in->ndim, shape, in->device);
+  if (tc_check_tensor_desc(&want, "out") != TCOLL_SUCCESS)
+    return INVALID("output_split_sizes sum to %lld rows: out would have more than 2^63 bytes", (long long)*out_rows);
   if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
   return tc_check_disjoint(out, "out", in, "in", false);
 }
@@ -325,7 +332,10 @@ int tc_check_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int 
   if ((rc = tc_check_dim(shard_dim, in->ndim, "shard_dim", sdim))) return rc;
   int64_t shape[TCOLL_MAX_DIMS];
   if ((rc = tc_reduce_scatter_shape(in, *sdim, (*c)->size, shape))) return rc;
-  shape[*gdim] *= (*c)->size;
+  int64_t gathered;
+  if (tc_mul_overflows(shape[*gdim], (*c)->size, &gathered))
+    return INVALID("gathered dim %d (%lld x %d) overflows", *gdim, (long long)shape[*gdim], (*c)->size);
+  shape[*gdim] = gathered;
   if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
   return tc_check_disjoint(out, "out", in, "in", false);
 }

@@ -86,7 +86,7 @@ int tc_registry_add(tc_work_t *w) {
   for (int k = 0; k < w->nbuf && !rc; k++) {
     uintptr_t b = (uintptr_t)w->bufs[k].base;
     uintptr_t e = b + (w->bufs[k].nbytes ? w->bufs[k].nbytes : 1);
-    entry_t *x = overlapping(b, e), *r = read_overlapping(b, e, w);
+    entry_t *x = overlapping(b, e), *r = w->bufs[k].written ? read_overlapping(b, e, w) : NULL;
     if (!x && r) {
       char what[160];
       tc_work_describe(r->work, what, sizeof what);

@@ -100,13 +100,16 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   return TCOLL_SUCCESS;
 }
 
-int tc_work_key(tc_work_t *w, void *base, size_t nbytes) {
+static int add_buf(tc_work_t *w, void *base, size_t nbytes, bool written) {
+  if (!base) return TCOLL_SUCCESS; /* an empty buffer without storage: nothing to key or wait for */
   int rc = grow((void **)&w->bufs, &w->buf_cap, w->nbuf + 1, sizeof *w->bufs);
   if (rc) return rc;
-  w->bufs[w->nbuf++] = (tc_wbuf_t){base, nbytes};
+  w->bufs[w->nbuf++] = (tc_wbuf_t){base, nbytes, written};
   w->bytes += nbytes;
   return TCOLL_SUCCESS;
 }
+
+int tc_work_key(tc_work_t *w, void *base, size_t nbytes) { return add_buf(w, base, nbytes, false); }
 
 int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
                    int device) {
@@ -117,7 +120,7 @@ int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int n
     if ((rc = tc_tensor_storage(out))) return rc;
     w->allocated[w->nalloc++] = out;
   }
-  return tc_work_key(w, out->data, tcoll_tensor_nbytes(out));
+  return add_buf(w, out->data, tcoll_tensor_nbytes(out), true);
 }
 
 int tc_work_register(tc_work_t *w) {
@@ -267,6 +270,13 @@ static void log_posted(const tc_work_t *w) {
 }
 
 int tc_work_end(tc_work_t *w, int rc) {
+  if (rc == TCOLL_SUCCESS && w->nbuf == 0 && w->nreq == 0 && !w->progress) {
+    /* Nothing to key and nothing posted (an empty gather off its root): already complete. */
+    w->done = true;
+    pthread_mutex_unlock(&w->lock);
+    tc_registry_remove_work(w);
+    return TCOLL_SUCCESS;
+  }
   if (rc == TCOLL_SUCCESS) {
     w->posted = true;
     w->t_post = tc_now();

@@ -46,6 +46,7 @@ typedef int (*tc_progress_fn)(tc_work_t *w, bool block, double deadline);
 typedef struct tc_wbuf {
   void *base;
   size_t nbytes;
+  bool written; /* an output; false for a key that only names the work (gather off its root) */
 } tc_wbuf_t;
 
 /* A host staging buffer whose content goes to device memory once the work completes. */
