@@ -33,6 +33,12 @@ int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, tcoll_te
   tcoll_comm_t *c;
   int rc = tc_check_gather(in, dst, comm, outs, &c);
   if (rc) return rc;
+  if (c->rank != dst && !in->data) {
+    /* Zero elements and no buffer (the only way data can be NULL): nothing moves anywhere, and
+     * a work keyed under NULL could never be waited. Count it so sequence numbers stay aligned. */
+    tc_comm_next_seq(c);
+    return TCOLL_SUCCESS;
+  }
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "gather", c))) return rc;
   if (c->rank == dst) {
