@@ -343,15 +343,22 @@ static int run_badenv(int *argc, char ***argv) {
   setenv("TCOLL_TRACE", longpath, 1);
   FAILS(tcoll_init(argc, argv), TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_TRACE");
   unsetenv("TCOLL_TRACE");
-  /* Valid values in any case are accepted. */
-  setenv("TCOLL_DEBUG", "warn", 1);
-  setenv("TCOLL_MAX_COUNT", "1000", 1);
+  /* Valid values, names in any case, are accepted and show in the configuration. */
+  static const char *good[][2] = {{"TCOLL_DEBUG", "warn"},         {"TCOLL_MAX_COUNT", "1000"},
+                                  {"TCOLL_TIMEOUT", "2.5"},        {"TCOLL_ON_TIMEOUT", "RETURN"},
+                                  {"TCOLL_STAGING_CHUNK", "4096"}, {"TCOLL_CUDA_AWARE", "Auto"},
+                                  {"TCOLL_PROGRESS", "none"},      {"TCOLL_FAKE_DEVICES", "0"}};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) setenv(good[i][0], good[i][1], 1);
   OK(tcoll_init(argc, argv));
-  unsetenv("TCOLL_DEBUG");
-  unsetenv("TCOLL_MAX_COUNT");
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) unsetenv(good[i][0]);
   tcoll_config_t cfg;
   OK(tcoll_get_config(&cfg));
   EXPECT(cfg.max_count == 1000, "TCOLL_MAX_COUNT=1000 gave max_count %lld", (long long)cfg.max_count);
+  EXPECT(cfg.timeout == 2.5 && cfg.debug == TCOLL_LOG_WARN && cfg.abort_on_timeout == 0 &&
+             cfg.staging_chunk == 4096 && cfg.cuda_aware == -1 && cfg.progress_thread == 0 && cfg.fake_devices == 0,
+         "configuration from the environment: timeout %g debug %d abort %d chunk %zu cuda_aware %d progress %d fake %d",
+         cfg.timeout, (int)cfg.debug, cfg.abort_on_timeout, cfg.staging_chunk, cfg.cuda_aware, cfg.progress_thread,
+         cfg.fake_devices);
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   sum_now(NULL, size, "after failed starts");

@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "mpi_count.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #define F32 TCOLL_FLOAT32
@@ -494,6 +495,82 @@ START_TEST(empty_buffers) {
 }
 END_TEST
 
+typedef struct {
+  const void *p;
+  int rc;
+} waiter_t;
+static void *wait_thread(void *arg) {
+  waiter_t *w = arg;
+  w->rc = tcoll_wait(w->p);
+  return NULL;
+}
+
+START_TEST(concurrent_waits) {
+  /* Several threads wait on the same buffer (one through a view) and on another at once: every
+   * wait returns SUCCESS once, and the work is popped and released exactly once. */
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) return;
+  for (int round = 0; round < 5; round++) {
+    tcoll_tensor_t in = input_1d(4096), a = t_empty(), b = t_empty();
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &a));
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &b));
+    waiter_t w[4] = {{a.data, -100}, {(float *)a.data + 100, -100}, {b.data, -100}, {a.data, -100}};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) T_EXPECT(pthread_create(&th[i], NULL, wait_thread, &w[i]) == 0, "pthread_create");
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) T_EXPECT(w[i].rc == TCOLL_SUCCESS, "round %d: waiter %d got %s", round, i,
+                                         tcoll_status_string(w[i].rc));
+    PENDING_IS(0);
+    t_check_all("waited by threads", &a, sum_val, NULL, 0);
+    t_check_all("waited by threads", &b, sum_val, NULL, 0);
+    tcoll_tensor_free(&in);
+    tcoll_tensor_free(&a);
+    tcoll_tensor_free(&b);
+  }
+}
+END_TEST
+
+START_TEST(many_pending) {
+  /* Enough buffers to grow the registry's tables several times: adjacent views of one
+   * allocation and separate allocations, waited in mixed orders and through views, with new
+   * work posted into freed slots in between. */
+  enum { NV = 96, NS = 64, E = 8 };
+  int64_t bshape[1] = {NV * E};
+  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E);
+  tcoll_tensor_t views[NV], sep[NS];
+  for (int k = 0; k < NV; k++) views[k] = view_1d(&big, (int64_t)k * E, E);
+  for (int k = 0; k < NS; k++) sep[k] = t_empty();
+  for (int k = 0; k < NV; k++) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k]));
+  for (int k = 0; k < NS; k++) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &sep[k]));
+  PENDING_IS(NV + NS);
+  /* Every view is busy, and so is a range straddling two of them. */
+  tcoll_tensor_t straddle = view_1d(&big, 5 * E + 4, E);
+  T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &straddle), TCOLL_ERR_BUSY, "pending work");
+  /* Odd views through an interior element, separate ones from the end. */
+  for (int k = 1; k < NV; k += 2) T_OK(tcoll_wait((float *)views[k].data + 3));
+  PENDING_IS(NV / 2 + NS);
+  for (int k = NS - 1; k >= 0; k -= 3) T_OK(tcoll_wait_tensor(&sep[k]));
+  size_t left = tcoll_pending_count();
+  /* Reuse the odd slots while the even ones are still pending. */
+  for (int k = 1; k < NV; k += 2) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k]));
+  PENDING_IS(left + NV / 2);
+  for (int k = 0; k < NV; k += 2) {
+    int rc;
+    while ((rc = tcoll_test(views[k].data)) == TCOLL_IN_PROGRESS) {
+    }
+    T_EXPECT(rc == TCOLL_SUCCESS, "tcoll_test: %s", tcoll_status_string(rc));
+  }
+  T_OK(tcoll_wait_all());
+  PENDING_IS(0);
+  for (int k = 0; k < NV; k++) t_check_all("many: view", &views[k], sum_val, NULL, 0);
+  for (int k = 0; k < NS; k++) t_check_all("many: separate", &sep[k], sum_val, NULL, 0);
+  for (int k = 0; k < NS; k++) tcoll_tensor_free(&sep[k]);
+  tcoll_tensor_free(&big);
+  tcoll_tensor_free(&in);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = t_tcase("registry");
@@ -508,6 +585,8 @@ Suite *t_suite(void) {
   tcase_add_test(tc, free_waits);
   tcase_add_test(tc, pending_input_waited);
   tcase_add_test(tc, empty_buffers);
+  tcase_add_test(tc, many_pending);
+  tcase_add_test(tc, concurrent_waits);
   suite_add_tcase(s, tc);
   return s;
 }
