@@ -426,8 +426,6 @@ START_TEST(reduce_scatter) {
   BAD(tcoll_reduce_scatter(&f.in, TCOLL_SUM, 0, NULL, NULL), "out is NULL");
   tcoll_tensor_t ov_in = big_view(&f, 0, 2, f.in.shape), ov_out = big_view(&f, 4, 2, rshape);
   BAD(tcoll_reduce_scatter(&ov_in, TCOLL_SUM, 0, NULL, &ov_out), "overlaps");
-  ov_out = big_view(&f, 0, 2, rshape); /* not even the start may be shared */
-  BAD(tcoll_reduce_scatter(&ov_in, TCOLL_SUM, 0, NULL, &ov_out), "overlaps");
 #define CALL(c) tcoll_reduce_scatter(&f.in, TCOLL_SUM, 0, c, &o)
   BAD_COMMS(&f, CALL);
 #undef CALL

@@ -466,6 +466,12 @@ START_TEST(pending_input_waited) {
   T_OK(tcoll_tensor_copy(&h, &k));
   PENDING_IS(0);
   t_check_all("copy of a pending output", &h, sum_val, NULL, 0);
+  /* A copy into a pending tensor waits for it first, then overwrites it. */
+  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &k));
+  t_set_all(&h, src_val, NULL);
+  T_OK(tcoll_tensor_copy(&k, &h));
+  PENDING_IS(0);
+  t_check_all("copy into a pending output", &k, src_val, NULL, 0);
 
   tcoll_tensor_t *all[] = {&in, &a, &b, &c, &d, &e, &f, &g, &h, &k, &cin[0], &cin[1], &cout[0], &cout[1]};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) tcoll_tensor_free(all[i]);
