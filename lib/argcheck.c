@@ -369,15 +369,15 @@ static int check_list_like(const tcoll_tensor_t *list, int n, const char *name, 
 }
 
 /* Outputs must not overlap any input (the registry catches outputs overlapping each other).
- * A NULL count pointer means a single tensor (named without an index), else a list of *n. */
-static int check_list_disjoint(const tcoll_tensor_t *outs, const int *nout, const char *oname,
-                               const tcoll_tensor_t *ins, const int *nin, const char *iname) {
+ * Entries of a list are named with their index ("ins[0]", also in a list of one), a single
+ * tensor by its argument name ("out"). */
+static int check_list_disjoint(const tcoll_tensor_t *outs, int nout, const char *oname, bool olist,
+                               const tcoll_tensor_t *ins, int nin, const char *iname, bool ilist) {
   char a[48], b[48];
-  int no = nout ? *nout : 1, ni = nin ? *nin : 1;
-  for (int i = 0; i < no; i++) {
-    snprintf(a, sizeof a, nout ? "%s[%d]" : "%s", oname, i);
-    for (int j = 0; j < ni; j++) {
-      snprintf(b, sizeof b, nin ? "%s[%d]" : "%s", iname, j);
+  for (int i = 0; i < nout; i++) {
+    snprintf(a, sizeof a, olist ? "%s[%d]" : "%s", oname, i);
+    for (int j = 0; j < nin; j++) {
+      snprintf(b, sizeof b, ilist ? "%s[%d]" : "%s", iname, j);
       int rc = tc_check_disjoint(&outs[i], a, &ins[j], b, false);
       if (rc) return rc;
     }
@@ -394,7 +394,7 @@ int tc_check_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, const
   if ((*c)->rank != dst) return TCOLL_SUCCESS; /* outs is not used here */
   if (!outs) return INVALID("outs is NULL on dst (expected %d tensors)", (*c)->size);
   if ((rc = check_list_like(outs, (*c)->size, "outs", in, true))) return rc;
-  return check_list_disjoint(outs, &(*c)->size, "outs", in, NULL, "in");
+  return check_list_disjoint(outs, (*c)->size, "outs", true, in, 1, "in", false);
 }
 
 int tc_check_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm, const tcoll_tensor_t *out,
@@ -409,7 +409,7 @@ int tc_check_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm, con
   if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device))) return rc;
   if (out->dtype != ins[0].dtype || !tc_same_shape(out->ndim, out->shape, ins[0].ndim, ins[0].shape))
     return INVALID("out describes a different piece than ins[0] (expected the same dtype and shape)");
-  return check_list_disjoint(out, NULL, "out", ins, &(*c)->size, "ins");
+  return check_list_disjoint(out, 1, "out", false, ins, (*c)->size, "ins", true);
 }
 
 int tc_check_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm, const tcoll_tensor_t *outs,
@@ -419,7 +419,7 @@ int tc_check_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm, const
   if ((rc = tc_check_tensor(in, "in"))) return rc;
   if (!outs) return INVALID("outs is NULL (expected %d tensors)", (*c)->size);
   if ((rc = check_list_like(outs, (*c)->size, "outs", in, true))) return rc;
-  return check_list_disjoint(outs, &(*c)->size, "outs", in, NULL, "in");
+  return check_list_disjoint(outs, (*c)->size, "outs", true, in, 1, "in", false);
 }
 
 int tc_check_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tcoll_comm_t *comm,
@@ -431,7 +431,7 @@ int tc_check_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tc
   if ((rc = check_list_like(ins, (*c)->size, "ins", &ins[0], false))) return rc;
   if ((rc = tc_redop_resolve(op, ins[0].dtype, "op", rop))) return rc;
   if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device))) return rc;
-  return check_list_disjoint(out, NULL, "out", ins, &(*c)->size, "ins");
+  return check_list_disjoint(out, 1, "out", false, ins, (*c)->size, "ins", true);
 }
 
 int tc_check_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, const tcoll_tensor_t *outs,
@@ -455,5 +455,5 @@ int tc_check_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, const tco
     if ((rc = tc_check_tensor_desc(&outs[i], name))) return rc; /* describes what rank i sends */
     if ((rc = tc_check_output(&outs[i], name, ins[0].dtype, outs[i].ndim, outs[i].shape, ins[0].device))) return rc;
   }
-  return check_list_disjoint(outs, &size, "outs", ins, &size, "ins");
+  return check_list_disjoint(outs, size, "outs", true, ins, size, "ins", true);
 }

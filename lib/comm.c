@@ -70,6 +70,10 @@ static void unlink_comm(tcoll_comm_t *c) {
       break;
     }
   }
+  /* Cached communicators made from c stay alive, but no later request can name c as their
+   * parent: a new communicator may be allocated at c's address. */
+  for (tcoll_comm_t *it = comms_head; it; it = it->next)
+    if (it->key_parent == c) it->key_parent = NULL;
   tc_comms_unlock();
 }
 

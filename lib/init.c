@@ -17,6 +17,9 @@ tc_state_t tc_g = {.world_rank = -1};
 /* Recursive: MPI_Comm_delete_attr in tcoll_finalize calls on_mpi_finalize, which locks it too. */
 static pthread_mutex_t init_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static int finalize_keyval = MPI_KEYVAL_INVALID;
+/* tcoll_init called MPI_Init_thread, possibly in a call that failed later on: a later
+ * tcoll_init finds MPI initialized but still owns it. */
+static int mpi_started_here;
 
 int tcoll_version(void) { return TCOLL_VERSION_CODE(TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH); }
 const char *tcoll_version_suffix(void) { return TCOLL_VERSION_SUFFIX; }
@@ -77,13 +80,13 @@ static int start_mpi(int *argc, char ***argv) {
   MPI_Finalized(&fin);
   if (fin) return tc_error(TCOLL_ERR_STATE, "MPI is already finalized (tcoll cannot start after MPI_Finalize)");
   if (inited) {
-    tc_g.mpi_owned = 0;
+    tc_g.mpi_owned = mpi_started_here;
     MPI_Query_thread(&tc_g.thread_level);
     return TCOLL_SUCCESS;
   }
   int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &tc_g.thread_level);
   if (rc != MPI_SUCCESS) return tc_error(TCOLL_ERR_MPI, "MPI_Init_thread failed (code %d)", rc);
-  tc_g.mpi_owned = 1;
+  tc_g.mpi_owned = mpi_started_here = 1;
   return TCOLL_SUCCESS;
 }
 

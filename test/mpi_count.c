@@ -1,0 +1,95 @@
+/* PMPI wrappers: each counts one call, then calls the real MPI function. The executable's
+ * definitions take precedence over libmpi's for libtcoll's calls too. */
+#include "mpi_count.h"
+
+#include <mpi.h>
+
+static long calls;
+long t_mpi_calls(void) { return __atomic_load_n(&calls, __ATOMIC_RELAXED); }
+#define COUNT() __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED)
+
+int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Iallreduce(s, r, n, d, op, c, q);
+}
+int MPI_Ireduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Ireduce(s, r, n, d, op, root, c, q);
+}
+int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Ireduce_scatter_block(s, r, n, d, op, c, q);
+}
+int MPI_Ibcast(void *b, int n, MPI_Datatype d, int root, MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Ibcast(b, n, d, root, c, q);
+}
+int MPI_Iallgather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, MPI_Comm c,
+                   MPI_Request *q) {
+  COUNT();
+  return PMPI_Iallgather(s, sn, sd, r, rn, rd, c, q);
+}
+int MPI_Igather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, int root, MPI_Comm c,
+                MPI_Request *q) {
+  COUNT();
+  return PMPI_Igather(s, sn, sd, r, rn, rd, root, c, q);
+}
+int MPI_Iscatter(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, int root, MPI_Comm c,
+                 MPI_Request *q) {
+  COUNT();
+  return PMPI_Iscatter(s, sn, sd, r, rn, rd, root, c, q);
+}
+int MPI_Ialltoallv(const void *s, const int sc[], const int sdp[], MPI_Datatype sd, void *r, const int rc[],
+                   const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Ialltoallv(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
+}
+int MPI_Ialltoallw(const void *s, const int sc[], const int sdp[], const MPI_Datatype sd[], void *r, const int rc[],
+                   const int rdp[], const MPI_Datatype rd[], MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Ialltoallw(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
+}
+int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Isend(b, n, d, dst, tag, c, q);
+}
+int MPI_Irecv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Request *q) {
+  COUNT();
+  return PMPI_Irecv(b, n, d, src, tag, c, q);
+}
+int MPI_Send(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c) {
+  COUNT();
+  return PMPI_Send(b, n, d, dst, tag, c);
+}
+int MPI_Recv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Status *st) {
+  COUNT();
+  return PMPI_Recv(b, n, d, src, tag, c, st);
+}
+int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c) {
+  COUNT();
+  return PMPI_Allreduce(s, r, n, d, op, c);
+}
+int MPI_Allgather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, MPI_Comm c) {
+  COUNT();
+  return PMPI_Allgather(s, sn, sd, r, rn, rd, c);
+}
+int MPI_Bcast(void *b, int n, MPI_Datatype d, int root, MPI_Comm c) {
+  COUNT();
+  return PMPI_Bcast(b, n, d, root, c);
+}
+int MPI_Barrier(MPI_Comm c) {
+  COUNT();
+  return PMPI_Barrier(c);
+}
+int MPI_Comm_dup(MPI_Comm c, MPI_Comm *n) {
+  COUNT();
+  return PMPI_Comm_dup(c, n);
+}
+int MPI_Comm_split(MPI_Comm c, int color, int key, MPI_Comm *n) {
+  COUNT();
+  return PMPI_Comm_split(c, color, key, n);
+}
+int MPI_Comm_create_group(MPI_Comm c, MPI_Group g, int tag, MPI_Comm *n) {
+  COUNT();
+  return PMPI_Comm_create_group(c, g, tag, n);
+}

@@ -1,0 +1,386 @@
+/* Library lifetime, one scenario per run (argv[1]); its own main, no harness, since the point is
+ * who initializes and finalizes MPI. Each rank checks on its own and exits non-zero on a
+ * failure (MPI may be finalized by then, so nothing is summed across ranks).
+ *
+ *   owned     tcoll_init before MPI: tcoll initializes MPI and its last tcoll_finalize
+ *             finalizes it; reference counting; the thread level; TCOLL_ERR_STATE before
+ *             tcoll_init and after tcoll_finalize
+ *   embedded  the host program initializes MPI (MPI_THREAD_FUNNELED): tcoll_finalize leaves
+ *             MPI usable for the host's own calls; tcoll starts again afterwards
+ *   unwaited  tcoll_finalize with unwaited work completes it and reports it on stderr
+ *   mpi-first the host calls MPI_Finalize while tcoll is initialized, with work pending
+ *   badenv    malformed TCOLL_* variables make tcoll_init fail naming the variable; a later
+ *             tcoll_init still owns (and finalizes) the MPI that the failed one started */
+#define _GNU_SOURCE 1
+#include "tcoll.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures, rank = -1;
+
+static void fail_at(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_at(int line, const char *fmt, ...) {
+  failures++;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "[rank %d] test_lifetime.c:%d: %s\n", rank, line, msg);
+}
+#define EXPECT(cond, ...)                                                                                            \
+  do {                                                                                                               \
+    if (!(cond)) fail_at(__LINE__, __VA_ARGS__);                                                                     \
+  } while (0)
+#define OK(call)                                                                                                     \
+  do {                                                                                                               \
+    int rc_ = (call);                                                                                                \
+    EXPECT(rc_ == TCOLL_SUCCESS, "%s returned %s: %s", #call, tcoll_status_string(rc_), tcoll_last_error());         \
+  } while (0)
+#define FAILS(call, status, needle)                                                                                  \
+  do {                                                                                                               \
+    int rc_ = (call);                                                                                                \
+    EXPECT(rc_ == (status), "%s returned %s (expected %s): %s", #call, tcoll_status_string(rc_),                     \
+           tcoll_status_string(status), tcoll_last_error());                                                         \
+    EXPECT(strstr(tcoll_last_error(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", #call, tcoll_last_error(), \
+           needle);                                                                                                  \
+  } while (0)
+
+static int mpi_initialized(void) {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  return flag;
+}
+static int mpi_finalized(void) {
+  int flag = 0;
+  MPI_Finalized(&flag);
+  return flag;
+}
+
+/* all_reduce SUM of (rank + 1) * (i + 1) over 5 int32 elements into a caller-owned buffer. */
+static void post_sum(tcoll_comm_t *comm, int32_t *inbuf, int32_t *outbuf) {
+  int64_t shape[1] = {5};
+  for (int i = 0; i < 5; i++) inbuf[i] = (rank + 1) * (i + 1);
+  tcoll_tensor_t in = tcoll_tensor_make(inbuf, TCOLL_INT32, 1, shape, TCOLL_HOST);
+  tcoll_tensor_t out = tcoll_tensor_make(outbuf, TCOLL_INT32, 1, shape, TCOLL_HOST);
+  OK(tcoll_all_reduce(&in, TCOLL_SUM, comm, &out));
+}
+static void check_sum(const int32_t *outbuf, int size, const char *what) {
+  for (int i = 0; i < 5; i++)
+    EXPECT(outbuf[i] == size * (size + 1) / 2 * (i + 1), "%s: element %d is %d", what, i, outbuf[i]);
+}
+static void sum_now(tcoll_comm_t *comm, int size, const char *what) {
+  int32_t in[5], out[5];
+  post_sum(comm, in, out);
+  OK(tcoll_wait(out));
+  check_sum(out, size, what);
+}
+
+/* Every kind of call refuses to run without tcoll initialized. */
+static void expect_not_initialized(const char *when) {
+  EXPECT(tcoll_initialized() == 0, "%s: tcoll_initialized() is 1", when);
+  EXPECT(tcoll_comm_world() == NULL, "%s: tcoll_comm_world() is not NULL", when);
+  int32_t buf[4] = {0}, obuf[4] = {0};
+  int64_t shape[1] = {4};
+  tcoll_tensor_t in = tcoll_tensor_make(buf, TCOLL_INT32, 1, shape, TCOLL_HOST);
+  tcoll_tensor_t out = tcoll_tensor_make(obuf, TCOLL_INT32, 1, shape, TCOLL_HOST), none = out;
+  none.data = NULL;
+  tcoll_comm_t *c = NULL;
+  tcoll_mesh_t *m = NULL;
+  int dims[1] = {1}, ranks[1] = {0};
+  FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &none), TCOLL_ERR_STATE, "not initialized");
+  EXPECT(none.data == NULL, "%s: a refused call allocated its output", when);
+  FAILS(tcoll_broadcast(&in, 0, NULL, &out), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_all_gather(&in, 0, NULL, &none), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &none), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &none), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_all_reduce_coalesced(&in, 1, TCOLL_SUM, NULL, &none), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_comm_split(NULL, 0, 0, &c), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_comm_from_mpi(MPI_COMM_WORLD, &c), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_comm_from_ranks(NULL, ranks, 1, "", &c), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_comm_from_rank_groups(NULL, ranks, 1, 1, "", &c), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_mesh_create(NULL, 1, dims, &m), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_comm_set_name(NULL, "x"), TCOLL_ERR_STATE, "not initialized");
+  FAILS(tcoll_finalize(), TCOLL_ERR_STATE, "not initialized");
+  EXPECT(c == NULL && m == NULL, "%s: a refused call set its output", when);
+  EXPECT(tcoll_pending_count() == 0, "%s: pending work", when);
+  EXPECT(tcoll_comm_lookup("world") == NULL, "%s: lookup(\"world\") found a communicator", when);
+}
+
+/* Runs fn with stderr going to a temporary file; returns what was written (static storage). */
+static const char *capture_stderr(void (*fn)(void *), void *arg) {
+  static char text[8192];
+  text[0] = '\0';
+  fflush(stderr);
+  FILE *tmp = tmpfile();
+  int saved = dup(2);
+  if (!tmp || saved < 0) {
+    fail_at(__LINE__, "cannot redirect stderr");
+    fn(arg);
+    return text;
+  }
+  dup2(fileno(tmp), 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(tmp);
+  size_t n = fread(text, 1, sizeof text - 1, tmp);
+  text[n] = '\0';
+  fclose(tmp);
+  fputs(text, stderr); /* keep it in the test log */
+  return text;
+}
+
+/* ------------------------------------------------------------------ owned */
+
+static int run_owned(int *argc, char ***argv) {
+  EXPECT(!mpi_initialized(), "MPI is initialized before anything");
+  expect_not_initialized("before tcoll_init");
+  OK(tcoll_init(argc, argv));
+  EXPECT(mpi_initialized() && !mpi_finalized(), "tcoll_init did not initialize MPI");
+  EXPECT(tcoll_initialized() == 1, "tcoll_initialized() is 0 after tcoll_init");
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int size = 0, provided = -1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Query_thread(&provided);
+  EXPECT(tcoll_mpi_thread_level() == provided, "thread level %d, MPI says %d", tcoll_mpi_thread_level(), provided);
+  EXPECT(provided == MPI_THREAD_MULTIPLE, "tcoll_init asked for MPI_THREAD_MULTIPLE and got %d", provided);
+  sum_now(NULL, size, "after tcoll_init");
+  /* Reference counted: a second init and its finalize leave everything up. */
+  OK(tcoll_init(NULL, NULL));
+  OK(tcoll_init(argc, argv));
+  OK(tcoll_finalize());
+  OK(tcoll_finalize());
+  EXPECT(tcoll_initialized() == 1 && !mpi_finalized(), "an inner tcoll_finalize shut down");
+  EXPECT(tcoll_comm_world() != NULL, "world gone after an inner finalize");
+  sum_now(NULL, size, "after an inner tcoll_finalize");
+  /* The last finalize finalizes MPI, which tcoll initialized. */
+  OK(tcoll_finalize());
+  EXPECT(mpi_finalized(), "the last tcoll_finalize did not finalize MPI");
+  expect_not_initialized("after tcoll_finalize");
+  FAILS(tcoll_init(argc, argv), TCOLL_ERR_STATE, "finalized");
+  EXPECT(tcoll_initialized() == 0, "tcoll_init after MPI_Finalize initialized");
+  return failures;
+}
+
+/* ------------------------------------------------------------------ embedded */
+
+static int run_embedded(int *argc, char ***argv) {
+  int provided = -1;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  expect_not_initialized("before tcoll_init (MPI initialized by the host)");
+  /* A malformed variable first: the failed tcoll_init leaves the host's MPI alone. */
+  setenv("TCOLL_MAX_COUNT", "abc", 1);
+  FAILS(tcoll_init(NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_MAX_COUNT");
+  unsetenv("TCOLL_MAX_COUNT");
+  EXPECT(!mpi_finalized(), "a failed tcoll_init finalized the host's MPI");
+  expect_not_initialized("after a failed tcoll_init");
+
+  OK(tcoll_init(NULL, NULL));
+  EXPECT(tcoll_mpi_thread_level() == provided, "thread level %d, the host got %d", tcoll_mpi_thread_level(), provided);
+  EXPECT(provided >= MPI_THREAD_FUNNELED, "MPI provided %d", provided);
+  /* The host's own communicator, used by both. */
+  MPI_Comm mine;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &mine);
+  tcoll_comm_t *c = NULL;
+  OK(tcoll_comm_from_mpi(mine, &c));
+  sum_now(c, size, "over the host's communicator");
+  int32_t in[5], out[5];
+  post_sum(c, in, out); /* pending while the host communicates on its own */
+  int one = 1, total = 0;
+  MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, mine);
+  EXPECT(total == size, "host allreduce gives %d", total);
+  OK(tcoll_wait(out));
+  check_sum(out, size, "tcoll work next to host work");
+  /* Reference counting in the embedded case too. */
+  OK(tcoll_init(NULL, NULL));
+  OK(tcoll_finalize());
+  EXPECT(tcoll_initialized() == 1, "an inner finalize shut tcoll down");
+  OK(tcoll_finalize()); /* frees c too */
+  EXPECT(mpi_initialized() && !mpi_finalized(), "tcoll_finalize finalized the host's MPI");
+  expect_not_initialized("after tcoll_finalize (embedded)");
+  /* The host keeps using MPI: world, its own communicator, a new one. */
+  total = 0;
+  MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT(total == size, "host allreduce on MPI_COMM_WORLD after tcoll_finalize gives %d", total);
+  total = 0;
+  MPI_Allreduce(&rank, &total, 1, MPI_INT, MPI_SUM, mine);
+  EXPECT(total == size * (size - 1) / 2, "host allreduce on its communicator gives %d", total);
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  MPI_Barrier(dup);
+  MPI_Comm_free(&dup);
+  /* And tcoll starts again. */
+  OK(tcoll_init(argc, argv));
+  EXPECT(tcoll_comm_world() != NULL && tcoll_comm_lookup("world") == tcoll_comm_world(), "world after a restart");
+  sum_now(NULL, size, "after a restart");
+  OK(tcoll_comm_from_mpi(mine, &c));
+  sum_now(c, size, "host communicator after a restart");
+  OK(tcoll_finalize());
+  EXPECT(!mpi_finalized(), "the second tcoll_finalize finalized the host's MPI");
+  MPI_Comm_free(&mine);
+  MPI_Finalize();
+  return failures;
+}
+
+/* ------------------------------------------------------------------ unwaited */
+
+typedef struct {
+  int rc;
+} fin_t;
+static void do_finalize(void *arg) { ((fin_t *)arg)->rc = tcoll_finalize(); }
+static void do_mpi_finalize(void *arg) { ((fin_t *)arg)->rc = MPI_Finalize(); }
+
+static int run_unwaited(int *argc, char ***argv) {
+  OK(tcoll_init(argc, argv));
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int32_t in1[5], out1[5], in2[5], out2[5];
+  post_sum(NULL, in1, out1);
+  post_sum(NULL, in2, out2);
+  /* A coalesced work on two caller-owned buffers: one work, two buffers. */
+  float cin[2][3], cout[2][3];
+  int64_t shape[1] = {3};
+  tcoll_tensor_t ci[2], co[2];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 3; i++) cin[k][i] = (float)((k + 1) * (i + 1));
+    ci[k] = tcoll_tensor_make(cin[k], TCOLL_FLOAT32, 1, shape, TCOLL_HOST);
+    co[k] = tcoll_tensor_make(cout[k], TCOLL_FLOAT32, 1, shape, TCOLL_HOST);
+  }
+  OK(tcoll_all_reduce_coalesced(ci, 2, TCOLL_SUM, NULL, co));
+  EXPECT(tcoll_pending_count() == 4, "pending count %zu before finalize", tcoll_pending_count());
+  fin_t f = {-100};
+  const char *err = capture_stderr(do_finalize, &f);
+  EXPECT(f.rc == TCOLL_SUCCESS, "tcoll_finalize returned %s", tcoll_status_string(f.rc));
+  EXPECT(strstr(err, "3 collective(s) on 4 buffer(s)") != NULL, "finalize did not report the count: \"%s\"", err);
+  EXPECT(strstr(err, "never waited") != NULL, "finalize report: \"%s\"", err);
+  EXPECT(strstr(err, "all_reduce #") != NULL && strstr(err, "all_reduce_coalesced #") != NULL,
+         "finalize report does not name the ops with their sequence numbers: \"%s\"", err);
+  EXPECT(mpi_finalized(), "tcoll_finalize did not finalize MPI");
+  /* The unwaited work was completed before MPI went away. */
+  check_sum(out1, size, "first unwaited all_reduce");
+  check_sum(out2, size, "second unwaited all_reduce");
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < 3; i++)
+      EXPECT(cout[k][i] == (float)(size * (k + 1) * (i + 1)), "unwaited coalesced out[%d][%d] is %g", k, i, cout[k][i]);
+  expect_not_initialized("after finalize with unwaited work");
+  return failures;
+}
+
+/* ------------------------------------------------------------------ mpi-first */
+
+static int run_mpi_first(int *argc, char ***argv) {
+  int provided;
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  OK(tcoll_init(argc, argv));
+  int32_t in[5], out[5];
+  post_sum(NULL, in, out);
+  fin_t f = {-100};
+  const char *err = capture_stderr(do_mpi_finalize, &f);
+  EXPECT(f.rc == MPI_SUCCESS, "MPI_Finalize returned %d", f.rc);
+  EXPECT(strstr(err, "1 collective(s) on 1 buffer(s)") != NULL, "no report of the unwaited work: \"%s\"", err);
+  EXPECT(strstr(err, "MPI_Finalize was called before tcoll_finalize") != NULL, "no warning: \"%s\"", err);
+  check_sum(out, size, "work pending at MPI_Finalize");
+  EXPECT(tcoll_initialized() == 0, "tcoll still initialized after MPI_Finalize");
+  EXPECT(tcoll_comm_world() == NULL, "world still there after MPI_Finalize");
+  int32_t in2[5], out2[5] = {0};
+  int64_t shape[1] = {5};
+  tcoll_tensor_t a = tcoll_tensor_make(in2, TCOLL_INT32, 1, shape, TCOLL_HOST);
+  tcoll_tensor_t b = tcoll_tensor_make(out2, TCOLL_INT32, 1, shape, TCOLL_HOST);
+  FAILS(tcoll_all_reduce(&a, TCOLL_SUM, NULL, &b), TCOLL_ERR_STATE, "not initialized");
+  (void)tcoll_finalize(); /* harmless either way: nothing left to do */
+  FAILS(tcoll_init(argc, argv), TCOLL_ERR_STATE, "finalized");
+  return failures;
+}
+
+/* ------------------------------------------------------------------ badenv */
+
+static int run_badenv(int *argc, char ***argv) {
+  static const struct {
+    const char *var, *value;
+  } bad[] = {
+      {"TCOLL_MAX_COUNT", "abc"},      {"TCOLL_MAX_COUNT", "0"},        {"TCOLL_MAX_COUNT", "-5"},
+      {"TCOLL_MAX_COUNT", "12abc"},    {"TCOLL_MAX_COUNT", "99999999999"}, {"TCOLL_DEBUG", "loud"},
+      {"TCOLL_TIMEOUT", "-1"},         {"TCOLL_TIMEOUT", "soon"},       {"TCOLL_TIMEOUT", "nan"},
+      {"TCOLL_TIMEOUT", "inf"},        {"TCOLL_ON_TIMEOUT", "maybe"},   {"TCOLL_CUDA_AWARE", "2"},
+      {"TCOLL_PROGRESS", "yes"},       {"TCOLL_STAGING_CHUNK", "1"},    {"TCOLL_STAGING_CHUNK", "4k"},
+      {"TCOLL_FAKE_DEVICES", "-1"},    {"TCOLL_FAKE_DEVICES", "65"},    {"TCOLL_FAKE_DEVICES", "two"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    setenv(bad[i].var, bad[i].value, 1);
+    int rc = tcoll_init(argc, argv);
+    EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "%s=%s: tcoll_init returned %s", bad[i].var, bad[i].value,
+           tcoll_status_string(rc));
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\"", bad[i].value);
+    EXPECT(strstr(tcoll_last_error(), bad[i].var) && strstr(tcoll_last_error(), quoted),
+           "%s=%s: message \"%s\" does not name the variable and its value", bad[i].var, bad[i].value,
+           tcoll_last_error());
+    EXPECT(tcoll_initialized() == 0, "%s=%s: tcoll is initialized after a failed tcoll_init", bad[i].var, bad[i].value);
+    if (rc == TCOLL_SUCCESS) tcoll_finalize();
+    unsetenv(bad[i].var);
+    if (rank < 0 && mpi_initialized()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+  char longpath[700];
+  memset(longpath, 'p', sizeof longpath);
+  longpath[0] = '/';
+  longpath[sizeof longpath - 1] = '\0';
+  setenv("TCOLL_TRACE", longpath, 1);
+  FAILS(tcoll_init(argc, argv), TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_TRACE");
+  unsetenv("TCOLL_TRACE");
+  /* Valid values, names in any case, are accepted and show in the configuration. */
+  static const char *good[][2] = {{"TCOLL_DEBUG", "warn"},         {"TCOLL_MAX_COUNT", "1000"},
+                                  {"TCOLL_TIMEOUT", "2.5"},        {"TCOLL_ON_TIMEOUT", "RETURN"},
+                                  {"TCOLL_STAGING_CHUNK", "4096"}, {"TCOLL_CUDA_AWARE", "Auto"},
+                                  {"TCOLL_PROGRESS", "none"},      {"TCOLL_FAKE_DEVICES", "0"}};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) setenv(good[i][0], good[i][1], 1);
+  OK(tcoll_init(argc, argv));
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) unsetenv(good[i][0]);
+  tcoll_config_t cfg;
+  OK(tcoll_get_config(&cfg));
+  EXPECT(cfg.max_count == 1000, "TCOLL_MAX_COUNT=1000 gave max_count %lld", (long long)cfg.max_count);
+  EXPECT(cfg.timeout == 2.5 && cfg.debug == TCOLL_LOG_WARN && cfg.abort_on_timeout == 0 &&
+             cfg.staging_chunk == 4096 && cfg.cuda_aware == -1 && cfg.progress_thread == 0 && cfg.fake_devices == 0,
+         "configuration from the environment: timeout %g debug %d abort %d chunk %zu cuda_aware %d progress %d fake %d",
+         cfg.timeout, (int)cfg.debug, cfg.abort_on_timeout, cfg.staging_chunk, cfg.cuda_aware, cfg.progress_thread,
+         cfg.fake_devices);
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  sum_now(NULL, size, "after failed starts");
+  /* tcoll started MPI (in the first, failed tcoll_init): it still finalizes it. */
+  OK(tcoll_finalize());
+  EXPECT(mpi_finalized(), "tcoll_finalize did not finalize the MPI that tcoll_init initialized");
+  if (!mpi_finalized()) MPI_Finalize();
+  return failures;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  int bad;
+  if (!strcmp(mode, "owned")) bad = run_owned(&argc, &argv);
+  else if (!strcmp(mode, "embedded")) bad = run_embedded(&argc, &argv);
+  else if (!strcmp(mode, "unwaited")) bad = run_unwaited(&argc, &argv);
+  else if (!strcmp(mode, "mpi-first")) bad = run_mpi_first(&argc, &argv);
+  else if (!strcmp(mode, "badenv")) bad = run_badenv(&argc, &argv);
+  else {
+    fprintf(stderr, "usage: %s owned|embedded|unwaited|mpi-first|badenv\n", argv[0]);
+    return 2;
+  }
+  if (rank <= 0) printf("test_lifetime %s: %s (%d failure(s) on rank %d)\n", mode, bad ? "FAILED" : "passed", bad, rank);
+  return bad ? 1 : 0;
+}
