@@ -85,7 +85,7 @@ static inline tcoll_tensor_t g_t3(tcoll_dtype_t dt, int64_t n0, int64_t n1, int6
 
 /* A list of n tensors shaped like proto (allocated, or empty descriptors). */
 static inline tcoll_tensor_t *g_list(int n, const tcoll_tensor_t *proto, bool alloc) {
-  tcoll_tensor_t *l = calloc((size_t)n, sizeof *l);
+  tcoll_tensor_t *l = calloc(n > 0 ? (size_t)n : 1, sizeof *l);
   for (int i = 0; i < n; i++) l[i] = alloc ? t_alloc(proto->dtype, proto->ndim, proto->shape) : t_empty();
   return l;
 }
