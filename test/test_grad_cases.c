@@ -534,6 +534,26 @@ START_TEST(api_freed_communicator) {
 }
 END_TEST
 
+/* An input that is a pending output of earlier work is waited for, also by gather off dst
+ * (where the work is keyed on the input): regression test for a TCOLL_ERR_BUSY there, which
+ * left dst alone in the collective. */
+START_TEST(api_gather_pending_input) {
+  int dst = 0;
+  tcoll_tensor_t a = g_t1(TCOLL_FLOAT32, 3), x = t_empty();
+  fill_lin(&a, t_rank, 1);
+  T_OK(tcoll_all_reduce(&a, TCOLL_SUM, NULL, &x)); /* x pending */
+  tcoll_tensor_t *ys = t_rank == dst ? g_list(t_size, &a, false) : NULL;
+  tcoll_grad_node_t *node = NULL;
+  T_OK(tcoll_grad_gather(&x, dst, NULL, ys, &node)); /* plain gather off dst: keyed on x */
+  T_OK(tcoll_wait(x.data));
+  if (ys) g_wait_list(ys, t_size);
+  for (int r = 0; ys && r < t_size; r++) check_lin("gather of a pending input", &ys[r], tri(t_size - 1), t_size, 0);
+  tcoll_grad_node_free(node);
+  g_list_free(ys, t_size);
+  FREE_ALL(&a, &x);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("grad_cases");
   TCase *tc = t_tcase("cases");
@@ -556,6 +576,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, api_node_lifetime);
   tcase_add_test(tc, api_in_place);
   tcase_add_test(tc, api_freed_communicator);
+  tcase_add_test(tc, api_gather_pending_input);
   suite_add_tcase(s, tc);
   return s;
 }

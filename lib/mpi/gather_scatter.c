@@ -38,7 +38,10 @@ int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, tcoll_te
   if (c->rank == dst) {
     for (int r = 0; r < c->size && !rc; r++) rc = tc_work_output(w, &outs[r], in->dtype, in->ndim, in->shape, in->device);
   } else {
-    rc = tc_work_key(w, in->data, tcoll_tensor_nbytes(in)); /* no output here: wait on the input */
+    /* No output here: the work is keyed on the input, so an input that is still a pending
+     * output of earlier work is waited for first (instead of being refused as busy). */
+    rc = tc_work_inputs(w, in, 1);
+    if (!rc) rc = tc_work_key(w, in->data, tcoll_tensor_nbytes(in));
   }
   if (!rc) rc = tc_work_register(w);
   if (!rc) rc = tc_work_inputs(w, in, 1);
