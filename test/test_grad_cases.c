@@ -368,6 +368,54 @@ START_TEST(case_all_reduce) {
 }
 END_TEST
 
+/* The local math runs in float64 and rounds once into 16-bit dtypes. */
+START_TEST(case_half_dtypes) {
+  /* all_reduce PRODUCT in bfloat16: x = 2 everywhere, g = 1: grad = size * 2^(size-1) */
+  tcoll_tensor_t x = g_t1(TCOLL_BFLOAT16, 3), y = t_empty(), g = g_t1(TCOLL_BFLOAT16, 3), gx = t_empty();
+  fill_lin(&x, 2, 0);
+  fill_lin(&g, 1, 0);
+  tcoll_grad_node_t *node = NULL;
+  T_OK(tcoll_grad_all_reduce(&x, TCOLL_PRODUCT, NULL, &y, &node));
+  T_OK(tcoll_wait(y.data));
+  check_lin("bfloat16 product y", &y, ldexp(1.0, t_size), 0, 0);
+  T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
+  T_OK(tcoll_wait(gx.data));
+  check_lin("bfloat16 product grad", &gx, t_size * ldexp(1.0, t_size - 1), 0, 0);
+  tcoll_grad_node_free(node);
+  FREE_ALL(&x, &y, &g, &gx);
+
+  /* all_reduce MAX in float16: x = r + i, g = 1 + i: the last rank gets size * (1 + i) */
+  x = g_t1(TCOLL_FLOAT16, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT16, 3), gx = t_empty();
+  fill_lin(&x, t_rank, 1);
+  fill_lin(&g, 1, 1);
+  T_OK(tcoll_grad_all_reduce(&x, TCOLL_MAX, NULL, &y, &node));
+  T_OK(tcoll_wait(y.data));
+  check_lin("float16 max y", &y, t_size - 1, 1, 0);
+  T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
+  T_OK(tcoll_wait(gx.data));
+  double w = t_rank == t_size - 1 ? t_size : 0;
+  check_lin("float16 max grad", &gx, w, w, 0);
+  tcoll_grad_node_free(node);
+  FREE_ALL(&x, &y, &g, &gx);
+
+  /* reduce_scatter AVG in float16: grad = g / size, rounded once */
+  int64_t shape[1] = {2};
+  tcoll_tensor_t proto = tcoll_tensor_make(NULL, TCOLL_FLOAT16, 1, shape, t_device());
+  tcoll_tensor_t *xs = g_list(t_size, &proto, true), *gxs = g_list(t_size, &proto, false);
+  y = t_empty(), g = g_t1(TCOLL_FLOAT16, 2);
+  fill_lin(&g, 3, 1);
+  T_OK(tcoll_grad_reduce_scatter(xs, TCOLL_AVG, NULL, &y, &node));
+  T_OK(tcoll_wait(y.data));
+  T_OK(tcoll_grad_backward(node, &g, 1, gxs, t_size));
+  g_wait_list(gxs, t_size);
+  for (int r = 0; r < t_size; r++) check_lin("float16 reduce_scatter avg grad", &gxs[r], 3.0 / t_size, 1.0 / t_size, 1e-3);
+  tcoll_grad_node_free(node);
+  g_list_free(xs, t_size);
+  g_list_free(gxs, t_size);
+  FREE_ALL(&y, &g);
+}
+END_TEST
+
 /* ---- the API around the rules ---- */
 
 START_TEST(api_bad_arguments) {
@@ -568,6 +616,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, case_all_to_all);
   tcase_add_test(tc, case_all_to_all_single);
   tcase_add_test(tc, case_all_reduce);
+  tcase_add_test(tc, case_half_dtypes);
   suite_add_tcase(s, tc);
   tc = t_tcase("api");
   tcase_add_test(tc, api_bad_arguments);
