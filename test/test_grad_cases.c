@@ -526,7 +526,7 @@ START_TEST(api_node_lifetime) {
   T_OK(tcoll_grad_backward(node, &g, 1, &gx1, 1));
   T_OK(tcoll_grad_backward(node, &g, 1, &gx2, 1));
   tcoll_grad_node_free(node); /* before anything was waited */
-  T_OK(tcoll_wait(gx2.data));
+  T_OK(tcoll_wait_timeout(gx2.data, 30.0)); /* a deadline reaches the inner collectives too */
   T_OK(tcoll_wait(y.data));
   T_OK(tcoll_wait(gx1.data));
   check_lin("y", &y, t_size - 1, 10, 0);

@@ -2,7 +2,6 @@
  * collectives, then runs local math (see grad.h). */
 #include "grad.h"
 
-#include "../cuda/device.h"
 #include "../registry.h"
 #include "../tensor.h"
 
@@ -100,7 +99,8 @@ int tg_comp_host_view(tc_work_t *w, const tcoll_tensor_t *t, const void **p) {
   size_t nb = tcoll_tensor_nbytes(t);
   void *h = tc_work_scratch(w, nb);
   if (!h) return TCOLL_ERR_NO_MEMORY;
-  if (nb && (rc = tc_dev_copy_sync(h, TCOLL_HOST, t->data, t->device, nb))) return rc;
+  tcoll_tensor_t dst = tcoll_tensor_make(h, t->dtype, t->ndim, t->shape, TCOLL_HOST);
+  if (nb && (rc = tcoll_tensor_copy(&dst, t))) return rc;
   *p = h;
   return TCOLL_SUCCESS;
 }
