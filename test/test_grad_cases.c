@@ -602,6 +602,35 @@ START_TEST(api_gather_pending_input) {
 }
 END_TEST
 
+/* A composite grad whose inner collective cannot complete yet (the other ranks have not posted
+ * it): test says IN_PROGRESS, a wait with a deadline times out and leaves it pending, a later
+ * wait completes it. */
+START_TEST(api_timeout_then_wait) {
+  tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 3), gx = t_empty();
+  fill_lin(&x, t_rank, 1);
+  fill_lin(&g, 1, 0);
+  tcoll_grad_node_t *node = NULL;
+  T_OK(tcoll_grad_all_reduce(&x, TCOLL_MAX, NULL, &y, &node));
+  T_OK(tcoll_wait(y.data));
+  if (t_rank == 0) {
+    T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
+    if (t_size > 1) {
+      T_EXPECT(tcoll_test(gx.data) == TCOLL_IN_PROGRESS, "test before the others posted");
+      T_FAILS(tcoll_wait_timeout(gx.data, 0.2), TCOLL_ERR_TIMEOUT, "still pending");
+      T_EXPECT(tcoll_pending_count() >= 1, "still pending after the timeout");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
+  }
+  T_OK(tcoll_wait(gx.data));
+  check_lin("grad after a timeout", &gx, t_rank == t_size - 1 ? t_size : 0, 0, 0);
+  tcoll_grad_node_free(node);
+  FREE_ALL(&x, &y, &g, &gx);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("grad_cases");
   TCase *tc = t_tcase("cases");
@@ -626,6 +655,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, api_in_place);
   tcase_add_test(tc, api_freed_communicator);
   tcase_add_test(tc, api_gather_pending_input);
+  tcase_add_test(tc, api_timeout_then_wait);
   suite_add_tcase(s, tc);
   return s;
 }
