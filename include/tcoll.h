@@ -336,41 +336,79 @@ TCOLL_API size_t tcoll_pending_count(void);
 
 /* ---------------------------------------------------------------- differentiable collectives */
 
-/* Forward: same semantics and asynchrony as the plain op, plus a grad node. Backward writes
- * grad_inputs (same out->data == NULL rule), pending until waited. Lists hold one tensor per
- * rank of comm. Free nodes with tcoll_grad_node_free. */
+/* Forward: same semantics, asynchrony and argument checks as the plain op, plus a grad node in
+ * *node (NULL on failure). Backward writes grad_inputs (same out->data == NULL rule), pending
+ * until waited. Lists hold one tensor per rank of comm. Rules and derivations: doc/gradients.md.
+ *
+ * The loss is the sum over ranks of each rank's loss: every output that exists on a rank gets a
+ * grad_output there (ignored where the output does not depend on the inputs: reduce's y and
+ * gather's ys off dst). grad_outputs have exactly the dtype, shape and device of the forward's
+ * outputs on that rank; grad_inputs those of the forward's inputs (or data == NULL) and must not
+ * overlap grad_outputs. n_grad_outputs / n_grad_inputs: 1 for a tensor, the size of comm for a
+ * list.
+ *
+ * The node keeps what backward needs (comm, roots, shapes, split sizes, the op and its premul
+ * scalar, and for MAX / MIN / PRODUCT host copies of x, and of y for MAX / MIN), so backward
+ * reads nothing of the caller's x or y. The caller keeps comm alive until the node is freed. A
+ * node serves any number of backward calls and may be freed before its work is waited.
+ * Errors: TCOLL_ERR_UNSUPPORTED where no gradient exists (bitwise ops; MAX / MIN / PRODUCT on
+ * integer dtypes; reduce_scatter with an op other than SUM / AVG / PREMUL_SUM, at backward). */
 typedef struct tcoll_grad_node tcoll_grad_node_t;
+/* backward: reduce SUM to src on src, zeros elsewhere. */
 TCOLL_API int tcoll_grad_broadcast(const tcoll_tensor_t *x, int src, tcoll_comm_t *comm,
                                    tcoll_tensor_t *y, tcoll_grad_node_t **node);
+/* backward: broadcast of dst's grad (SUM), scaled for AVG / PREMUL_SUM; MAX / MIN / PRODUCT as
+ * all_reduce with dst's grad. MAX / MIN forward run as an all_reduce (every rank needs y). */
 TCOLL_API int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op,
                                 tcoll_comm_t *comm, tcoll_tensor_t *y, tcoll_grad_node_t **node);
+/* ys: size entries; off dst they are filled with zeros, or ys may be NULL there (then the work
+ * is keyed on x, as for tcoll_gather). backward: scatter from dst; grad_outputs are read on dst
+ * (off dst pass size tensors or none). */
 TCOLL_API int tcoll_grad_gather(const tcoll_tensor_t *x, int dst, tcoll_comm_t *comm,
                                 tcoll_tensor_t *ys, tcoll_grad_node_t **node);
+/* xs read on src only (may be NULL elsewhere; there *y gives the shape). backward: gather to
+ * src; off src grad_inputs are size tensors filled with zeros, or none (n_grad_inputs 0: the
+ * work is then keyed on grad_outputs[0]). */
 TCOLL_API int tcoll_grad_scatter(const tcoll_tensor_t *xs, int src, tcoll_comm_t *comm,
                                  tcoll_tensor_t *y, tcoll_grad_node_t **node);
+/* backward: reduce_scatter SUM of the size grads. */
 TCOLL_API int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm,
                                     tcoll_tensor_t *ys, tcoll_grad_node_t **node);
+/* Any gather_dim. backward: reduce_scatter SUM along gather_dim. */
 TCOLL_API int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim,
                                                 tcoll_comm_t *comm, tcoll_tensor_t *y,
                                                 tcoll_grad_node_t **node);
+/* backward: all_gather of the grads (divided by size for AVG, times the scalar for PREMUL_SUM;
+ * other ops: TCOLL_ERR_UNSUPPORTED). */
 TCOLL_API int tcoll_grad_reduce_scatter(const tcoll_tensor_t *xs, tcoll_redop_t op,
                                         tcoll_comm_t *comm, tcoll_tensor_t *y,
                                         tcoll_grad_node_t **node);
+/* op must be TCOLL_SUM: anything else is TCOLL_ERR_UNSUPPORTED, "Only sum reduce op is
+ * supported" (as PyTorch's ReduceScatterTensor). Any scatter_dim. backward: all_gather along
+ * scatter_dim. */
 TCOLL_API int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op,
                                                int scatter_dim, tcoll_comm_t *comm,
                                                tcoll_tensor_t *y, tcoll_grad_node_t **node);
+/* backward: all_to_all of the grads (grad_inputs shaped like xs). */
 TCOLL_API int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm,
                                     tcoll_tensor_t *ys, tcoll_grad_node_t **node);
+/* The node copies the split sizes. backward: all_to_all_single with the splits swapped. */
 TCOLL_API int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x,
                                            const int64_t *output_split_sizes,
                                            const int64_t *input_split_sizes, tcoll_comm_t *comm,
                                            tcoll_tensor_t *y, tcoll_grad_node_t **node);
+/* backward: SUM / AVG / PREMUL_SUM(s): all_reduce of the grads with the same op; MAX / MIN: the
+ * sum of the grads goes to the ranks holding the extremum, split evenly among ties; PRODUCT:
+ * (sum of the grads) * (product of the other ranks' x), exact when x has zeros; bitwise:
+ * TCOLL_ERR_UNSUPPORTED. */
 TCOLL_API int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op,
                                     tcoll_comm_t *comm, tcoll_tensor_t *y,
                                     tcoll_grad_node_t **node);
+/* Posts the backward of node's forward (asynchronous: wait on each grad_input). */
 TCOLL_API int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outputs,
                                   int n_grad_outputs, tcoll_tensor_t *grad_inputs,
                                   int n_grad_inputs);
+/* NULL is ignored. Pending work started from the node is not affected. */
 TCOLL_API void tcoll_grad_node_free(tcoll_grad_node_t *node);
 
 /* ---------------------------------------------------------------- devices */

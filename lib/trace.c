@@ -34,9 +34,10 @@ void tc_trace_posted(const tc_work_t *w) {
   r->seq = w->seq;
   r->comm_seq = w->comm_seq;
   snprintf(r->op, sizeof r->op, "%s", w->op);
-  tc_comm_label(w->comm, r->comm, sizeof r->comm);
-  r->comm_id = w->comm->id;
-  r->comm_size = w->comm->size;
+  if (w->comm) tc_comm_label(w->comm, r->comm, sizeof r->comm);
+  else snprintf(r->comm, sizeof r->comm, "local");
+  r->comm_id = w->comm ? w->comm->id : UINT32_MAX; /* local work gets a row of its own */
+  r->comm_size = w->comm ? w->comm->size : 1;
   r->dtype = w->dtype;
   r->ndim = w->ndim;
   memcpy(r->shape, w->shape, sizeof r->shape);

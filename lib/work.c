@@ -64,6 +64,7 @@ static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
   w->scalar = sig && sig->op ? sig->op->scalar : 0.0;
   w->dim = sig ? sig->dim : -1;
   w->agree = sig ? sig->agree : TC_AGREE_SHAPE;
+  w->local = sig ? sig->local : false;
   w->shapes_hash = t && w->agree == TC_AGREE_SHAPE ? hash_shapes(t, sig->n) : 0;
 }
 
@@ -126,6 +127,7 @@ int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int n
 int tc_work_register(tc_work_t *w) {
   int rc = tc_registry_add(w);
   w->seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
+  if (w->local) return rc;
   w->comm_seq = tc_comm_next_seq(w->comm);
   if (tc_cfg.debug >= TCOLL_LOG_DETAIL) {
     /* Every rank that reached this point takes part, also one that failed locally. */
@@ -261,7 +263,7 @@ static void undo_outputs(tc_work_t *w) {
 }
 
 static void log_posted(const tc_work_t *w) {
-  if (tc_cfg.debug < TCOLL_LOG_INFO) return;
+  if (tc_cfg.debug < TCOLL_LOG_INFO || !w->comm) return;
   char shape[96], comm[80];
   tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d", (unsigned long long)w->seq, w->op,
           tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
@@ -374,7 +376,11 @@ int tc_work_progress(tc_work_t *w, bool block, double deadline) {
 }
 
 const char *tc_work_describe(const tc_work_t *w, char *buf, size_t len) {
-  char comm[80];
+  char comm[80] = "none";
+  if (!w->comm) {
+    snprintf(buf, len, "%s #%llu (local, %zu bytes)", w->op, (unsigned long long)w->seq, w->bytes);
+    return buf;
+  }
   snprintf(buf, len, "%s #%llu on comm %s (seq %llu, %zu bytes)", w->op, (unsigned long long)w->seq,
            tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->bytes);
   return buf;

@@ -34,6 +34,8 @@ typedef struct tc_sig {
   const tc_redop_t *op;    /* NULL: none */
   int dim;                 /* -1: none */
   int agree;               /* TC_AGREE_* */
+  bool local;              /* no communication of its own (e.g. the gradient module's composite
+                              works): not numbered on the communicator, not DETAIL-checked */
 } tc_sig_t;
 #define TC_SIG(...) (&(tc_sig_t){.n = 1, .root = -1, .dim = -1, __VA_ARGS__})
 /* Runs once, after the requests completed, on the posting-side buffers (host or staging). */
@@ -102,6 +104,7 @@ struct tc_work {
   int64_t shape[TCOLL_MAX_DIMS];
   int device;
   int ntensors, root, redop, dim, agree;
+  bool local;
   double scalar;
   uint64_t shapes_hash; /* every tensor's dtype and shape */
 
