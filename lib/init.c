@@ -3,6 +3,7 @@
 
 #include "comm.h"
 #include "cuda/device.h"
+#include "cuda/pipeline.h"
 #include "cuda/staging.h"
 #include "mpi/mpi_glue.h"
 #include "redop.h"
@@ -42,6 +43,7 @@ static void teardown(void) {
   tc_comms_destroy_all();
   tc_g.world = NULL;
   tc_mpi_glue_fini();
+  tc_pipe_cleanup();
   tc_stage_cleanup();
   tc_dev_fini();
   tc_scratch_cleanup();

@@ -3,6 +3,7 @@
 #include "comm.h"
 #include "dtype.h"
 #include "cuda/device.h"
+#include "cuda/pipeline.h"
 #include "cuda/staging.h"
 #include "registry.h"
 #include "scratch.h"
@@ -175,6 +176,7 @@ int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size
 static void release_held(tc_work_t *w) {
   for (int i = 0; i < w->nheld; i++) {
     if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_PIPE) tc_pipe_release(w->held[i].p);
     else tc_stage_release(w->held[i].p);
   }
   w->nheld = 0;

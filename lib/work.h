@@ -56,9 +56,9 @@ typedef struct tc_divide {
 /* A block of memory the work returns when it is recycled. */
 typedef struct tc_held {
   void *p;
-  int kind; /* TC_HELD_SCRATCH or TC_HELD_PINNED */
+  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED or TC_HELD_PIPE */
 } tc_held_t;
-enum { TC_HELD_SCRATCH, TC_HELD_PINNED };
+enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda/pipeline.h) */ };
 
 #define TC_WORK_PRIV_BYTES 256
 #define TC_WORK_ERR_LEN 512

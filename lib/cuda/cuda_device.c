@@ -160,6 +160,13 @@ static int cu_add(int dev, void *stream, void *dst, const void *src, tcoll_dtype
   return TCOLL_SUCCESS;
 }
 
+static int cu_device_sync(int dev) {
+  int rc = use(dev);
+  if (rc) return rc;
+  CUDA_TRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return TCOLL_SUCCESS;
+}
+
 const tc_device_ops_t tc_cuda_device_ops = {
     .name = "cuda",
     .init = cu_init,
@@ -183,4 +190,5 @@ const tc_device_ops_t tc_cuda_device_ops = {
     .pointer_device = cu_pointer_device,
     .scale = cu_scale,
     .add = cu_add,
+    .device_sync = cu_device_sync,
 };

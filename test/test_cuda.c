@@ -1,0 +1,2 @@
+#include "harness.h"
+Suite *t_suite(void) { return suite_create("local"); }
