@@ -28,6 +28,18 @@ static pinned_t *pool[MAX_CLASS + 1];
 static int pool_n[MAX_CLASS + 1];
 static pinned_t *fenced;
 
+/* Page-locked memory from the backend; plain memory when there is no backend. */
+static int host_alloc(size_t n, void **p) {
+  if (tc_dev()->host_alloc) return tc_dev()->host_alloc(n, p);
+  if (posix_memalign(p, HEADER, n)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes", n);
+  return TCOLL_SUCCESS;
+}
+
+static void host_free(void *p) {
+  if (tc_dev()->host_free) tc_dev()->host_free(p);
+  else free(p);
+}
+
 static pinned_t *header_of(void *p) { return (pinned_t *)((char *)p - HEADER); }
 
 static bool fences_done(pinned_t *b) {
@@ -76,7 +88,7 @@ static void reclaim_locked(pinned_t **to_free) {
 static void free_list(pinned_t *b) {
   while (b) {
     pinned_t *next = b->next;
-    tc_dev()->host_free(b);
+    host_free(b);
     b = next;
   }
 }
@@ -109,7 +121,7 @@ void *tc_pinned_get(size_t n) {
   }
   if (!b) {
     void *p = NULL;
-    if (tc_dev()->host_alloc(HEADER + ((size_t)1 << c), &p)) return NULL;
+    if (host_alloc(HEADER + ((size_t)1 << c), &p)) return NULL;
     b = p;
     b->cls = c;
   }
@@ -124,7 +136,7 @@ void tc_stage_release(void *p) {
   pthread_mutex_lock(&pool_mu);
   b = pool_add_locked(b);
   pthread_mutex_unlock(&pool_mu);
-  if (b) tc_dev()->host_free(b);
+  if (b) host_free(b);
 }
 
 void tc_pinned_put_after(void *p, int n, const int *devs, void *const *streams) {
