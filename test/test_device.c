@@ -357,6 +357,25 @@ START_TEST(pipe_repeat) {
 }
 END_TEST
 
+/* A per-call element limit below the chunk: chunks shrink to it. */
+START_TEST(pipe_max_count) {
+  small_chunks();
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  int64_t saved = c.max_count;
+  c.max_count = 300;
+  T_OK(tcoll_set_config(&c));
+  all_reduce_case(TCOLL_FLOAT32, 4001, TCOLL_SUM, false);
+  int64_t s1[1] = {2003};
+  all_gather_case(1, s1, 0);
+  int64_t s2[1] = {12 * 211};
+  reduce_scatter_case(1, s2, 0, TCOLL_SUM, 1.0);
+  c.max_count = saved;
+  T_OK(tcoll_set_config(&c));
+  restore_chunks();
+}
+END_TEST
+
 /* ------------------------------------------------------------------ stream semantics */
 
 /* Keeps stream s of device 0 busy for a while (each queued op takes TCOLL_FAKE_DELAY_US). */
@@ -453,6 +472,177 @@ START_TEST(stream_chain) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ the other ops on devices */
+
+/* Element i of rank r's tensor with a tag: (r + 1) * (i % 7 + 1) + 100 * tag. */
+static double tv(int r, int64_t i, int tag) { return val(r, i) + 100.0 * tag; }
+typedef struct ectx {
+  int r, tag;
+  int64_t off;
+  double mul;
+} ectx_t;
+static double tagged(int64_t i, void *c) {
+  ectx_t *e = c;
+  return e->mul * tv(e->r, i + e->off, e->tag);
+}
+static double tagged_sum(int64_t i, void *c) {
+  ectx_t *e = c;
+  return tri() * (double)((i + e->off) % 7 + 1) + 100.0 * e->tag * t_size;
+}
+static tcoll_tensor_t tagged_tensor(tcoll_dtype_t dt, int ndim, const int64_t *shape, int r, int tag) {
+  tcoll_tensor_t t = t_alloc(dt, ndim, shape);
+  ectx_t e = {r, tag, 0, 1.0};
+  t_set_all(&t, tagged, &e);
+  return t;
+}
+
+START_TEST(other_ops) {
+  int R = t_rank, S = t_size;
+  /* all_reduce_coalesced (three dtypes), all_gather_coalesced, reduce_scatter_coalesced */
+  int64_t a[1] = {5}, b[2] = {3, 4}, c[1] = {7};
+  tcoll_tensor_t in[3] = {tagged_tensor(TCOLL_FLOAT32, 1, a, R, 0), tagged_tensor(TCOLL_INT32, 2, b, R, 1),
+                          tagged_tensor(TCOLL_FLOAT64, 1, c, R, 2)};
+  tcoll_tensor_t out[3] = {t_empty(), t_empty(), t_empty()};
+  T_OK(tcoll_all_reduce_coalesced(in, 3, TCOLL_SUM, NULL, out));
+  for (int i = 0; i < 3; i++) {
+    T_OK(tcoll_wait(out[i].data));
+    ectx_t e = {0, i, 0, 1};
+    t_check_all("all_reduce_coalesced", &out[i], tagged_sum, &e, 0);
+    tcoll_tensor_free(&out[i]);
+  }
+  T_OK(tcoll_all_gather_coalesced(in, 3, NULL, out));
+  for (int i = 0; i < 3; i++) {
+    T_OK(tcoll_wait(out[i].data));
+    int64_t per = tcoll_tensor_numel(&in[i]);
+    double *v = malloc((size_t)(per * S) * sizeof *v);
+    t_read(&out[i], v);
+    int bad = 0;
+    for (int64_t k = 0; k < per * S; k++) bad += v[k] != tv((int)(k / per), k % per, i);
+    T_EXPECT(bad == 0, "all_gather_coalesced out[%d]: %d wrong", i, bad);
+    free(v);
+    tcoll_tensor_free(&out[i]);
+  }
+  for (int i = 0; i < 3; i++) tcoll_tensor_free(&in[i]);
+  int64_t r0[2] = {2 * S, 3}, r1[2] = {3, 2 * S};
+  tcoll_tensor_t rin[2] = {tagged_tensor(TCOLL_FLOAT64, 2, r0, R, 0), tagged_tensor(TCOLL_FLOAT64, 2, r1, R, 0)};
+  tcoll_tensor_t rout[2] = {t_empty(), t_empty()};
+  int dims[2] = {0, 1};
+  T_OK(tcoll_reduce_scatter_coalesced(rin, 2, TCOLL_SUM, dims, NULL, rout));
+  for (int i = 0; i < 2; i++) {
+    T_OK(tcoll_wait(rout[i].data));
+    rctx_t g = {2, {rin[i].shape[0], rin[i].shape[1], 0}, dims[i], 1.0};
+    t_check_all("reduce_scatter_coalesced", &rout[i], scattered, &g, 0);
+    tcoll_tensor_free(&rout[i]);
+    tcoll_tensor_free(&rin[i]);
+  }
+
+  /* all_to_all_single, permute, shard_dim_all_to_all */
+  int64_t s2[2] = {2 * S, 3};
+  tcoll_tensor_t x = tagged_tensor(TCOLL_FLOAT32, 2, s2, R, 0), y = t_empty();
+  T_OK(tcoll_all_to_all_single(&x, NULL, NULL, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  double *v = malloc((size_t)(6 * S) * sizeof *v);
+  t_read(&y, v);
+  int bad = 0;
+  for (int64_t k = 0; k < 6 * S; k++) bad += v[k] != tv((int)(k / 6), 6 * R + k % 6, 0); /* 2 rows of 3 from rank k/6 */
+  T_EXPECT(bad == 0, "all_to_all_single: %d wrong", bad);
+  tcoll_tensor_free(&y);
+  int *sd = malloc((size_t)S * sizeof *sd);
+  for (int m = 0; m < S; m++) sd[m] = (m + 1) % S;
+  T_OK(tcoll_permute(&x, sd, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  ectx_t from = {(R - 1 + S) % S, 0, 0, 1};
+  t_check_all("permute", &y, tagged, &from, 0);
+  tcoll_tensor_free(&y);
+  free(sd);
+  tcoll_tensor_free(&x);
+  int64_t s3[2] = {2, 2 * S};
+  x = tagged_tensor(TCOLL_FLOAT32, 2, s3, R, 0);
+  T_OK(tcoll_shard_dim_all_to_all(&x, 0, 1, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  t_read(&y, v); /* [2 * S, 2]: rows 2i, 2i+1 from rank i, its columns 2R, 2R+1 */
+  bad = 0;
+  for (int64_t k = 0; k < 4 * S; k++) {
+    int64_t row = k / 2, col = k % 2;
+    bad += v[k] != tv((int)(row / 2), (row % 2) * 2 * S + 2 * R + col, 0);
+  }
+  T_EXPECT(bad == 0, "shard_dim_all_to_all: %d wrong", bad);
+  tcoll_tensor_free(&y);
+  tcoll_tensor_free(&x);
+  free(v);
+
+  /* reduce (AVG), gather, scatter, all_gather_list, reduce_scatter_list, all_to_all */
+  int64_t s1[1] = {9};
+  x = tagged_tensor(TCOLL_FLOAT64, 1, s1, R, 0);
+  y = t_empty();
+  T_OK(tcoll_reduce(&x, S - 1, TCOLL_AVG, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  if (R == S - 1) {
+    ctx_t avg = {0, 0, 0, 1.0 / S};
+    t_check_all("reduce avg on dst", &y, sum_val, &avg, 1e-12);
+  }
+  tcoll_tensor_free(&y);
+  tcoll_tensor_t *list = calloc((size_t)S, sizeof *list), *list2 = calloc((size_t)S, sizeof *list2);
+  for (int j = 0; j < S; j++) list[j] = t_empty();
+  T_OK(tcoll_gather(&x, 0, NULL, R == 0 ? list : NULL));
+  T_OK(tcoll_wait(R == 0 ? list[0].data : x.data));
+  for (int j = 0; j < S && R == 0; j++) {
+    T_OK(tcoll_wait(list[j].data));
+    ectx_t e = {j, 0, 0, 1};
+    t_check_all("gather", &list[j], tagged, &e, 0);
+  }
+  for (int j = 0; j < S; j++) tcoll_tensor_free(&list[j]);
+  for (int j = 0; j < S; j++) list2[j] = R == 0 ? tagged_tensor(TCOLL_FLOAT64, 1, s1, j, 3) : t_empty();
+  y = t_empty();
+  y.dtype = TCOLL_FLOAT64;
+  y.ndim = 1;
+  y.shape[0] = 9;
+  y.device = t_device();
+  T_OK(tcoll_scatter(list2, 0, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  ectx_t sc = {R, 3, 0, 1};
+  t_check_all("scatter", &y, tagged, &sc, 0);
+  tcoll_tensor_free(&y);
+  for (int j = 0; j < S; j++) tcoll_tensor_free(&list2[j]);
+  for (int j = 0; j < S; j++) list[j] = t_empty();
+  T_OK(tcoll_all_gather_list(&x, NULL, list));
+  for (int j = 0; j < S; j++) {
+    T_OK(tcoll_wait(list[j].data));
+    ectx_t e = {j, 0, 0, 1};
+    t_check_all("all_gather_list", &list[j], tagged, &e, 0);
+    tcoll_tensor_free(&list[j]);
+  }
+  for (int j = 0; j < S; j++) list2[j] = tagged_tensor(TCOLL_FLOAT64, 1, s1, R, j);
+  y = t_empty();
+  T_OK(tcoll_reduce_scatter_list(list2, TCOLL_SUM, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  ectx_t rl = {0, R, 0, 1};
+  t_check_all("reduce_scatter_list", &y, tagged_sum, &rl, 0);
+  tcoll_tensor_free(&y);
+  for (int j = 0; j < S; j++) tcoll_tensor_free(&list2[j]);
+  for (int j = 0; j < S; j++) {
+    int64_t sj[1] = {j + 1}, sr[1] = {R + 1};
+    list2[j] = tagged_tensor(TCOLL_INT32, 1, sj, R, j); /* to rank j: j + 1 elements */
+    list[j] = t_empty();
+    list[j].dtype = TCOLL_INT32;
+    list[j].ndim = 1;
+    list[j].shape[0] = sr[0]; /* from rank j: R + 1 elements */
+    list[j].device = t_device();
+  }
+  T_OK(tcoll_all_to_all(list2, NULL, list));
+  for (int j = 0; j < S; j++) {
+    T_OK(tcoll_wait(list[j].data));
+    ectx_t e = {j, R, 0, 1};
+    t_check_all("all_to_all", &list[j], tagged, &e, 0);
+    tcoll_tensor_free(&list[j]);
+    tcoll_tensor_free(&list2[j]);
+  }
+  free(list);
+  free(list2);
+  tcoll_tensor_free(&x);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ CUDA-awareness, errors */
 
 START_TEST(cuda_aware_detection) {
@@ -513,10 +703,12 @@ Suite *t_suite(void) {
   tcase_add_test(tc, pipe_wait_orders);
   tcase_add_test(tc, pipe_subcomm);
   tcase_add_test(tc, pipe_repeat);
+  tcase_add_test(tc, pipe_max_count);
   suite_add_tcase(s, tc);
   TCase *st = t_tcase("streams");
   tcase_add_test(st, stream_order);
   tcase_add_test(st, stream_chain);
+  tcase_add_test(st, other_ops);
   suite_add_tcase(s, st);
   TCase *er = t_tcase("errors");
   tcase_add_test(er, cuda_aware_detection);
