@@ -168,6 +168,25 @@ START_TEST(init_bad_ranks) {
 }
 END_TEST
 
+/* With TCOLL_TIMEOUT set, a member that never comes fails the others after that long. */
+START_TEST(init_timeout) {
+  if (t_size < 2) return;
+  tcoll_config_t cfg;
+  T_OK(tcoll_get_config(&cfg));
+  double saved = cfg.timeout;
+  cfg.timeout = 1.0;
+  T_OK(tcoll_set_config(&cfg));
+  tcoll_unique_id_t id = shared_id(0);
+  tcoll_comm_t *c = NULL;
+  if (t_rank != t_size - 1) /* the last rank never joins */
+    T_FAILS(tcoll_comm_init_rank(&c, t_size, id.bytes, sizeof id.bytes, t_rank), TCOLL_ERR_INVALID_ARGUMENT,
+            "rendezvous timed out");
+  T_EXPECT(c == NULL, "a failed init_rank set the communicator");
+  cfg.timeout = saved;
+  T_OK(tcoll_set_config(&cfg));
+}
+END_TEST
+
 /* ------------------------------------------------------------------ multi ops */
 
 typedef struct bufs {
@@ -424,6 +443,7 @@ Suite *t_suite(void) {
   tcase_add_test(boot, init_subsets);
   tcase_add_test(boot, init_bad_ids);
   tcase_add_test(boot, init_bad_ranks);
+  tcase_add_test(boot, init_timeout);
   suite_add_tcase(s, boot);
   TCase *multi = t_tcase("multi");
   tcase_add_test(multi, multi_local);

@@ -98,7 +98,8 @@ typedef struct boot_id {
   int *world_of; /* rank -> world rank, -1 while missing */
   int *members;  /* world ranks registered, in arrival order */
   int nmem, mem_cap;
-  double t_first;
+  int arrived, expect; /* registrations so far (bad ones too); members expected (0: unknown) */
+  double t_first, t_closed;
   char err[ERR_LEN];
   struct boot_id *next;
 } boot_id_t;
@@ -132,6 +133,7 @@ static void fail_id(boot_id_t *b, const char *fmt, ...) {
   vsnprintf(b->err, sizeof b->err, fmt, ap);
   va_end(ap);
   b->state = ID_FAILED;
+  b->t_closed = tc_now();
   for (int i = 0; i < b->nmem; i++) reply(b->nonce, b->members[i], TCOLL_ERR_INVALID_ARGUMENT, b->err, NULL, 0);
 }
 
@@ -168,6 +170,8 @@ static void handle(const reg_msg_t *m, int src) {
     b->mem_cap = cap;
   }
   if (b->nmem == 0 && b->state == ID_OPEN) b->t_first = tc_now();
+  b->arrived++;
+  if (!b->expect && m->nranks >= 1 && m->nranks <= tc_g.world_size) b->expect = m->nranks;
   if (m->flags == REG_OK) b->members[b->nmem++] = src; /* a member with bad arguments waits for no answer */
   if (m->flags == REG_BAD_NRANKS) {
     fail_id(b, "world rank %d called tcoll_comm_init_rank with nranks %d (expected 1..%d)", src, m->nranks,
@@ -202,6 +206,7 @@ static void handle(const reg_msg_t *m, int src) {
   b->world_of[m->rank] = src;
   if (++b->count == b->nranks) {
     b->state = ID_DONE;
+    b->t_closed = tc_now();
     for (int i = 0; i < b->nmem; i++) reply(b->nonce, b->members[i], TCOLL_SUCCESS, NULL, b->world_of, b->nranks);
   }
 }
@@ -238,6 +243,19 @@ static bool srv_step(void) {
   }
   pthread_mutex_unlock(&srv_mu);
   return got;
+}
+
+/* Without a bootstrap thread the creator answers from inside its own init_rank call: it keeps
+ * answering until every expected member came (or a grace period after the rendezvous closed),
+ * so that members arriving after a failure still get their error. */
+#define SETTLE_GRACE 5.0
+static bool settled(const unsigned char *nonce) {
+  pthread_mutex_lock(&srv_mu);
+  boot_id_t *b = ids;
+  while (b && memcmp(b->nonce, nonce, NONCE) != 0) b = b->next;
+  bool done = !b || (b->state != ID_OPEN && (b->arrived >= b->expect || tc_now() - b->t_closed > SETTLE_GRACE));
+  pthread_mutex_unlock(&srv_mu);
+  return done;
 }
 
 static void nap(long us) {
@@ -417,9 +435,13 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
   if (rc) {
     MPI_Send(&m, (int)sizeof m, MPI_BYTE, info.creator, TAG_REGISTER, boot);
     if (info.creator == tc_g.world_rank && !srv_running) {
-      /* No bootstrap thread: answer the members already here (and those arriving soon). */
-      for (double until = tc_now() + 0.5; tc_now() < until;)
+      char keep[1024]; /* no bootstrap thread: answer the others before returning */
+      snprintf(keep, sizeof keep, "%s", tcoll_last_error());
+      double until = tc_cfg.timeout > 0 ? tc_now() + tc_cfg.timeout : 0.0;
+      while (!settled(info.nonce) && (until == 0.0 || tc_now() < until))
         if (!srv_step()) nap(200);
+      const char *msg = strstr(keep, ": ");
+      tc_error(rc, "%s", msg ? msg + 2 : keep);
     }
     return rc;
   }
@@ -435,16 +457,21 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
     return tc_mpi_error(rc, "sending the registration to the rendezvous root");
   }
   double deadline = tc_cfg.timeout > 0 ? tc_now() + tc_cfg.timeout + 1.0 : 0.0;
-  bool serve = info.creator == tc_g.world_rank && !srv_running;
+  bool serve = info.creator == tc_g.world_rank && !srv_running, answered = false;
   long idle = 0;
   for (;;) {
-    if (serve) srv_step();
+    if (serve && srv_step()) idle = 0;
     int flag = 0;
-    if ((rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+    if (!answered && (rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
       free(h);
       return tc_mpi_error(rc, "waiting for the rendezvous root");
     }
-    if (flag) break;
+    answered = answered || flag;
+    if (answered && (!serve || settled(info.nonce))) break;
+    if (answered) { /* serving the others: the own answer is in */
+      nap(100);
+      continue;
+    }
     if (deadline > 0 && tc_now() > deadline) {
       MPI_Cancel(&req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);
