@@ -167,7 +167,8 @@ typedef struct tcoll_config {
   double timeout;            /* TCOLL_TIMEOUT, seconds; 0 = none */
   int abort_on_timeout;      /* TCOLL_ON_TIMEOUT=abort */
   int64_t max_count;         /* TCOLL_MAX_COUNT: most elements per MPI call */
-  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes */
+  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes (default 4 MiB): the staging pipeline's
+                                chunk; the same on every rank, as it shapes the MPI calls */
   int cuda_aware;            /* TCOLL_CUDA_AWARE: -1 auto, 0, 1 */
   int fake_devices;          /* TCOLL_FAKE_DEVICES */
   int progress_thread;       /* TCOLL_PROGRESS=thread */
@@ -418,9 +419,10 @@ TCOLL_API int tcoll_mpi_device_direct(int nonblocking_collective);
  *    TCOLL_STAGING_CHUNK bytes do so in a pipeline of chunks on tcoll's own copy streams, with
  *    the semantics above; the chunks' MPI calls are posted as tcoll_wait / tcoll_test (of any
  *    work) advance the pipeline, on a communicator tcoll reserves for them, so all ranks must
- *    agree on whether such a collective's buffers are device buffers. Other device collectives
- *    (and those of one chunk) copy their inputs at the call and their outputs back at
- *    completion, waiting on the host for the current stream (still in stream order).
+ *    agree on whether such a collective's buffers are device buffers (and on the chunk size).
+ *    Other device collectives (and those of one chunk) copy their inputs at the call and
+ *    their outputs back at completion, waiting on the host for the current stream (still in
+ *    stream order).
  *  - Device buffers given to MPI directly: the call waits on the host for the current stream,
  *    and the output is complete on the host and the device when the wait returns. */
 
