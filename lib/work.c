@@ -287,12 +287,9 @@ static int complete_steps(tc_work_t *w) {
   int rc = w->finish ? w->finish(w) : TCOLL_SUCCESS;
   for (int i = 0; i < w->npiece && !rc; i++) {
     tc_piece_t *p = &w->pieces[i];
-    rc = tc_dev_copy_sync(p->dst, p->dst_device, p->src, TCOLL_HOST, p->nbytes);
+    rc = tc_stage_write(p->dst, p->dst_device, p->src, p->nbytes);
   }
-  for (int i = 0; i < w->ncb && !rc; i++) {
-    tc_copyback_t *c = &w->cbs[i];
-    rc = tc_dev_copy_sync(c->dst, c->device, c->src, TCOLL_HOST, c->nbytes);
-  }
+  if (!rc && w->ncb) rc = tc_stage_copy_backs(w); /* device-async, on tcoll's streams */
   return rc;
 }
 

@@ -18,7 +18,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   bool is_src = w->comm->rank == src;
   int rc = is_src && out->data == in->data ? tc_stage_inout(w, out, &buf) : tc_stage_out(w, out, &buf);
   if (!rc && is_src && out->data != in->data)
-    rc = tc_dev_copy_sync(buf, TCOLL_HOST, in->data, in->device, tcoll_tensor_nbytes(in));
+    rc = tc_stage_read(buf, in->data, in->device, tcoll_tensor_nbytes(in));
   if (rc) return rc;
   return tc_post_bcast(w, buf, tcoll_tensor_numel(in), in->dtype, src);
 }
