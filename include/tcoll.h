@@ -407,8 +407,8 @@ TCOLL_API int tcoll_mpi_device_direct(int nonblocking_collective);
  *
  *  - Inputs: a device input is read once the work queued on the current stream of its device
  *    before the call is done, and a device output is written only after that work too. The
- *    call does not wait for it on the host (except where the whole buffer is staged at once,
- *    see below).
+ *    call does not wait for it on the host, except where the whole input is staged at once or
+ *    handed to MPI directly (see below).
  *  - Outputs: completing a collective (tcoll_wait / tcoll_test returning TCOLL_SUCCESS)
  *    blocks the host only for MPI. A device output may still be being copied into place: the
  *    completing thread's current stream of that device is made to wait for it, so work queued
@@ -420,9 +420,10 @@ TCOLL_API int tcoll_mpi_device_direct(int nonblocking_collective);
  *    the semantics above; the chunks' MPI calls are posted as tcoll_wait / tcoll_test (of any
  *    work) advance the pipeline, on a communicator tcoll reserves for them, so all ranks must
  *    agree on whether such a collective's buffers are device buffers (and on the chunk size).
- *    Other device collectives (and those of one chunk) copy their inputs at the call and
- *    their outputs back at completion, waiting on the host for the current stream (still in
- *    stream order).
+ *    Other device collectives (and those of one chunk) copy their whole inputs at the call,
+ *    on tcoll's stream after the current stream, waiting on the host for that copy (MPI reads
+ *    it next), and copy their outputs back at completion on tcoll's stream, with the same
+ *    device semantics as above.
  *  - Device buffers given to MPI directly: the call waits on the host for the current stream,
  *    and the output is complete on the host and the device when the wait returns. */
 

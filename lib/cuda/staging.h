@@ -6,9 +6,10 @@
  * earlier uses.
  *
  * Other device tensors go through page-locked host buffers from a pool, whole-buffer: inputs
- * are copied in when the collective is posted (ordered after the caller's current stream),
- * outputs are copied back when it completes (after the op's own finish step, which therefore
- * always runs on host memory). all_reduce, broadcast, all_gather and reduce_scatter move
+ * are copied in when the collective is posted (on tcoll's d2h stream after the caller's
+ * current stream; the host waits for the copy), outputs are copied back when it completes
+ * (after the op's own finish step, which therefore always runs on host memory) on tcoll's h2d
+ * stream, device-async: the waiter's current stream waits for them. all_reduce, broadcast, all_gather and reduce_scatter move
  * device buffers larger than one staging chunk through the pipeline instead (pipeline.h). */
 #ifndef TC_STAGING_H
 #define TC_STAGING_H
