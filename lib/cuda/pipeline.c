@@ -557,6 +557,9 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
 }
 
 void tc_pipe_cleanup(void) {
+  /* Queued records of (and waits on) the pipelines' events finish before they are destroyed. */
+  for (int d = 0; d < tc_dev_count(); d++)
+    if (tc_dev()->device_sync) tc_dev()->device_sync(d);
   pthread_mutex_lock(&eng_mu);
   for (int d = 0; d < TC_MAX_DEVICES; d++) {
     while (free_pipes[d]) {
