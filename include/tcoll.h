@@ -167,7 +167,8 @@ typedef struct tcoll_config {
   double timeout;            /* TCOLL_TIMEOUT, seconds; 0 = none */
   int abort_on_timeout;      /* TCOLL_ON_TIMEOUT=abort */
   int64_t max_count;         /* TCOLL_MAX_COUNT: most elements per MPI call */
-  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes */
+  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes (default 4 MiB): the staging pipeline's
+                                chunk; the same on every rank, as it shapes the MPI calls */
   int cuda_aware;            /* TCOLL_CUDA_AWARE: -1 auto, 0, 1 */
   int fake_devices;          /* TCOLL_FAKE_DEVICES */
   int progress_thread;       /* TCOLL_PROGRESS=thread */
@@ -239,11 +240,26 @@ TCOLL_API int tcoll_mesh_free(tcoll_mesh_t **mesh);
 typedef struct {
   char bytes[TCOLL_UNIQUE_ID_BYTES];
 } tcoll_unique_id_t;
-/* Makes an id naming this process as the rendezvous root. Local, not collective. */
+/* Makes an id naming this process as the rendezvous root. Local, not collective. The id holds
+ * a magic, a format version, this process's rank in MPI_COMM_WORLD, the world size, a random
+ * nonce and a checksum; pass its 128 bytes to the members yourself (e.g. MPI_Bcast). An id can
+ * be used for one communicator.
+ * The rendezvous root must answer the members: when MPI provides MPI_THREAD_MULTIPLE, a
+ * bootstrap thread of the creating process does (it polls with a short sleep and stops at
+ * tcoll_finalize), so the creator need not be a member. Without MPI_THREAD_MULTIPLE the
+ * creating process must itself be a member: it answers the others from inside its own
+ * tcoll_comm_init_rank call. */
 TCOLL_API int tcoll_get_unique_id(tcoll_unique_id_t *id);
 /* Called by the nranks members only, each with its rank in [0, nranks) and the same id
- * (id_len must be TCOLL_UNIQUE_ID_BYTES). Rendezvous over MPI point-to-point. Free with
- * tcoll_comm_free. */
+ * (id_len must be TCOLL_UNIQUE_ID_BYTES). Rendezvous over MPI point-to-point with the process
+ * that made the id; then the members build the communicator among themselves
+ * (MPI_Comm_create_group), ordered by rank. Free with tcoll_comm_free.
+ * Errors: an id_len other than 128 ("invalid unique_id (expected 128 bytes, got N)") and an id
+ * tcoll did not make fail at once, without contacting anyone. Everything else is decided by the
+ * root and reported to every member, so that no member hangs: a rank outside [0, nranks), an
+ * nranks outside [1, world size], members disagreeing on nranks, two members with the same
+ * rank, more members than nranks, and (with TCOLL_TIMEOUT set) a rendezvous still incomplete
+ * after that many seconds. Members that arrive after the rendezvous failed get the same error. */
 TCOLL_API int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id,
                                    size_t id_len, int rank);
 
@@ -418,23 +434,119 @@ TCOLL_API int tcoll_device_count(void);
 /* "cuda", "fake" or "none". */
 TCOLL_API const char *tcoll_device_backend(void);
 
-/* ---------------------------------------------------------------- single-process multi-device */
+/* Whether tcoll hands device buffers to MPI directly (1) or stages them through pinned host
+ * memory (0), for nonblocking collectives (nonblocking_collective != 0: every functional
+ * collective) or for blocking calls. TCOLL_CUDA_AWARE=0: never; =1: always (with emulated
+ * devices too, whose memory is host memory: this exercises the direct path); auto: only the
+ * CUDA backend with a CUDA-aware MPI (MPIX_Query_cuda_support), and not for nonblocking
+ * collectives on Open MPI 4.x, which rejects device buffers there even when CUDA-aware. */
+TCOLL_API int tcoll_mpi_device_direct(int nonblocking_collective);
 
-/* Devices may include TCOLL_HOST. */
+/* ---------------------------------------------------------------- streams
+ *
+ * Like NCCL and PyTorch, tcoll orders its device work after the caller's stream. Every thread
+ * has a current stream per device (NULL, the device's default stream, until set); a stream is
+ * a cudaStream_t passed as void * with the CUDA backend, or one made by tcoll_stream_create.
+ *
+ *  - Inputs: a device input is read once the work queued on the current stream of its device
+ *    before the call is done, and a device output is written only after that work too. The
+ *    call does not wait for it on the host, except where the whole input is staged at once or
+ *    handed to MPI directly (see below).
+ *  - Outputs: completing a collective (tcoll_wait / tcoll_test returning TCOLL_SUCCESS)
+ *    blocks the host only for MPI. A device output may still be being copied into place: the
+ *    completing thread's current stream of that device is made to wait for it, so work queued
+ *    there afterwards (a kernel, tcoll_tensor_copy, another collective) sees the result. To
+ *    read it on the host otherwise, synchronize that stream.
+ *  - Device buffers that MPI cannot take directly (tcoll_mpi_device_direct) move through pinned
+ *    host memory. all_reduce, broadcast, all_gather and reduce_scatter of more than
+ *    TCOLL_STAGING_CHUNK bytes do so in a pipeline of chunks on tcoll's own copy streams, with
+ *    the semantics above; the chunks' MPI calls are posted as tcoll_wait / tcoll_test (of any
+ *    work) advance the pipeline, on a communicator tcoll reserves for them, so all ranks must
+ *    agree on whether such a collective's buffers are device buffers (and on the chunk size).
+ *    Other device collectives (and those of one chunk) copy their whole inputs at the call,
+ *    on tcoll's stream after the current stream, waiting on the host for that copy (MPI reads
+ *    it next), and copy their outputs back at completion on tcoll's stream, with the same
+ *    device semantics as above.
+ *  - Device buffers given to MPI directly: the call waits on the host for the current stream,
+ *    and the output is complete on the host and the device when the wait returns. */
+
+/* Sets the calling thread's current stream on device (NULL: the default stream). */
+TCOLL_API int tcoll_set_stream(int device, void *stream);
+/* The calling thread's current stream on device (NULL: the default stream, or a bad device). */
+TCOLL_API void *tcoll_get_stream(int device);
+/* A new stream on device (CUDA: non-blocking w.r.t. the legacy default stream). */
+TCOLL_API int tcoll_stream_create(int device, void **stream);
+/* Waits for the stream, then destroys it (and unsets it as this thread's current stream). */
+TCOLL_API int tcoll_stream_destroy(int device, void *stream);
+TCOLL_API int tcoll_stream_synchronize(int device, void *stream);
+/* Waits for everything queued on every stream of device, tcoll's own included. */
+TCOLL_API int tcoll_device_synchronize(int device);
+/* Queues a copy of src into dst on `stream` (a stream of the device side; for two devices, of
+ * src's device); same dtype and numel. Pending tcoll work on either buffer is waited first.
+ * Host memory involved must stay valid until the stream reaches the copy. Host to host: a
+ * plain synchronous copy. */
+TCOLL_API int tcoll_tensor_copy_async(tcoll_tensor_t *dst, const tcoll_tensor_t *src,
+                                      void *stream);
+
+/* ---------------------------------------------------------------- single-process multi-device
+ *
+ * torch.nn.parallel's Broadcast / ReduceAddCoalesced / Scatter / Gather for one process. Devices
+ * may include TCOLL_HOST. Outputs follow the usual rule (data == NULL: tcoll allocates it on its
+ * device; otherwise exactly the expected dtype, shape and device); no output may overlap an
+ * input (except an output that is its own input, which is left as it is).
+ *
+ * Semantics: stream-ordered, not registered as pending work. Copies run on tcoll's background
+ * stream of the destination device, after the calling thread's current streams of every device
+ * involved are done with what was queued before the call. When the call returns, device
+ * outputs are ready for work queued afterwards on the current stream of their device (those
+ * streams wait for the copies: no host synchronization), and host outputs are complete. The
+ * current streams of the source devices also wait, so that inputs may be overwritten by work
+ * queued there afterwards. A host input is fully read when the call returns. */
+
+/* out[d * n + i] (n_devices * n entries) is a copy of in[i] on devices[d]. */
 TCOLL_API int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *devices,
                                               int n_devices, tcoll_tensor_t *out); /* out[d*n+i] */
+/* out[i] = sum over d of in[d * n + i] (n_devices groups of n tensors; group d's tensors on one
+ * device, in[d * n + i] shaped and typed like in[i]), on `destination`. Sums in dtype (float16
+ * and bfloat16 accumulate in float per addition), in the order d = 0, 1, ... */
 TCOLL_API int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, int n,
                                                int destination,
                                                tcoll_tensor_t *out); /* in[d*n+i] */
+/* Splits in along dim (negative counts from the end) into n_devices chunks, out[i] on
+ * devices[i]. chunk_sizes (n_devices entries, >= 0, summing to in->shape[dim]), or NULL for
+ * torch.chunk's split: ceil(size / n_devices) per chunk, the last ones smaller and possibly
+ * empty (0 along dim). */
 TCOLL_API int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devices,
                                   const int64_t *chunk_sizes, int dim, tcoll_tensor_t *out);
+/* Concatenates in[0..n) along dim onto target_device (a device or TCOLL_HOST): same dtype and
+ * ndim, equal sizes but along dim. If every input is a scalar (ndim 0) and dim is 0, they are
+ * gathered as a vector of n elements instead, with a warning (as torch.nn.parallel.Gather). */
 TCOLL_API int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_device,
                                  tcoll_tensor_t *out);
 
 /* NCCL-shaped multi-buffer ops: one buffer per local device; streams: NULL or n entries
  * (cudaStream_t passed as void*). comms NULL: the n local buffers only, like NCCL's
  * single-process clique. comms with n entries: after the local step the processes of those
- * communicators combine too (all entries must have the same members). */
+ * communicators combine too (all entries must have the same members).
+ *
+ * Buffers: in[0..n) on distinct devices (TCOLL_HOST counts as one), one dtype and shape. With
+ * comms, every process passes the same n and shape; the buffers are numbered globally
+ * g = p * n + i (p: the process's rank in comms[0], i: the local index), which orders gathered
+ * and scattered blocks and names the root (root in [0, n * size), or [0, n) without comms;
+ * "invalid root" otherwise).
+ *   all_reduce:     out[i] = op over every buffer (AVG: divided by their number).
+ *   reduce:         out (one tensor, on the root buffer's device, on the root's process; NULL
+ *                   there: the root's own input receives it; ignored elsewhere) = op over all.
+ *   broadcast:      every buffer receives the root buffer.
+ *   all_gather:     out[i] = the buffers concatenated along dim 0 in global order.
+ *   reduce_scatter: out[i] = block g (dim 0 split into n * size blocks) of op over all buffers.
+ * out may equal in (in place) for all_reduce.
+ * Streams: buffer i's copies run on streams[i] (NULL entries, or streams == NULL: the calling
+ * thread's current stream of its device), as NCCL runs on the given streams. The local
+ * reduction is done on the host (MPI_Reduce_local: every op and dtype) and the processes then
+ * combine with blocking MPI calls on the host copy, so the host blocks until the data has been
+ * exchanged; device outputs are then complete in stream order on streams[i] (queue work there,
+ * or synchronize it, to read them). Not registered as pending work. */
 TCOLL_API int tcoll_multi_all_reduce(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
                                      tcoll_redop_t op, void *const *streams,
                                      tcoll_comm_t *const *comms);
@@ -448,6 +560,26 @@ TCOLL_API int tcoll_multi_all_gather(const tcoll_tensor_t *in, tcoll_tensor_t *o
 TCOLL_API int tcoll_multi_reduce_scatter(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
                                          tcoll_redop_t op, void *const *streams,
                                          tcoll_comm_t *const *comms);
+/* The same with the length of every list given, as a binding receives them (the forms above
+ * pass n for each; a NULL list is "None" whatever its count). Mismatches are reported as the
+ * seed does: "number of streams is not equal to number of inputs", "number of communicators is
+ * not equal to number of inputs", "number of outputs is not equal to number of inputs". */
+TCOLL_API int tcoll_multi_all_reduce_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
+                                       int n_out, tcoll_redop_t op, void *const *streams,
+                                       int n_streams, tcoll_comm_t *const *comms, int n_comms);
+TCOLL_API int tcoll_multi_reduce_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
+                                   int root, tcoll_redop_t op, void *const *streams,
+                                   int n_streams, tcoll_comm_t *const *comms, int n_comms);
+TCOLL_API int tcoll_multi_broadcast_v(tcoll_tensor_t *inout, int n, int root,
+                                      void *const *streams, int n_streams,
+                                      tcoll_comm_t *const *comms, int n_comms);
+TCOLL_API int tcoll_multi_all_gather_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
+                                       int n_out, void *const *streams, int n_streams,
+                                       tcoll_comm_t *const *comms, int n_comms);
+TCOLL_API int tcoll_multi_reduce_scatter_v(const tcoll_tensor_t *in, int n_in,
+                                           tcoll_tensor_t *out, int n_out, tcoll_redop_t op,
+                                           void *const *streams, int n_streams,
+                                           tcoll_comm_t *const *comms, int n_comms);
 
 #ifdef __cplusplus
 }

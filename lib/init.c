@@ -3,6 +3,8 @@
 
 #include "comm.h"
 #include "cuda/device.h"
+#include "cuda/nccl.h"
+#include "cuda/pipeline.h"
 #include "cuda/staging.h"
 #include "mpi/mpi_glue.h"
 #include "progress.h"
@@ -46,10 +48,13 @@ static void teardown(void) {
   tc_registry_report_unwaited();
   tc_wait_everything();
   tc_trace_dump("finalize");
+  tc_bootstrap_fini();
   tc_comms_destroy_all();
   tc_g.world = NULL;
   tc_mpi_glue_fini();
   tc_mpi_errors_fini();
+  tc_pipe_cleanup();
+  tc_local_cleanup();
   tc_stage_cleanup();
   tc_dev_fini();
   tc_scratch_cleanup();
@@ -101,6 +106,7 @@ static int start_library(void) {
   if ((rc = tc_mpi_glue_init())) return rc;
   tc_mpi_errors_init();
   if ((rc = tc_dev_init())) return rc;
+  if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;
   rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_dup(MPI_COMM_WORLD)");

@@ -3,6 +3,7 @@
 #include "comm.h"
 #include "dtype.h"
 #include "cuda/device.h"
+#include "cuda/pipeline.h"
 #include "cuda/staging.h"
 #include "registry.h"
 #include "scratch.h"
@@ -225,6 +226,7 @@ int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size
 static void release_held(tc_work_t *w) {
   for (int i = 0; i < w->nheld; i++) {
     if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_PIPE) tc_pipe_release(w->held[i].p);
     else tc_stage_release(w->held[i].p);
   }
   w->nheld = 0;
@@ -344,12 +346,9 @@ static int complete_steps(tc_work_t *w) {
   int rc = w->finish ? w->finish(w) : TCOLL_SUCCESS;
   for (int i = 0; i < w->npiece && !rc; i++) {
     tc_piece_t *p = &w->pieces[i];
-    rc = tc_dev_copy_sync(p->dst, p->dst_device, p->src, TCOLL_HOST, p->nbytes);
+    rc = tc_stage_write(p->dst, p->dst_device, p->src, p->nbytes);
   }
-  for (int i = 0; i < w->ncb && !rc; i++) {
-    tc_copyback_t *c = &w->cbs[i];
-    rc = tc_dev_copy_sync(c->dst, c->device, c->src, TCOLL_HOST, c->nbytes);
-  }
+  if (!rc && w->ncb) rc = tc_stage_copy_backs(w); /* device-async, on tcoll's streams */
   return rc;
 }
 

@@ -42,7 +42,8 @@ typedef struct tc_sig {
 typedef int (*tc_finish_fn)(tc_work_t *w);
 /* A custom engine (the staging pipeline): advances the work; TCOLL_SUCCESS when everything is
  * complete, TCOLL_IN_PROGRESS when not yet, or an error. block: may wait until deadline
- * (0 = none). */
+ * (0 = none). Such a work posts no requests of its own (nreq == 0): it completes only through
+ * tc_work_progress. A progress thread drives pipelines with tc_pipe_progress_all(). */
 typedef int (*tc_progress_fn)(tc_work_t *w, bool block, double deadline);
 
 typedef struct tc_wbuf {
@@ -78,9 +79,9 @@ typedef struct tc_divide {
 /* A block of memory the work returns when it is recycled. */
 typedef struct tc_held {
   void *p;
-  int kind; /* TC_HELD_SCRATCH or TC_HELD_PINNED */
+  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED or TC_HELD_PIPE */
 } tc_held_t;
-enum { TC_HELD_SCRATCH, TC_HELD_PINNED };
+enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda/pipeline.h) */ };
 
 #define TC_WORK_PRIV_BYTES 256
 #define TC_WORK_ERR_LEN 512

@@ -1,4 +1,5 @@
-/* The CUDA runtime backend. Every call first makes its device current on this thread. */
+/* The CUDA runtime backend. Every call makes its device current on this thread for its
+ * duration and restores the caller's current device afterwards (a device guard). */
 #include "device.h"
 
 #include "kernels.h"
@@ -17,10 +18,37 @@ static int cuda_fail(cudaError_t e, const char *what) {
     if (e_ != cudaSuccess) return cuda_fail(e_, what);                                           \
   } while (0)
 
-static int use(int dev) {
+/* Makes dev current until the end of the enclosing block, then restores the caller's device. */
+typedef struct dev_guard {
+  int prev;
+  bool changed;
+} dev_guard_t;
+
+static void guard_restore(dev_guard_t *g) {
+  if (g->changed) cudaSetDevice(g->prev);
+}
+
+static int guard_enter(int dev, dev_guard_t *g) {
+  g->changed = false;
+  if (cudaGetDevice(&g->prev) != cudaSuccess) {
+    cudaGetLastError();
+    g->prev = -1;
+  }
+  if (g->prev == dev) return TCOLL_SUCCESS;
   CUDA_TRY(cudaSetDevice(dev), "cudaSetDevice");
+  g->changed = g->prev >= 0;
   return TCOLL_SUCCESS;
 }
+
+#define USE(dev)                                                                                 \
+  dev_guard_t guard_ __attribute__((cleanup(guard_restore))) = {-1, false};                      \
+  do {                                                                                           \
+    int rc_ = guard_enter((dev), &guard_);                                                       \
+    if (rc_) return rc_;                                                                         \
+  } while (0)
+#define USE_VOID(dev)                                                                            \
+  dev_guard_t guard_ __attribute__((cleanup(guard_restore))) = {-1, false};                      \
+  if (guard_enter((dev), &guard_)) return
 
 static int cu_init(void) {
   int n = 0;
@@ -36,14 +64,14 @@ static void cu_fini(void) { ndev = 0; }
 static int cu_count(void) { return ndev; }
 
 static int cu_alloc(int dev, size_t n, void **p) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   CUDA_TRY(cudaMalloc(p, n ? n : 1), "cudaMalloc");
   return TCOLL_SUCCESS;
 }
 
 static void cu_free(int dev, void *p) {
-  if (!p || use(dev)) return;
+  if (!p) return;
+  USE_VOID(dev);
   cudaFree(p);
 }
 
@@ -55,22 +83,19 @@ static int cu_host_alloc(size_t n, void **p) {
 static void cu_host_free(void *p) { cudaFreeHost(p); }
 
 static int cu_copy_async(void *dst, const void *src, size_t n, int dev, void *stream) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)stream), "cudaMemcpyAsync");
   return TCOLL_SUCCESS;
 }
 
 static int cu_memset_async(void *p, int byte, size_t n, int dev, void *stream) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   CUDA_TRY(cudaMemsetAsync(p, byte, n, (cudaStream_t)stream), "cudaMemsetAsync");
   return TCOLL_SUCCESS;
 }
 
 static int cu_stream_create(int dev, void **stream) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   cudaStream_t s;
   CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   *stream = s;
@@ -78,19 +103,19 @@ static int cu_stream_create(int dev, void **stream) {
 }
 
 static void cu_stream_destroy(int dev, void *stream) {
-  if (stream && !use(dev)) cudaStreamDestroy((cudaStream_t)stream);
+  if (!stream) return;
+  USE_VOID(dev);
+  cudaStreamDestroy((cudaStream_t)stream);
 }
 
 static int cu_stream_sync(int dev, void *stream) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
   return TCOLL_SUCCESS;
 }
 
 static int cu_event_create(int dev, void **event) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   cudaEvent_t e;
   CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   *event = e;
@@ -98,26 +123,25 @@ static int cu_event_create(int dev, void **event) {
 }
 
 static void cu_event_destroy(int dev, void *event) {
-  if (event && !use(dev)) cudaEventDestroy((cudaEvent_t)event);
+  if (!event) return;
+  USE_VOID(dev);
+  cudaEventDestroy((cudaEvent_t)event);
 }
 
 static int cu_event_record(int dev, void *event, void *stream) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   CUDA_TRY(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream), "cudaEventRecord");
   return TCOLL_SUCCESS;
 }
 
 static int cu_event_sync(int dev, void *event) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   CUDA_TRY(cudaEventSynchronize((cudaEvent_t)event), "cudaEventSynchronize");
   return TCOLL_SUCCESS;
 }
 
 static int cu_event_query(int dev, void *event) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   cudaError_t e = cudaEventQuery((cudaEvent_t)event);
   if (e == cudaSuccess) return TCOLL_SUCCESS;
   if (e == cudaErrorNotReady) return TCOLL_IN_PROGRESS;
@@ -125,8 +149,7 @@ static int cu_event_query(int dev, void *event) {
 }
 
 static int cu_stream_wait_event(int dev, void *stream, void *event) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0), "cudaStreamWaitEvent");
   return TCOLL_SUCCESS;
 }
@@ -145,18 +168,22 @@ static int cu_pointer_device(const void *p, int *dev) {
 
 static int cu_scale(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n, double mul,
                     double div) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   if (tc_cuda_scale(stream, dst, src, (int)dt, n, mul, div))
     return tc_error(TCOLL_ERR_CUDA, "scale kernel launch failed (%s)", cudaGetErrorString(cudaGetLastError()));
   return TCOLL_SUCCESS;
 }
 
 static int cu_add(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n) {
-  int rc = use(dev);
-  if (rc) return rc;
+  USE(dev);
   if (tc_cuda_add(stream, dst, src, (int)dt, n))
     return tc_error(TCOLL_ERR_CUDA, "add kernel launch failed (%s)", cudaGetErrorString(cudaGetLastError()));
+  return TCOLL_SUCCESS;
+}
+
+static int cu_device_sync(int dev) {
+  USE(dev);
+  CUDA_TRY(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return TCOLL_SUCCESS;
 }
 
@@ -183,4 +210,5 @@ const tc_device_ops_t tc_cuda_device_ops = {
     .pointer_device = cu_pointer_device,
     .scale = cu_scale,
     .add = cu_add,
+    .device_sync = cu_device_sync,
 };

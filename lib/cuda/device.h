@@ -4,11 +4,19 @@
  * (TCOLL_FAKE_DEVICES=N: host memory standing in for N devices, copies done asynchronously on
  * a queue). With neither, the backend "none" serves zero devices.
  *
- * Streams are opaque (void *; NULL is the device's default stream). Events likewise. */
+ * Streams are opaque (void *; NULL is the device's default stream). Events likewise.
+ *
+ * Stream model (see tcoll.h, "streams"): every thread has a current stream per device
+ * (tcoll_set_stream; NULL = default stream). Work tcoll does on a device is ordered after what
+ * the caller queued on that stream before the call, and results on a device are ready for work
+ * the waiter queues on its current stream after the wait. tcoll's own copies run on its own
+ * streams (tc_dev_copy_streams), ordered against the caller's stream with events. */
 #ifndef TC_DEVICE_H
 #define TC_DEVICE_H
 
 #include "../core.h"
+
+#define TC_MAX_DEVICES 64
 
 typedef struct tc_device_ops {
   const char *name;
@@ -39,6 +47,8 @@ typedef struct tc_device_ops {
   int (*scale)(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n,
                double mul, double div);
   int (*add)(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n);
+  /* Waits for everything queued on any stream of dev. */
+  int (*device_sync)(int dev);
 } tc_device_ops_t;
 
 /* Chooses the backend at tcoll_init (TCOLL_FAKE_DEVICES, then CUDA, then none). */
@@ -52,10 +62,39 @@ int tc_dev_check(int device, const char *argname);
 /* Zero-filled memory on device (host: aligned calloc). */
 int tc_dev_alloc(int device, size_t nbytes, void **p);
 void tc_dev_free(int device, void *p);
-/* Synchronous copy between any two places. */
+/* Synchronous copy between any two places, ordered after the calling thread's current streams
+ * of the devices involved (the copy runs on the source device's current stream). */
 int tc_dev_copy_sync(void *dst, int dst_dev, const void *src, int src_dev, size_t n);
 
-/* Whether MPI may be handed device pointers of this backend directly. */
-bool tc_dev_mpi_direct(void);
+/* ---- streams and events ---- */
+
+/* The calling thread's current stream on dev (NULL: the default stream). */
+void *tc_dev_current_stream(int dev);
+/* Waits on the host for what the calling thread queued on its current stream of dev. */
+int tc_dev_sync_current(int dev);
+/* tcoll's own streams on dev, created on first use: device-to-host and host-to-device staging
+ * copies (two streams so that both directions overlap), and the background stream of the
+ * single-process multi-device ops. */
+int tc_dev_copy_streams(int dev, void **d2h, void **h2d);
+int tc_dev_local_stream(int dev, void **bg);
+/* Pooled events. An event taken from the pool is not being waited on by anything any more
+ * (events are only handed out again once their last record completed). */
+int tc_dev_event_get(int dev, void **ev);
+void tc_dev_event_put(int dev, void *ev);
+/* Makes `stream` of dev wait for what is queued on `after` of dev2 now (an event in between). */
+int tc_dev_stream_after(int dev, void *stream, int dev2, void *after);
+
+/* ---- MPI and device buffers ---- */
+
+/* Kinds of MPI call, as CUDA-aware MPIs differ in which take device buffers. */
+typedef enum {
+  TC_MPI_BLOCKING = 0,        /* blocking point-to-point and collectives */
+  TC_MPI_NONBLOCKING_COLL = 1 /* MPI_I* collectives (what tcoll's functional collectives post) */
+} tc_mpi_kind_t;
+/* Whether MPI may be handed device pointers of this backend directly for that kind of call:
+ * TCOLL_CUDA_AWARE=0 never, =1 always (emulated devices included: their memory is host memory,
+ * which tests the direct path); auto: the CUDA backend and MPIX_Query_cuda_support(), except
+ * nonblocking collectives on Open MPI before 5 (which rejects device buffers there). */
+bool tc_dev_mpi_direct(tc_mpi_kind_t kind);
 
 #endif

@@ -34,6 +34,7 @@ typedef struct op {
 
 typedef struct fake_stream {
   int dev;
+  struct fake_stream *next_all; /* every live stream, for device-wide synchronization */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   op_t *head, *tail;
@@ -53,6 +54,8 @@ static long delay_us;
 static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
 static alloc_rec_t *allocs;
 static size_t nallocs, allocs_cap;
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static fake_stream_t *all_streams;
 
 /* ------------------------------------------------------------------ streams */
 
@@ -117,11 +120,23 @@ static int stream_new(int dev, fake_stream_t **out) {
     free(s);
     return tc_error(TCOLL_ERR_CUDA, "cannot start a fake stream's worker thread");
   }
+  pthread_mutex_lock(&streams_mu);
+  s->next_all = all_streams;
+  all_streams = s;
+  pthread_mutex_unlock(&streams_mu);
   *out = s;
   return TCOLL_SUCCESS;
 }
 
 static void stream_delete(fake_stream_t *s) {
+  pthread_mutex_lock(&streams_mu);
+  for (fake_stream_t **p = &all_streams; *p; p = &(*p)->next_all) {
+    if (*p == s) {
+      *p = s->next_all;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&streams_mu);
   pthread_mutex_lock(&s->mu);
   s->stop = true;
   pthread_cond_broadcast(&s->cv);
@@ -152,13 +167,26 @@ static int enqueue(int dev, void *stream, op_t tmpl) {
   return TCOLL_SUCCESS;
 }
 
-static int fake_stream_sync(int dev, void *stream) {
-  if (dev < 0 || dev >= ndev) return tc_error(TCOLL_ERR_CUDA, "fake device %d does not exist", dev);
-  fake_stream_t *s = stream_of(dev, stream);
+static void drain(fake_stream_t *s) {
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->enqueued;
   while (s->completed < target) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
+}
+
+static int fake_stream_sync(int dev, void *stream) {
+  if (dev < 0 || dev >= ndev) return tc_error(TCOLL_ERR_CUDA, "fake device %d does not exist", dev);
+  drain(stream_of(dev, stream));
+  return TCOLL_SUCCESS;
+}
+
+/* Like cudaDeviceSynchronize: every stream of the device, the library's own included. */
+static int fake_device_sync(int dev) {
+  if (dev < 0 || dev >= ndev) return tc_error(TCOLL_ERR_CUDA, "fake device %d does not exist", dev);
+  pthread_mutex_lock(&streams_mu);
+  for (fake_stream_t *s = all_streams; s; s = s->next_all)
+    if (s->dev == dev) drain(s);
+  pthread_mutex_unlock(&streams_mu);
   return TCOLL_SUCCESS;
 }
 
@@ -215,7 +243,7 @@ static int fake_alloc(int dev, size_t n, void **p) {
 static void fake_free(int dev, void *p) {
   TC_UNUSED(dev);
   if (!p) return;
-  fake_stream_sync(dev, NULL); /* like cudaFree: queued work on the memory finishes first */
+  fake_device_sync(dev); /* like cudaFree: queued work on the device finishes first */
   pthread_mutex_lock(&alloc_mu);
   size_t i = alloc_lower_bound((uintptr_t)p);
   if (i < nallocs && allocs[i].base == (uintptr_t)p) {
@@ -378,4 +406,5 @@ const tc_device_ops_t tc_fake_device_ops = {
     .pointer_device = fake_pointer_device,
     .scale = fake_scale,
     .add = fake_add,
+    .device_sync = fake_device_sync,
 };

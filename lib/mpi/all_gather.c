@@ -1,6 +1,7 @@
 /* all_gather -> MPI_Iallgather. Along a dim other than 0 each rank's block is received
  * through a strided datatype straight into place: no extra copy. */
 #include "../argcheck.h"
+#include "../cuda/pipeline.h"
 #include "../cuda/staging.h"
 #include "../tensor.h"
 #include "post.h"
@@ -27,6 +28,16 @@ static int post_strided(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, bool inplace) {
   int64_t n = tcoll_tensor_numel(in);
+  /* Rank r's block of the output: runs of len * inner elements, size runs apart. */
+  tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
+  int64_t run = v.outer == 1 ? n : v.len * v.inner;
+  if (tc_pipe_wanted(in, TC_PIPE_ALL_GATHER, n, run, w->comm->size)) {
+    tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_GATHER, .device = in->device, .dtype = in->dtype,
+                        .mpi_dtype = tc_mpi_dtype(in->dtype), .premul = 1.0, .divisor = 1.0, .in = in->data,
+                        .out = out->data, .inplace = inplace, .n = n, .run = run,
+                        .stride = run * w->comm->size};
+    return tc_pipe_start(w, &d);
+  }
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf;
   int rc = inplace ? tc_stage_inout(w, out, &rbuf) : tc_stage_in(w, in, &sbuf);

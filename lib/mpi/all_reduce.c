@@ -1,5 +1,6 @@
 /* all_reduce -> MPI_Iallreduce (in place on the output; chunked above the per-call limit). */
 #include "../argcheck.h"
+#include "../cuda/pipeline.h"
 #include "../cuda/staging.h"
 #include "../dtype.h"
 #include "post.h"
@@ -7,6 +8,14 @@
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
                 const tc_redop_t *op) {
   int64_t n = tcoll_tensor_numel(in);
+  if (tc_pipe_wanted(in, TC_PIPE_ALL_REDUCE, n, n, w->comm->size)) {
+    tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_REDUCE, .device = in->device, .dtype = in->dtype,
+                        .mpi_dtype = tc_mpi_dtype(in->dtype), .mpi_op = tc_mpi_op(op, in->dtype),
+                        .premul = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0,
+                        .divisor = op->kind == TCOLL_AVG ? (double)w->comm->size : 1.0,
+                        .in = in->data, .out = out->data, .inplace = inplace, .n = n, .run = n, .stride = n};
+    return tc_pipe_start(w, &d);
+  }
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf;
   int rc = inplace ? tc_stage_inout(w, out, &rbuf) : tc_stage_in(w, in, &sbuf);

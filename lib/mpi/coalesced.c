@@ -62,7 +62,7 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
     for (int i = 0; i < n && !rc; i++) {
       if (in[i].dtype != (tcoll_dtype_t)d) continue;
       size_t nb = tcoll_tensor_nbytes(&in[i]);
-      rc = tc_dev_copy_sync(buf + pos, TCOLL_HOST, in[i].data, in[i].device, nb);
+      rc = tc_stage_read(buf + pos, in[i].data, in[i].device, nb);
       if (!rc) rc = tc_work_piece(w, out[i].data, out[i].device, buf + pos, nb);
       pos += nb;
     }
@@ -101,7 +101,7 @@ static int post_all_gather(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
   size_t pos = 0;
   for (int i = 0; i < n && !rc; i++) {
     size_t nb = tcoll_tensor_nbytes(&in[i]);
-    rc = tc_dev_copy_sync(send + pos, TCOLL_HOST, in[i].data, in[i].device, nb);
+    rc = tc_stage_read(send + pos, in[i].data, in[i].device, nb);
     for (int r = 0; r < size && !rc; r++)
       rc = tc_work_piece(w, (char *)out[i].data + (size_t)r * nb, out[i].device, recv + (size_t)r * total + pos, nb);
     pos += nb;

@@ -59,7 +59,7 @@ static int post_scatter(tc_work_t *w, const tcoll_tensor_t *ins, const tcoll_ten
   if (w->comm->rank == src) {
     if (!(all = tc_work_scratch(w, (size_t)size * nb))) return TCOLL_ERR_NO_MEMORY;
     for (int r = 0; r < size && !rc; r++)
-      rc = tc_dev_copy_sync(all + (size_t)r * nb, TCOLL_HOST, ins[r].data, ins[r].device, nb);
+      rc = tc_stage_read(all + (size_t)r * nb, ins[r].data, ins[r].device, nb);
     if (rc) return rc;
   }
   int64_t n = tcoll_tensor_numel(out);

@@ -42,7 +42,7 @@ static int post_reduce_scatter_list(tc_work_t *w, const tcoll_tensor_t *ins, con
   int rc = tc_stage_out(w, out, &rbuf);
   char *all = rc ? NULL : tc_work_scratch(w, (size_t)size * nb);
   if (!all) return rc ? rc : TCOLL_ERR_NO_MEMORY;
-  for (int r = 0; r < size && !rc; r++) rc = tc_dev_copy_sync(all + (size_t)r * nb, TCOLL_HOST, ins[r].data, ins[r].device, nb);
+  for (int r = 0; r < size && !rc; r++) rc = tc_stage_read(all + (size_t)r * nb, ins[r].data, ins[r].device, nb);
   if (rc) return rc;
   if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(all, all, out->dtype, n * size, op->scalar);
   if (op->kind == TCOLL_AVG && (rc = tc_work_divide(w, rbuf, n, out->dtype, size))) return rc;
@@ -83,7 +83,7 @@ static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor
   if (!sbuf || !rbuf) return TCOLL_ERR_NO_MEMORY;
   int rc = TCOLL_SUCCESS;
   for (int p = 0; p < size && !rc; p++)
-    rc = tc_dev_copy_sync(sbuf + (size_t)v[size + p] * es, TCOLL_HOST, ins[p].data, ins[p].device, (size_t)v[p] * es);
+    rc = tc_stage_read(sbuf + (size_t)v[size + p] * es, ins[p].data, ins[p].device, (size_t)v[p] * es);
   for (int p = 0; p < size && !rc; p++)
     rc = tc_work_piece(w, outs[p].data, outs[p].device, rbuf + (size_t)v[3 * size + p] * es,
                        (size_t)v[2 * size + p] * es);

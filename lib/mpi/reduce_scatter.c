@@ -1,6 +1,7 @@
 /* reduce_scatter -> MPI_Ireduce_scatter_block. MPI's built-in ops take no strided datatypes,
  * so along a dim other than 0 (and for premul_sum) the input is packed rank-major first. */
 #include "../argcheck.h"
+#include "../cuda/pipeline.h"
 #include "../cuda/staging.h"
 #include "../tensor.h"
 #include "post.h"
@@ -9,6 +10,17 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   int size = w->comm->size;
   int64_t nper = tcoll_tensor_numel(in) / size;
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
+  /* Rank r's piece of the input: runs of len / size * inner elements, len * inner apart. */
+  int64_t run = v.outer == 1 ? nper : v.len / size * v.inner;
+  if (tc_pipe_wanted(in, TC_PIPE_REDUCE_SCATTER, nper, run, size)) {
+    tc_pipe_desc_t d = {.kind = TC_PIPE_REDUCE_SCATTER, .device = in->device, .dtype = in->dtype,
+                        .mpi_dtype = tc_mpi_dtype(in->dtype), .mpi_op = tc_mpi_op(op, in->dtype),
+                        .premul = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0,
+                        .divisor = op->kind == TCOLL_AVG ? (double)size : 1.0, .in = in->data,
+                        .out = out->data, .n = nper, .run = run,
+                        .stride = v.outer == 1 ? nper * size : v.len * v.inner};
+    return tc_pipe_start(w, &d);
+  }
   const void *sbuf;
   void *rbuf;
   int rc = tc_stage_in(w, in, &sbuf);
