@@ -74,8 +74,8 @@ int tc_check_rank(int rank, const tcoll_comm_t *comm, const char *name) {
 int tc_check_disjoint(const tcoll_tensor_t *out, const char *oname, const tcoll_tensor_t *in, const char *iname,
                       bool same_ok) {
   if (!out->data || !in->data) return TCOLL_SUCCESS;
-  uintptr_t ob = (uintptr_t)out->data, oe = ob + tcoll_tensor_nbytes(out);
-  uintptr_t ib = (uintptr_t)in->data, ie = ib + tcoll_tensor_nbytes(in);
+  uintptr_t ob = (uintptr_t)out->data, oe = ob + tc_nbytes(out);
+  uintptr_t ib = (uintptr_t)in->data, ie = ib + tc_nbytes(in);
   if (same_ok && ob == ib && oe == ie) return TCOLL_SUCCESS;
   if (ob < ie && ib < oe)
     return INVALID("%s (%p) overlaps %s (%p) (expected %s)", oname, out->data, iname, in->data,
@@ -96,6 +96,62 @@ static int check_array(const void *p, int n, const char *name) {
 static int check_same_device(const tcoll_tensor_t *t, const char *name, int device) {
   if (t->device != device) return INVALID("%s->device is %d (expected %d, the input's device)", name, t->device, device);
   return TCOLL_SUCCESS;
+}
+
+/* Whether outputs overlap inputs (an output may coincide exactly with its own input when
+ * same_ok). Sorting the outputs once and searching each input among them keeps this
+ * O(n log n): coalesced calls carry many tensors. Outputs overlapping each other are the
+ * registry's to refuse. Names are formatted only to report a failure. */
+typedef struct span {
+  uintptr_t b, e;
+  int idx;
+} span_t;
+
+/* Insertion sort: outputs are usually allocated one after the other, so they come nearly in
+ * address order and this is close to linear (qsort's callbacks cost more at these sizes). */
+static void sort_spans(span_t *v, int m) {
+  for (int i = 1; i < m; i++) {
+    span_t x = v[i];
+    int k = i;
+    while (k > 0 && v[k - 1].b > x.b) {
+      v[k] = v[k - 1];
+      k--;
+    }
+    v[k] = x;
+  }
+}
+
+static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t *in, int j, bool same_ok) {
+  char oname[32], iname[32];
+  snprintf(oname, sizeof oname, "out[%d]", i);
+  snprintf(iname, sizeof iname, "in[%d]", j);
+  return tc_check_disjoint(&out[i], oname, &in[j], iname, same_ok && i == j);
+}
+
+static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n, bool same_ok) {
+  span_t small[64], *outs = n <= 64 ? small : malloc((size_t)n * sizeof *outs);
+  if (!outs) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d spans", n);
+  int m = 0, rc = TCOLL_SUCCESS;
+  for (int i = 0; i < n; i++)
+    if (out[i].data) outs[m++] = (span_t){(uintptr_t)out[i].data, (uintptr_t)out[i].data + tc_nbytes(&out[i]), i};
+  sort_spans(outs, m);
+  for (int j = 0; j < n && !rc; j++) {
+    if (!in[j].data) continue;
+    uintptr_t ib = (uintptr_t)in[j].data, ie = ib + tc_nbytes(&in[j]);
+    int lo = 0, hi = m; /* first output starting at or after ie */
+    while (lo < hi) {
+      int mid = (lo + hi) / 2;
+      if (outs[mid].b < ie) lo = mid + 1;
+      else hi = mid;
+    }
+    for (int k = lo; k-- > 0 && !rc;) { /* disjoint outputs: ends fall as we go left */
+      if (outs[k].e <= ib) break;
+      bool own = same_ok && outs[k].idx == j && outs[k].b == ib && outs[k].e == ie;
+      if (!own) rc = report_overlap(out, outs[k].idx, in, j, same_ok);
+    }
+  }
+  if (outs != small) free(outs);
+  return rc;
 }
 
 /* ------------------------------------------------------------------ shape rules */
@@ -128,29 +184,39 @@ int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t
   return tc_check_disjoint(out, "out", in, "in", true);
 }
 
+/* Entry i of a coalesced all_reduce; in/out name its tensors in messages. */
+static int ar_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, tcoll_redop_t op, tc_redop_t *rop,
+                    const char *iname, const char *oname) {
+  int rc;
+  if ((rc = tc_check_tensor(&in[i], iname))) return rc;
+  if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
+  if ((rc = tc_redop_resolve(op, in[i].dtype, "op", rop))) return rc;
+  return tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, in[i].shape, in[i].device);
+}
+
+/* Runs an entry check with placeholder names, and again with real ones ("in[3]") only when it
+ * fails, so that a call with many tensors formats nothing. */
+#define CHECK_ENTRIES(n, CALL)                                                                   \
+  for (int i_ = 0; i_ < (n); i_++) {                                                             \
+    const char *iname = "in[i]", *oname = "out[i]";                                              \
+    if ((rc = CALL)) {                                                                           \
+      char ibuf[32], obuf[32];                                                                   \
+      snprintf(ibuf, sizeof ibuf, "in[%d]", i_);                                                 \
+      snprintf(obuf, sizeof obuf, "out[%d]", i_);                                                \
+      iname = ibuf;                                                                              \
+      oname = obuf;                                                                              \
+      return CALL;                                                                               \
+    }                                                                                            \
+  }
+
 int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, tcoll_comm_t *comm,
                                   const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
   if (n == 0) return tc_redop_lookup(op, "op", rop);
-  char iname[32], oname[32];
-  for (int i = 0; i < n; i++) {
-    snprintf(iname, sizeof iname, "in[%d]", i);
-    snprintf(oname, sizeof oname, "out[%d]", i);
-    if ((rc = tc_check_tensor(&in[i], iname))) return rc;
-    if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
-    if ((rc = tc_redop_resolve(op, in[i].dtype, "op", rop))) return rc;
-    if ((rc = tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, in[i].shape, in[i].device))) return rc;
-  }
-  for (int i = 0; i < n; i++) {
-    snprintf(oname, sizeof oname, "out[%d]", i);
-    for (int j = 0; j < n; j++) {
-      snprintf(iname, sizeof iname, "in[%d]", j);
-      if ((rc = tc_check_disjoint(&out[i], oname, &in[j], iname, i == j))) return rc;
-    }
-  }
-  return TCOLL_SUCCESS;
+  CHECK_ENTRIES(n, ar_entry(in, out, i_, op, rop, iname, oname))
+  return check_lists_disjoint(out, in, n, true);
 }
 
 int tc_check_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm, const tcoll_tensor_t *out,
@@ -169,31 +235,25 @@ int tc_check_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *
   return *inplace ? TCOLL_SUCCESS : tc_check_disjoint(out, "out", in, "in", false);
 }
 
+static int ag_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, int size, const char *iname,
+                    const char *oname) {
+  int rc, dim;
+  int64_t shape[TCOLL_MAX_DIMS];
+  if ((rc = tc_check_tensor(&in[i], iname))) return rc;
+  if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
+  if ((rc = tc_check_dim(0, in[i].ndim, iname, &dim))) return rc;
+  if ((rc = tc_all_gather_shape(&in[i], 0, size, shape))) return rc;
+  return tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device);
+}
+
 int tc_check_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_comm_t *comm, const tcoll_tensor_t *out,
                                   tcoll_comm_t **c) {
   int rc;
-  int64_t shape[TCOLL_MAX_DIMS];
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
-  char iname[32], oname[32];
-  for (int i = 0; i < n; i++) {
-    int dim;
-    snprintf(iname, sizeof iname, "in[%d]", i);
-    snprintf(oname, sizeof oname, "out[%d]", i);
-    if ((rc = tc_check_tensor(&in[i], iname))) return rc;
-    if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
-    if ((rc = tc_check_dim(0, in[i].ndim, iname, &dim))) return rc;
-    if ((rc = tc_all_gather_shape(&in[i], 0, (*c)->size, shape))) return rc;
-    if ((rc = tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device))) return rc;
-  }
-  for (int i = 0; i < n; i++) {
-    snprintf(oname, sizeof oname, "out[%d]", i);
-    for (int j = 0; j < n; j++) {
-      snprintf(iname, sizeof iname, "in[%d]", j);
-      if ((rc = tc_check_disjoint(&out[i], oname, &in[j], iname, false))) return rc;
-    }
-  }
-  return TCOLL_SUCCESS;
+  int size = (*c)->size;
+  CHECK_ENTRIES(n, ag_entry(in, out, i_, size, iname, oname))
+  return check_lists_disjoint(out, in, n, false);
 }
 
 int tc_check_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim, tcoll_comm_t *comm,
@@ -209,39 +269,39 @@ int tc_check_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scat
   return tc_check_disjoint(out, "out", in, "in", false);
 }
 
+static int rs_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, tcoll_redop_t op,
+                    const int *scatter_dims, int size, tc_redop_t *rop, int *dims, const char *iname,
+                    const char *oname) {
+  int rc;
+  int64_t shape[TCOLL_MAX_DIMS];
+  char dname[32];
+  if ((rc = tc_check_tensor(&in[i], iname))) return rc;
+  if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
+  if ((rc = tc_redop_resolve(op, in[i].dtype, "op", rop))) return rc;
+  if (scatter_dims[i] < -in[i].ndim || scatter_dims[i] >= in[i].ndim || in[i].ndim < 1) {
+    snprintf(dname, sizeof dname, "scatter_dims[%d]", i);
+    return tc_check_dim(scatter_dims[i], in[i].ndim, dname, &dims[i]);
+  }
+  dims[i] = scatter_dims[i] < 0 ? scatter_dims[i] + in[i].ndim : scatter_dims[i];
+  if (in[i].shape[dims[i]] % size != 0)
+    return INVALID("input dimension %d (%lld) must be a multiple of group_size %d for tensor at index %d", dims[i],
+                   (long long)in[i].shape[dims[i]], size, i);
+  if ((rc = tc_reduce_scatter_shape(&in[i], dims[i], size, shape))) return rc;
+  return tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device);
+}
+
 int tc_check_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, const int *scatter_dims,
                                       tcoll_comm_t *comm, const tcoll_tensor_t *out, tcoll_comm_t **c,
                                       tc_redop_t *rop, int *dims) {
   int rc;
-  int64_t shape[TCOLL_MAX_DIMS];
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out")) ||
       (rc = check_array(scatter_dims, n, "scatter_dims")))
     return rc;
   if (n == 0) return tc_redop_lookup(op, "op", rop);
-  char iname[32], oname[32], dname[32];
-  for (int i = 0; i < n; i++) {
-    snprintf(iname, sizeof iname, "in[%d]", i);
-    snprintf(oname, sizeof oname, "out[%d]", i);
-    snprintf(dname, sizeof dname, "scatter_dims[%d]", i);
-    if ((rc = tc_check_tensor(&in[i], iname))) return rc;
-    if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
-    if ((rc = tc_redop_resolve(op, in[i].dtype, "op", rop))) return rc;
-    if ((rc = tc_check_dim(scatter_dims[i], in[i].ndim, dname, &dims[i]))) return rc;
-    if (in[i].shape[dims[i]] % (*c)->size != 0)
-      return INVALID("input dimension %d (%lld) must be a multiple of group_size %d for tensor at index %d", dims[i],
-                     (long long)in[i].shape[dims[i]], (*c)->size, i);
-    if ((rc = tc_reduce_scatter_shape(&in[i], dims[i], (*c)->size, shape))) return rc;
-    if ((rc = tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device))) return rc;
-  }
-  for (int i = 0; i < n; i++) {
-    snprintf(oname, sizeof oname, "out[%d]", i);
-    for (int j = 0; j < n; j++) {
-      snprintf(iname, sizeof iname, "in[%d]", j);
-      if ((rc = tc_check_disjoint(&out[i], oname, &in[j], iname, false))) return rc;
-    }
-  }
-  return TCOLL_SUCCESS;
+  int size = (*c)->size;
+  CHECK_ENTRIES(n, rs_entry(in, out, i_, op, scatter_dims, size, rop, dims, iname, oname))
+  return check_lists_disjoint(out, in, n, false);
 }
 
 static int check_splits(const int64_t *splits, int n, const char *name, int64_t *sum) {

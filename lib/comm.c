@@ -1,6 +1,7 @@
 /* Communicators: world, from MPI, split, names, free. Rank-list forms are in comm_groups.c. */
 #include "comm.h"
 
+#include "ptrmap.h"
 #include "registry.h"
 
 #include <stdio.h>
@@ -10,16 +11,25 @@
 static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
 static tcoll_comm_t *comms_head;
 static uint32_t comms_next_id;
+static tc_ptrmap_t comms_live; /* the same communicators, for an O(1) check on every call */
+/* Bumped whenever a communicator goes away: a thread may trust the last communicator it found
+ * live for as long as the generation has not moved, without taking the lock. */
+static uint64_t comms_generation;
+static _Thread_local const tcoll_comm_t *recent_comm;
+static _Thread_local uint64_t recent_generation;
 
 void tc_comms_lock(void) { pthread_mutex_lock(&comms_lock); }
 void tc_comms_unlock(void) { pthread_mutex_unlock(&comms_lock); }
 tcoll_comm_t *tc_comms_first(void) { return comms_head; }
 
 static bool is_live(const tcoll_comm_t *c) {
-  bool live = false;
+  if (c == recent_comm && recent_generation == __atomic_load_n(&comms_generation, __ATOMIC_ACQUIRE)) return true;
   tc_comms_lock();
-  for (tcoll_comm_t *it = comms_head; it; it = it->next)
-    if (it == c) live = true;
+  bool live = tc_ptrmap_get(&comms_live, (uintptr_t)c) != NULL;
+  if (live) {
+    recent_comm = c;
+    recent_generation = comms_generation;
+  }
   tc_comms_unlock();
   return live;
 }
@@ -54,16 +64,26 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   MPI_Comm_size(mpi, &c->size);
   c->refcount = 1;
   tc_comms_lock();
-  c->id = comms_next_id++;
-  c->next = comms_head;
-  comms_head = c;
+  rc = tc_ptrmap_put(&comms_live, (uintptr_t)c, c);
+  if (!rc) {
+    c->id = comms_next_id++;
+    c->next = comms_head;
+    comms_head = c;
+  }
   tc_comms_unlock();
+  if (rc) {
+    MPI_Comm_free(&c->ctrl);
+    free(c);
+    return tc_error(rc, "cannot record a new communicator");
+  }
   *out = c;
   return TCOLL_SUCCESS;
 }
 
 static void unlink_comm(tcoll_comm_t *c) {
   tc_comms_lock();
+  tc_ptrmap_del(&comms_live, (uintptr_t)c);
+  __atomic_add_fetch(&comms_generation, 1, __ATOMIC_RELEASE);
   for (tcoll_comm_t **p = &comms_head; *p; p = &(*p)->next) {
     if (*p == c) {
       *p = c->next;

@@ -26,12 +26,9 @@ static int mpi_started_here;
 int tcoll_version(void) { return TCOLL_VERSION_CODE(TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH); }
 const char *tcoll_version_suffix(void) { return TCOLL_VERSION_SUFFIX; }
 
-int tcoll_initialized(void) {
-  if (__atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) <= 0) return 0;
-  int fin = 0;
-  MPI_Finalized(&fin);
-  return !fin;
-}
+/* On every call: no MPI query here. If the host program finalizes MPI first, the attribute
+ * callback on MPI_COMM_SELF (on_mpi_finalize) tears tcoll down and zeroes init_count. */
+int tcoll_initialized(void) { return __atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) > 0; }
 
 int tcoll_mpi_thread_level(void) { return tc_g.thread_level; }
 

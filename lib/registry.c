@@ -2,6 +2,7 @@
 
 #include "comm.h"
 #include "ptrmap.h"
+#include "tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,15 +23,25 @@ static size_t nordered, ordered_cap;
 static entry_t *reads;
 static size_t nreads, reads_cap;
 
+static bool is_done(const tc_work_t *w) { return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE); }
+
+/* A read of work still running that overlaps [b, e); reads of done work no longer count. */
 static entry_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
   for (size_t i = 0; i < nreads; i++)
-    if (reads[i].work != self && reads[i].base < e && reads[i].end > b) return &reads[i];
+    if (reads[i].work != self && reads[i].base < e && reads[i].end > b && !is_done(reads[i].work)) return &reads[i];
   return NULL;
 }
 
 static void remove_reads_of(const tc_work_t *w) {
   for (size_t i = nreads; i-- > 0;)
     if (reads[i].work == w) reads[i] = reads[--nreads];
+}
+
+/* Drops a reference (registry lock held); at zero, forgets the work's reads and recycles it. */
+static void unref_locked(tc_work_t *w) {
+  if (--w->refs > 0) return;
+  remove_reads_of(w);
+  tc_work_recycle(w);
 }
 
 /* First index whose base is >= key. */
@@ -124,9 +135,14 @@ void tc_registry_remove_entries(tc_work_t *w) {
   pthread_mutex_unlock(&reg_lock);
 }
 
-int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
-  if (!p || !n) return TCOLL_SUCCESS;
-  pthread_mutex_lock(&reg_lock);
+/* The entry of other work overlapping [b, e), or NULL (registry lock held). */
+static entry_t *foreign_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
+  for (size_t i = lower_bound(e); i-- > 0 && ordered[i].end > b;)
+    if (ordered[i].work != self) return &ordered[i];
+  return NULL;
+}
+
+static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
   int rc = TCOLL_SUCCESS;
   if (nreads == reads_cap) {
     size_t cap = reads_cap ? 2 * reads_cap : 64;
@@ -139,14 +155,38 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
     }
   }
   if (!rc) reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w};
+  return rc;
+}
+
+int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
+  if (!p || !n) return TCOLL_SUCCESS;
+  pthread_mutex_lock(&reg_lock);
+  int rc = add_read_locked(w, p, n);
   pthread_mutex_unlock(&reg_lock);
   return rc;
 }
 
-void tc_registry_reads_done(tc_work_t *w) {
+tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
+                                     int *rc) {
+  *rc = TCOLL_SUCCESS;
+  tc_work_t *other = NULL;
   pthread_mutex_lock(&reg_lock);
-  remove_reads_of(w);
+  for (; *next < n && !other && !*rc; ++*next) {
+    const tcoll_tensor_t *t = &in[*next];
+    if (!t->data) continue;
+    uintptr_t b = (uintptr_t)t->data;
+    size_t nb = tc_nbytes(t);
+    entry_t *x = foreign_overlapping(b, b + (nb ? nb : 1), w);
+    if (x) {
+      other = x->work;
+      other->refs++;
+      *base = (void *)x->base;
+      break; /* this input again once the caller waited for other */
+    }
+    if (nb) *rc = add_read_locked(w, t->data, nb);
+  }
   pthread_mutex_unlock(&reg_lock);
+  return other;
 }
 
 void tc_wait_readers(const void *p, size_t n) {
@@ -215,7 +255,7 @@ void tc_registry_release(tc_work_t *w, void *base, bool pop) {
     remove_at(lower_bound((uintptr_t)base));
     w->refs--;
   }
-  tc_work_unref_locked(w);
+  unref_locked(w);
   pthread_mutex_unlock(&reg_lock);
 }
 
@@ -224,7 +264,7 @@ int tc_registry_snapshot(tc_work_t **works, int max) {
   pthread_mutex_lock(&reg_lock);
   for (size_t i = 0; i < nordered && n < max; i++) {
     tc_work_t *w = ordered[i].work;
-    bool seen = w->done;
+    bool seen = is_done(w);
     for (int k = 0; k < n && !seen; k++) seen = works[k] == w;
     if (seen) continue;
     w->refs++;
@@ -246,7 +286,7 @@ void tc_registry_describe_pending(char *buf, size_t len, int max) {
     if (!first) continue;
     char what[180];
     off += (size_t)snprintf(buf + off, len - off, "%s%s%s", shown ? "; " : "", tc_work_describe(w, what, sizeof what),
-                            w->done ? " (complete, not yet waited)" : "");
+                            is_done(w) ? " (complete, not yet waited)" : "");
     shown++;
   }
   pthread_mutex_unlock(&reg_lock);
@@ -258,8 +298,41 @@ static int report_failure(tc_work_t *w, int rc) {
   return tc_error(rc, "%s", w->err);
 }
 
+/* Pops p's entry at once if its work is already complete (a coalesced work's second and later
+ * buffers, or work the progress thread finished): one lock, no work lock. Returns
+ * TCOLL_IN_PROGRESS when the work still has to be advanced. */
+static int pop_if_done(const void *p) {
+  uintptr_t b = (uintptr_t)p;
+  pthread_mutex_lock(&reg_lock);
+  tc_work_t *w = tc_ptrmap_get(&by_base, b);
+  if (!w) {
+    entry_t *x = overlapping(b, b + 1);
+    if (x) {
+      w = x->work;
+      b = x->base;
+    }
+  }
+  if (!w) {
+    pthread_mutex_unlock(&reg_lock);
+    return TCOLL_SUCCESS; /* nothing pending */
+  }
+  if (!is_done(w)) {
+    pthread_mutex_unlock(&reg_lock);
+    return TCOLL_IN_PROGRESS;
+  }
+  int status = w->status;
+  char err[TC_WORK_ERR_LEN];
+  if (status) memcpy(err, w->err, sizeof err);
+  remove_at(lower_bound(b));
+  unref_locked(w);
+  pthread_mutex_unlock(&reg_lock);
+  return status ? tc_error(status, "%s", err) : TCOLL_SUCCESS;
+}
+
 int tc_wait_ptr(const void *p, double seconds, bool block) {
   if (!p) return TCOLL_SUCCESS;
+  int fast = pop_if_done(p);
+  if (fast != TCOLL_IN_PROGRESS) return fast;
   void *base = NULL;
   tc_work_t *w = tc_registry_hold(p, 0, NULL, &base);
   if (!w) return TCOLL_SUCCESS;

@@ -16,8 +16,10 @@ int tc_registry_add(tc_work_t *w);
 /* Records that w reads [p, p + n) until it completes: such a buffer is not freed under MPI
  * (tcoll_tensor_free waits) and another collective may not write it (TCOLL_ERR_BUSY). */
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n);
-/* w no longer reads its inputs (it completed). */
-void tc_registry_reads_done(tc_work_t *w);
+/* Records w's reads of in[*next..n) under one lock. Stops at an input overlapping a pending
+ * output of other work and returns that work (referenced, *base its buffer, *next that input:
+ * wait for it, then call again); NULL once all are recorded (*rc: whether recording worked). */
+tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc);
 /* Waits (pops) every pending output overlapping [p, p + n); the first error met. */
 int tc_wait_writers(const void *p, size_t n);
 /* Completes every work that reads any byte of [p, p + n). */

@@ -11,6 +11,13 @@ static inline int64_t tc_shape_prod(const int64_t *shape, int from, int to) {
   return p;
 }
 
+/* Bytes of a tensor that passed the argument checks (no overflow or validity checks). */
+static inline size_t tc_nbytes(const tcoll_tensor_t *t) {
+  size_t n = tcoll_dtype_size(t->dtype);
+  for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
+  return n;
+}
+
 /* A tensor viewed around one dim: outer x len x inner elements. */
 typedef struct tc_dimview {
   int64_t outer, len, inner;

@@ -10,9 +10,10 @@
 typedef enum { REC_EMPTY, REC_POSTED, REC_DONE, REC_FAILED } rec_state_t;
 
 typedef struct record {
+  uint64_t version; /* seqlock: odd while a writer fills the record */
   uint64_t seq, comm_seq;
-  char op[28];
-  char comm[48];
+  const char *op; /* a string literal of the op's source file */
+  char comm_name[TC_COMM_NAME_LEN]; /* copied: the communicator may be gone by dump time */
   uint32_t comm_id;
   int comm_size;
   tcoll_dtype_t dtype;
@@ -25,17 +26,39 @@ typedef struct record {
   int status;
 } record_t;
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+/* "'name'", "#id" or "local", as tc_comm_label writes it. */
+static const char *comm_label(const record_t *r, char *buf, size_t len) {
+  if (r->comm_id == UINT32_MAX) snprintf(buf, len, "local");
+  else if (r->comm_name[0]) snprintf(buf, len, "'%s'", r->comm_name);
+  else snprintf(buf, len, "#%u", r->comm_id);
+  return buf;
+}
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* dumps, one at a time */
 static record_t ring[TC_TRACE_RECORDS];
 
+/* Writers never block and never format (the dump formats): each claims its slot by making the
+ * version odd, and drops the record if another writer holds the slot (only possible with more
+ * than TC_TRACE_RECORDS ops in flight; this is a diagnostic, not an account). */
+static record_t *claim(uint64_t seq, uint64_t *v) {
+  record_t *r = &ring[seq % TC_TRACE_RECORDS];
+  *v = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
+  if ((*v & 1) || !__atomic_compare_exchange_n(&r->version, v, *v + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return NULL;
+  return r;
+}
+
+static void publish(record_t *r, uint64_t v) { __atomic_store_n(&r->version, v + 2, __ATOMIC_RELEASE); }
+
 void tc_trace_posted(const tc_work_t *w) {
-  record_t *r = &ring[w->seq % TC_TRACE_RECORDS];
-  pthread_mutex_lock(&mu);
+  uint64_t v;
+  record_t *r = claim(w->seq, &v);
+  if (!r) return;
   r->seq = w->seq;
   r->comm_seq = w->comm_seq;
-  snprintf(r->op, sizeof r->op, "%s", w->op);
-  if (w->comm) tc_comm_label(w->comm, r->comm, sizeof r->comm);
-  else snprintf(r->comm, sizeof r->comm, "local");
+  r->op = w->op;
+  if (w->comm) memcpy(r->comm_name, w->comm->name, sizeof r->comm_name);
+  else r->comm_name[0] = '\0';
   r->comm_id = w->comm ? w->comm->id : UINT32_MAX; /* local work gets a row of its own */
   r->comm_size = w->comm ? w->comm->size : 1;
   r->dtype = w->dtype;
@@ -47,21 +70,34 @@ void tc_trace_posted(const tc_work_t *w) {
   r->t_done = 0;
   r->state = w->status ? REC_FAILED : REC_POSTED;
   r->status = w->status;
-  pthread_mutex_unlock(&mu);
+  publish(r, v);
 }
 
 void tc_trace_done(const tc_work_t *w) {
-  record_t *r = &ring[w->seq % TC_TRACE_RECORDS];
-  pthread_mutex_lock(&mu);
+  uint64_t v;
+  record_t *r = claim(w->seq, &v);
+  if (!r) return;
   if (r->seq == w->seq) {
     r->t_done = w->t_done;
     r->state = w->status ? REC_FAILED : REC_DONE;
     r->status = w->status;
   }
-  pthread_mutex_unlock(&mu);
+  publish(r, v);
 }
 
-void tc_trace_reset(void) {
+/* A consistent copy of a slot, or false if it stays busy. */
+static bool read_slot(const record_t *r, record_t *out) {
+  for (int tries = 0; tries < 64; tries++) {
+    uint64_t v1 = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
+    if (v1 & 1) continue;
+    memcpy(out, r, sizeof *out);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&r->version, __ATOMIC_RELAXED) == v1) return true;
+  }
+  return false;
+}
+
+void tc_trace_reset(void) { /* at teardown: no collective is in flight any more */
   pthread_mutex_lock(&mu);
   memset(ring, 0, sizeof ring);
   pthread_mutex_unlock(&mu);
@@ -90,13 +126,16 @@ static const char *state_name(rec_state_t s) {
 
 /* Records in sequence order, oldest first: the ring is indexed by seq. */
 static int ordered(record_t *out) {
-  int n = 0;
+  static record_t snap[TC_TRACE_RECORDS]; /* under mu */
   uint64_t max = 0;
-  for (int i = 0; i < TC_TRACE_RECORDS; i++)
-    if (ring[i].state != REC_EMPTY && ring[i].seq > max) max = ring[i].seq;
+  for (int i = 0; i < TC_TRACE_RECORDS; i++) {
+    if (!read_slot(&ring[i], &snap[i])) snap[i].state = REC_EMPTY;
+    if (snap[i].state != REC_EMPTY && snap[i].seq > max) max = snap[i].seq;
+  }
+  int n = 0;
   uint64_t first = max >= TC_TRACE_RECORDS ? max - TC_TRACE_RECORDS + 1 : 1;
   for (uint64_t s = first; s <= max && max; s++) {
-    record_t *r = &ring[s % TC_TRACE_RECORDS];
+    record_t *r = &snap[s % TC_TRACE_RECORDS];
     if (r->state != REC_EMPTY && r->seq == s) out[n++] = *r;
   }
   return n;
@@ -114,20 +153,21 @@ static void write_json(FILE *f, const record_t *recs, int n, const char *reason)
   for (int i = 0; i < n; i++) {
     bool seen = false;
     for (int j = 0; j < i && !seen; j++) seen = recs[j].comm_id == recs[i].comm_id;
+    char label[80];
     if (!seen)
       fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%u,\"args\":{\"name\":\"comm %s\"}}",
-              rank, recs[i].comm_id, recs[i].comm);
+              rank, recs[i].comm_id, comm_label(&recs[i], label, sizeof label));
   }
   for (int i = 0; i < n; i++) {
     const record_t *r = &recs[i];
-    char shape[128];
+    char shape[128], label[80];
     double end = r->state == REC_POSTED ? now : r->t_done;
     fprintf(f,
             ",\n{\"name\":\"%s\",\"cat\":\"tcoll\",\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
             "\"args\":{\"seq\":%llu,\"comm_seq\":%llu,\"comm\":\"%s\",\"comm_size\":%d,\"dtype\":\"%s\","
             "\"shape\":\"%s\",\"bytes\":%zu,\"device\":%d,\"state\":\"%s\",\"status\":\"%s\"}}",
             r->op, rank, r->comm_id, (r->t_post + shift) * 1e6, (end - r->t_post) * 1e6, (unsigned long long)r->seq,
-            (unsigned long long)r->comm_seq, r->comm, r->comm_size, tcoll_dtype_name(r->dtype),
+            (unsigned long long)r->comm_seq, comm_label(r, label, sizeof label), r->comm_size, tcoll_dtype_name(r->dtype),
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, r->device, state_name(r->state),
             tcoll_status_string(r->status));
   }
@@ -141,10 +181,10 @@ static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
   tc_warn("flight recorder (%s): last %d of %d ops", reason, n - from, n);
   for (int i = from; i < n; i++) {
     const record_t *r = &recs[i];
-    char shape[96];
+    char shape[96], label[80];
     double end = r->state == REC_POSTED ? now : r->t_done;
     tc_warn("  seq %llu %s on comm %s (seq %llu) %s %s %zu bytes: %s after %.3f ms", (unsigned long long)r->seq, r->op,
-            r->comm, (unsigned long long)r->comm_seq, tcoll_dtype_name(r->dtype),
+            comm_label(r, label, sizeof label), (unsigned long long)r->comm_seq, tcoll_dtype_name(r->dtype),
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, state_name(r->state),
             1e3 * (end - r->t_post));
   }

@@ -19,11 +19,52 @@
 #include <time.h>
 
 #define POOL_KEEP 1024
+#define THREAD_KEEP 8
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static tc_work_t *pool;
 static int pool_size;
 static uint64_t next_seq;
+
+/* Each thread keeps a few works of its own, so that the common post-wait cycle takes no pool
+ * lock; a thread's works go back to the shared pool when it exits. */
+typedef struct thread_cache {
+  tc_work_t *w[THREAD_KEEP];
+  int n;
+} thread_cache_t;
+static _Thread_local thread_cache_t cache;
+static _Thread_local bool cache_registered;
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void free_work(tc_work_t *w);
+
+static void flush_cache(void *arg) {
+  thread_cache_t *c = arg;
+  pthread_mutex_lock(&pool_lock);
+  while (c->n > 0) {
+    tc_work_t *w = c->w[--c->n];
+    w->next_free = pool;
+    pool = w;
+    pool_size++;
+  }
+  pthread_mutex_unlock(&pool_lock);
+}
+
+static void make_cache_key(void) { pthread_key_create(&cache_key, flush_cache); }
+
+static tc_work_t *cache_pop(void) { return cache.n > 0 ? cache.w[--cache.n] : NULL; }
+
+static bool cache_push(tc_work_t *w) {
+  if (cache.n == THREAD_KEEP) return false;
+  if (!cache_registered) { /* so that an exiting thread returns its works */
+    pthread_once(&cache_once, make_cache_key);
+    pthread_setspecific(cache_key, &cache);
+    cache_registered = true;
+  }
+  cache.w[cache.n++] = w;
+  return true;
+}
 
 uint64_t tc_work_count_posted(void) { return __atomic_load_n(&next_seq, __ATOMIC_RELAXED); }
 
@@ -66,17 +107,21 @@ static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
   w->dim = sig ? sig->dim : -1;
   w->agree = sig ? sig->agree : TC_AGREE_SHAPE;
   w->local = sig ? sig->local : false;
-  w->shapes_hash = t && w->agree == TC_AGREE_SHAPE ? hash_shapes(t, sig->n) : 0;
+  /* Only DETAIL compares it across ranks; skip the hashing otherwise. */
+  w->shapes_hash = t && w->agree == TC_AGREE_SHAPE && tc_cfg.debug >= TCOLL_LOG_DETAIL ? hash_shapes(t, sig->n) : 0;
 }
 
 int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
-  pthread_mutex_lock(&pool_lock);
-  tc_work_t *w = pool;
-  if (w) {
-    pool = w->next_free;
-    pool_size--;
+  tc_work_t *w = cache_pop();
+  if (!w) {
+    pthread_mutex_lock(&pool_lock);
+    w = pool;
+    if (w) {
+      pool = w->next_free;
+      pool_size--;
+    }
+    pthread_mutex_unlock(&pool_lock);
   }
-  pthread_mutex_unlock(&pool_lock);
   if (!w) {
     w = calloc(1, sizeof *w);
     if (!w) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a work");
@@ -122,7 +167,7 @@ int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int n
     if ((rc = tc_tensor_storage(out))) return rc;
     w->allocated[w->nalloc++] = out;
   }
-  return add_buf(w, out->data, tcoll_tensor_nbytes(out), true);
+  return add_buf(w, out->data, tc_nbytes(out), true);
 }
 
 int tc_work_register(tc_work_t *w) {
@@ -154,21 +199,15 @@ int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
 }
 
 int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
-  for (int i = 0; i < n; i++) {
-    size_t nbytes = tcoll_tensor_nbytes(&in[i]);
-    if (!in[i].data) continue;
-    void *base;
-    tc_work_t *other;
-    /* Like PyTorch's AsyncCollectiveTensor: using a pending result waits for it. */
-    while ((other = tc_registry_hold(in[i].data, nbytes ? nbytes : 1, w, &base))) {
-      tc_registry_release(other, base, false);
-      int rc = tc_wait_ptr(base, 0.0, true);
-      if (rc) return rc;
-    }
-    int rc = tc_registry_add_read(w, in[i].data, nbytes);
-    if (rc) return rc;
+  int next = 0, rc = TCOLL_SUCCESS;
+  void *base;
+  tc_work_t *other;
+  /* Like PyTorch's AsyncCollectiveTensor: using a pending result waits for it. */
+  while ((other = tc_registry_claim_inputs(w, in, n, &next, &base, &rc))) {
+    tc_registry_release(other, base, false);
+    if ((rc = tc_wait_ptr(base, 0.0, true))) return rc;
   }
-  return TCOLL_SUCCESS;
+  return rc;
 }
 
 int tc_work_reserve(tc_work_t *w, int n) {
@@ -235,6 +274,7 @@ static void release_held(tc_work_t *w) {
 void tc_work_recycle(tc_work_t *w) {
   release_held(w);
   w->nreq = w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0;
+  if (cache_push(w)) return;
   pthread_mutex_lock(&pool_lock);
   if (pool_size < POOL_KEEP) {
     w->next_free = pool;
@@ -243,21 +283,20 @@ void tc_work_recycle(tc_work_t *w) {
     w = NULL;
   }
   pthread_mutex_unlock(&pool_lock);
-  if (w) {
-    free(w->reqs);
-    free(w->bufs);
-    free(w->allocated);
-    free(w->held);
-    free(w->cbs);
-    free(w->pieces);
-    pthread_mutex_destroy(&w->lock);
-    free(w);
-  }
+  if (w) free_work(w);
 }
 
-void tc_work_unref_locked(tc_work_t *w) {
-  if (--w->refs == 0) tc_work_recycle(w);
+static void free_work(tc_work_t *w) {
+  free(w->reqs);
+  free(w->bufs);
+  free(w->allocated);
+  free(w->held);
+  free(w->cbs);
+  free(w->pieces);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
 }
+
 
 static void undo_outputs(tc_work_t *w) {
   for (int i = 0; i < w->nalloc; i++) tc_tensor_release(w->allocated[i]);
@@ -361,9 +400,10 @@ int tc_work_progress(tc_work_t *w, bool block, double deadline) {
     w->status = rc;
     snprintf(w->err, sizeof w->err, "%s", tc_last_message());
   }
-  w->done = true;
   w->t_done = tc_now();
-  tc_registry_reads_done(w);
+  /* Its inputs are read no more: the registry ignores reads of done work (no lock needed here)
+   * and forgets them when the work is recycled. */
+  __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
   release_held(w);
   tc_trace_done(w);
   if (tc_cfg.debug >= TCOLL_LOG_INFO) {
@@ -386,6 +426,9 @@ const char *tc_work_describe(const tc_work_t *w, char *buf, size_t len) {
 }
 
 void tc_work_pool_cleanup(void) {
+  /* Only this thread's cache is reachable here; other threads return theirs when they exit
+   * (to the pool, freed at the next cleanup or kept for a later tcoll_init). */
+  while (cache.n > 0) free_work(cache.w[--cache.n]);
   pthread_mutex_lock(&pool_lock);
   tc_work_t *w = pool;
   pool = NULL;
@@ -393,14 +436,7 @@ void tc_work_pool_cleanup(void) {
   pthread_mutex_unlock(&pool_lock);
   while (w) {
     tc_work_t *next = w->next_free;
-    free(w->reqs);
-    free(w->bufs);
-    free(w->allocated);
-    free(w->held);
-    free(w->cbs);
-    free(w->pieces);
-    pthread_mutex_destroy(&w->lock);
-    free(w);
+    free_work(w);
     w = next;
   }
 }

@@ -169,8 +169,6 @@ int tc_work_end(tc_work_t *w, int rc);
 int tc_work_progress(tc_work_t *w, bool block, double deadline);
 /* Returns w to the pool (nobody references it any more). */
 void tc_work_recycle(tc_work_t *w);
-/* Drops a reference (registry lock held); recycles at zero. */
-void tc_work_unref_locked(tc_work_t *w);
 /* "all_reduce #12 on comm 'tp' (seq 3, 4096 bytes)" */
 const char *tc_work_describe(const tc_work_t *w, char *buf, size_t len);
 void tc_work_pool_cleanup(void);
