@@ -15,15 +15,21 @@
  *     it: the simulation's point-to-point traffic and tcoll's collectives never mix);
  *   - the global residual, every few steps, is a tcoll_all_reduce posted asynchronously and
  *     waited one step later, so the reduction overlaps the next stencil sweep;
- *   - the energy E = 1/2 sum u^2 is a tcoll_all_reduce too.
+ *   - the energy E = 1/2 sum u^2 is an all_reduce too, through tcoll's gradient module.
  *
- * The adjoint: dE/du0, the gradient of the final energy with respect to the initial field, is
- * computed by the manual adjoint of the stencil and of the halo exchange (below), run backwards
- * over the steps. The one collective on the path, the all_reduce that sums the energy, gets its
- * gradient from tcoll's gradient module: energy_forward / energy_backward are the two places
- * where the module plugs in (tcoll_grad_all_reduce and tcoll_grad_backward). Until it lands,
- * energy_backward applies the all_reduce SUM rule (grad_in = all_reduce SUM of grad_out) with
- * the plain tcoll_all_reduce.
+ * The adjoint: dE/du0, the gradient of the final energy with respect to the initial field.
+ * Reverse mode runs the program backwards, each step replaced by its adjoint (its transpose,
+ * for these linear steps), applied to the gradient of what the step produced:
+ *
+ *   forward:  u0 -step-> u1 -step-> ... -step-> uT -(1/2 sum of u^2 here)-> e_r -all_reduce-> E
+ *   backward: dE/du0 <-step^T- ... <-step^T- dE/duT = dE/de_r * uT <- dE/de_r <-all_reduce^T- 1
+ *
+ * The stencil and the halo exchange are the simulation's own code, so their adjoints are
+ * written by hand (step_adjoint, halo_exchange_adjoint). The collective is tcoll's, and so is
+ * its adjoint: energy_forward runs the all_reduce with tcoll_grad_all_reduce, which also returns
+ * a grad node, and energy_backward hands the seed to tcoll_grad_backward on that node, which
+ * posts the all_reduce's transpose (for SUM, an all_reduce SUM of the seeds) like any other
+ * collective. The simulation never writes the adjoint of a collective itself.
  *
  * The example checks itself and exits nonzero on failure:
  *   1. the distributed field equals, bit for bit, a serial run of the same stencil on the whole
@@ -196,15 +202,35 @@ static void forward(const domain_t *d, const params_t *p, double **u, bool verbo
   free(un);
 }
 
-/* E = 1/2 sum over the whole grid of u^2: a local sum, then an all_reduce SUM.
- * Part two: tcoll_grad_all_reduce here, keeping the grad node for energy_backward. */
-static double energy_forward(const domain_t *d, const double *u) { return 0.5 * global_sum(d, local_sum_sq(d, u)); }
+/* E = 1/2 sum over the whole grid of u^2: each rank's share e_r = 1/2 sum of its own u^2, then
+ * E = sum_r e_r by an all_reduce SUM. With node != NULL the all_reduce is differentiable:
+ * tcoll_grad_all_reduce runs the same collective and also returns a grad node (it remembers the
+ * communicator, the op and the shapes; free it with tcoll_grad_node_free). node == NULL: the
+ * plain all_reduce, for energies whose gradient is not wanted. */
+static double energy_forward(const domain_t *d, const double *u, tcoll_grad_node_t **node) {
+  double local = 0.5 * local_sum_sq(d, u), total = 0;
+  if (!node) return global_sum(d, local);
+  tcoll_tensor_t e = tcoll_tensor_make(&local, TCOLL_FLOAT64, 0, NULL, TCOLL_HOST);
+  tcoll_tensor_t E = tcoll_tensor_make(&total, TCOLL_FLOAT64, 0, NULL, TCOLL_HOST);
+  CHECK_TC(tcoll_grad_all_reduce(&e, TCOLL_SUM, d->tc, &E, node));
+  CHECK_TC(tcoll_wait(&total)); /* asynchronous like every collective: E is ready once waited */
+  return total;
+}
 
-/* Given dL/dE on this rank (the loss is E counted once: seed 1 on rank 0, 0 elsewhere), returns
- * dL/d(local energy). The all_reduce SUM rule: the gradient of its input is the all_reduce SUM
- * of its output gradients, here 1 on every rank.
- * Part two: tcoll_grad_backward on the node energy_forward kept (tcoll_grad_all_reduce). */
-static double energy_backward(const domain_t *d, double seed) { return global_sum(d, seed); }
+/* The adjoint of the all_reduce in energy_forward. Every rank holds a copy of E, and the loss is
+ * the sum over the ranks of what each rank does with its copy, so this rank's seed is dL/dE_r,
+ * the gradient of its own copy. Returns dL/de_r, the gradient of this rank's share:
+ * E_s = sum_r e_r on every rank s gives dL/de_r = sum_s dL/dE_s, the all_reduce SUM of the
+ * seeds. tcoll_grad_backward posts exactly that (it is a collective: every rank calls it, in
+ * the same order as its other collectives) into grad, which is pending until waited. */
+static double energy_backward(tcoll_grad_node_t *node, double seed) {
+  double grad = 0;
+  tcoll_tensor_t g_out = tcoll_tensor_make(&seed, TCOLL_FLOAT64, 0, NULL, TCOLL_HOST);
+  tcoll_tensor_t g_in = tcoll_tensor_make(&grad, TCOLL_FLOAT64, 0, NULL, TCOLL_HOST);
+  CHECK_TC(tcoll_grad_backward(node, &g_out, 1, &g_in, 1));
+  CHECK_TC(tcoll_wait(&grad));
+  return grad;
+}
 
 /* ------------------------------------------------------------------ adjoint */
 
@@ -243,13 +269,16 @@ static void step_adjoint(const domain_t *d, const double *an, double *a, double 
   halo_exchange_adjoint(d, a, tmp);
 }
 
-/* dE/du0, given the final field uT: seeds the energy's adjoint, then runs the steps backwards.
- * The stencil is linear, so no forward state needs to be kept. */
-static void gradient(const domain_t *d, const params_t *p, const double *uT, double *g) {
-  double seed = d->rank == 0 ? 1.0 : 0.0;    /* dL/dE: the loss is E, counted once */
-  double de_local = energy_backward(d, seed); /* dL/d(local energy) */
+/* dE/du0, given the final field uT and the grad node of the energy's all_reduce (from
+ * energy_forward(uT)): seeds the energy's adjoint, then runs the steps backwards. The stencil
+ * is linear, so no forward state needs to be kept. */
+static void gradient(const domain_t *d, const params_t *p, tcoll_grad_node_t *energy_node, const double *uT,
+                     double *g) {
+  /* The loss is E counted once: rank 0's copy gets the seed dL/dE = 1, the other copies 0. */
+  double seed = d->rank == 0 ? 1.0 : 0.0;
+  double de_local = energy_backward(energy_node, seed); /* dL/de_r: 1 on every rank */
   double *a = field_new(d), *an = field_new(d), *tmp = calloc((size_t)d->ny + 2, sizeof *tmp);
-  for (int i = 1; i <= d->nrows; i++) /* d(1/2 sum u^2)/du = u */
+  for (int i = 1; i <= d->nrows; i++) /* e_r = 1/2 sum u^2, so de_r/du = u */
     for (int j = 1; j <= d->ny; j++) AT(an, d, i, j) = de_local * AT(uT, d, i, j);
   for (int n = 0; n < p->steps; n++) {
     step_adjoint(d, an, a, p->r, tmp);
@@ -298,7 +327,7 @@ static void check_serial(const domain_t *d, const params_t *p, const double *u_d
     }
   MPI_Allreduce(MPI_IN_PLACE, &maxdiff, 1, MPI_DOUBLE, MPI_MAX, d->cart);
   expect(d, differ == 0, "distributed field == serial field, bit for bit", maxdiff, 0.0);
-  double e_serial = 0.5 * local_sum_sq(&s, u), e_dist = energy_forward(d, u_dist);
+  double e_serial = 0.5 * local_sum_sq(&s, u), e_dist = energy_forward(d, u_dist, NULL);
   double rel = fabs(e_dist - e_serial) / e_serial;
   expect(d, rel <= 1e-13, "energy (tcoll all_reduce) == serial energy", rel, 1e-13);
   free(u);
@@ -357,7 +386,7 @@ static void check_finite_differences(const domain_t *d, const params_t *p, const
   }
   forward(d, p, &up, false);
   forward(d, p, &um, false);
-  double fd = (energy_forward(d, up) - energy_forward(d, um)) / (2 * eps);
+  double fd = (energy_forward(d, up, NULL) - energy_forward(d, um, NULL)) / (2 * eps);
   double an = global_sum(d, local_dot(d, g, v));
   double rel = fabs(fd - an) / fabs(an);
   expect(d, rel <= 1e-8, "dE/du0 (adjoint) == central finite differences", rel, 1e-8);
@@ -414,14 +443,16 @@ int main(int argc, char **argv) {
   /* The simulation: from a reproducible rough field. */
   double *u = field_new(&d);
   fill_hashed(&d, u, 1);
-  double e0 = energy_forward(&d, u);
+  double e0 = energy_forward(&d, u, NULL);
   forward(&d, &p, &u, true);
-  double eT = energy_forward(&d, u);
+  tcoll_grad_node_t *energy_node; /* the final energy's all_reduce, for its adjoint */
+  double eT = energy_forward(&d, u, &energy_node);
   if (d.rank == 0) printf("energy: %.6e at step 0, %.6e at step %d\n", e0, eT, p.steps);
 
   /* Its adjoint: dE/du0. */
   double *g = field_new(&d);
-  gradient(&d, &p, u, g);
+  gradient(&d, &p, energy_node, u, g);
+  tcoll_grad_node_free(energy_node); /* before tcoll_comm_free: the node uses d.tc */
   double gnorm = sqrt(global_sum(&d, local_sum_sq(&d, g)));
   if (d.rank == 0) printf("|dE/du0| = %.6e\n", gnorm);
 

@@ -420,6 +420,48 @@ TCOLL_API int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x,
 TCOLL_API int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op,
                                     tcoll_comm_t *comm, tcoll_tensor_t *y,
                                     tcoll_grad_node_t **node);
+
+/* Differentiable single-process multi-device ops (torch.nn.parallel's Broadcast,
+ * ReduceAddCoalesced, Scatter and Gather Functions). Forward: exactly the plain tcoll_local_*
+ * op below (same arguments, checks, output allocation and stream order), plus a grad node with
+ * no communicator. Backward (through tcoll_grad_backward) is the transposed local op: broadcast
+ * <-> reduce-add, scatter <-> gather. Devices may include TCOLL_HOST; each grad_input is put on
+ * the device of its forward input. Unlike the collectives above, neither forward outputs nor
+ * grad_inputs are pending work: like the plain local ops they are stream-ordered (device
+ * results ready for work queued afterwards on the current stream of their device, host results
+ * complete when the call returns), and tcoll_wait on them returns at once. The node keeps only
+ * descriptors (dtypes, shapes, devices, dim, chunk sizes): backward reads nothing of the
+ * forward's tensors, and the node may be freed at any time.
+ *
+ * Counts in tcoll_grad_backward (n_grad_outputs, n_grad_inputs):
+ *   local_broadcast_coalesced   n_devices * n (like out),   n (like in)
+ *   local_reduce_add_coalesced  n (like out),               n_devices * n (like in)
+ *   local_scatter               n_devices (like out),       1
+ *   local_gather                1,                          n (like in; scalars for scalars) */
+/* n_devices >= 1 (the plain op also accepts 0). backward: grad_in[i] = sum over d of
+ * grad_out[d * n + i], reduce-added on in[i]'s device (one tcoll_local_reduce_add_coalesced per
+ * distinct input device). */
+TCOLL_API int tcoll_grad_local_broadcast_coalesced(const tcoll_tensor_t *in, int n,
+                                                   const int *devices, int n_devices,
+                                                   tcoll_tensor_t *out,
+                                                   tcoll_grad_node_t **node);
+/* backward: grad_in[d * n + i] = grad_out[i], broadcast onto group d's device
+ * (tcoll_local_broadcast_coalesced). */
+TCOLL_API int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices,
+                                                    int n, int destination,
+                                                    tcoll_tensor_t *out,
+                                                    tcoll_grad_node_t **node);
+/* backward: grad_in = the n_devices grads concatenated along dim on in's device
+ * (tcoll_local_gather). */
+TCOLL_API int tcoll_grad_local_scatter(const tcoll_tensor_t *in, const int *devices,
+                                       int n_devices, const int64_t *chunk_sizes, int dim,
+                                       tcoll_tensor_t *out, tcoll_grad_node_t **node);
+/* Scalars along dim 0 are gathered as a vector, with the plain op's warning. backward: the grad
+ * split along dim into the inputs' sizes, grad_in[i] on in[i]'s device (tcoll_local_scatter);
+ * for gathered scalars each grad_in is a scalar again. */
+TCOLL_API int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim,
+                                      int target_device, tcoll_tensor_t *out,
+                                      tcoll_grad_node_t **node);
 /* Posts the backward of node's forward (asynchronous: wait on each grad_input). */
 TCOLL_API int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outputs,
                                   int n_grad_outputs, tcoll_tensor_t *grad_inputs,

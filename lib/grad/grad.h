@@ -30,9 +30,13 @@ typedef enum {
   TG_ALL_TO_ALL,
   TG_ALL_TO_ALL_SINGLE,
   TG_ALL_REDUCE,
-  /* Room for the single-process multi-device rules (nn.parallel Broadcast, ReduceAddCoalesced,
-   * Scatter, Gather): same node, comm NULL, per-tensor devices in the descriptors, extra
-   * integers (devices, chunk sizes) in aux. */
+  /* The single-process multi-device rules (nn.parallel Broadcast, ReduceAddCoalesced, Scatter,
+   * Gather; local.c): comm NULL, each descriptor on its own device; gather keeps the inputs'
+   * sizes along dim in aux. */
+  TG_LOCAL_BROADCAST_COALESCED,
+  TG_LOCAL_REDUCE_ADD_COALESCED,
+  TG_LOCAL_SCATTER,
+  TG_LOCAL_GATHER,
   TG_NUM_KINDS
 } tg_kind_t;
 
@@ -49,17 +53,19 @@ void tg_saved_put(tg_saved_t *s); /* frees at the last reference (waits if pendi
 struct tcoll_grad_node {
   uint32_t magic;
   tg_kind_t kind;
-  tcoll_comm_t *comm; /* resolved at forward; must stay alive until the node is freed */
+  tcoll_comm_t *comm; /* resolved at forward; must stay alive until the node is freed; NULL for
+                       * the single-process (local) kinds */
   int rank, size;     /* in comm */
   int root;           /* broadcast src, reduce / gather dst, scatter src; -1 otherwise */
   tc_redop_t op;      /* resolved at forward: a premul handle may be destroyed afterwards */
-  int dim;            /* gather_dim / scatter_dim, normalized */
+  int dim;            /* gather_dim / scatter_dim (local: scatter / gather dim), normalized */
   /* Descriptors (data NULL) of the forward's inputs and outputs on this rank: the grad_inputs
    * and grad_outputs of backward have exactly these dtypes, shapes and devices. */
   int n_in, n_out;
   tcoll_tensor_t *in_desc, *out_desc;
   /* Extra integers: all_to_all_single keeps [output splits | input splits] (2 * size) when
-   * the forward had explicit splits; NULL for even splits. */
+   * the forward had explicit splits (NULL for even splits); local_gather keeps the size of each
+   * input along dim (n_in). */
   int64_t *aux;
   int naux;
   /* MAX / MIN / PRODUCT: x as it was at forward time; MAX / MIN: y on every rank. */

@@ -25,6 +25,10 @@ static const char *const kind_names[TG_NUM_KINDS] = {
     [TG_ALL_TO_ALL] = "all_to_all",
     [TG_ALL_TO_ALL_SINGLE] = "all_to_all_single",
     [TG_ALL_REDUCE] = "all_reduce",
+    [TG_LOCAL_BROADCAST_COALESCED] = "local_broadcast_coalesced",
+    [TG_LOCAL_REDUCE_ADD_COALESCED] = "local_reduce_add_coalesced",
+    [TG_LOCAL_SCATTER] = "local_scatter",
+    [TG_LOCAL_GATHER] = "local_gather",
 };
 
 const char *tg_kind_name(tg_kind_t kind) {
@@ -170,6 +174,10 @@ int tg_backward_reduce_scatter_tensor(tcoll_grad_node_t *, const tcoll_tensor_t 
 int tg_backward_all_to_all(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
 int tg_backward_all_to_all_single(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
 int tg_backward_all_reduce(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
+int tg_backward_local_broadcast_coalesced(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
+int tg_backward_local_reduce_add_coalesced(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
+int tg_backward_local_scatter(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
+int tg_backward_local_gather(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
 
 static const tg_backward_fn backward_fns[TG_NUM_KINDS] = {
     [TG_BROADCAST] = tg_backward_broadcast,
@@ -183,6 +191,10 @@ static const tg_backward_fn backward_fns[TG_NUM_KINDS] = {
     [TG_ALL_TO_ALL] = tg_backward_all_to_all,
     [TG_ALL_TO_ALL_SINGLE] = tg_backward_all_to_all_single,
     [TG_ALL_REDUCE] = tg_backward_all_reduce,
+    [TG_LOCAL_BROADCAST_COALESCED] = tg_backward_local_broadcast_coalesced,
+    [TG_LOCAL_REDUCE_ADD_COALESCED] = tg_backward_local_reduce_add_coalesced,
+    [TG_LOCAL_SCATTER] = tg_backward_local_scatter,
+    [TG_LOCAL_GATHER] = tg_backward_local_gather,
 };
 
 int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outputs, int n_grad_outputs,
