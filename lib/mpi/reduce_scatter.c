@@ -1,10 +1,80 @@
-/* reduce_scatter -> MPI_Ireduce_scatter_block. MPI's built-in ops take no strided datatypes,
- * so along a dim other than 0 (and for premul_sum) the input is packed rank-major first. */
+/* reduce_scatter -> MPI_Ireduce_scatter_block.
+ * Along a dim other than 0, rank r's slab of the input is strided, and MPI's built-in ops take no
+ * strided datatypes. Rather than packing the whole input rank-major first (an extra pass over
+ * it), each slab travels to its owner through MPI_Ialltoallv with a strided datatype (the same
+ * traffic as the reduce_scatter itself), and the owner reduces the slabs it received with
+ * MPI_Reduce_local at completion. premul_sum, which scales each contribution first, packs (the
+ * scaling pass doubles as the packing). */
 #include "../argcheck.h"
 #include "../cuda/pipeline.h"
 #include "../cuda/staging.h"
+#include "../dtype.h"
 #include "../tensor.h"
 #include "post.h"
+
+#include <string.h>
+
+/* Completion of the slab exchange: out = slab 0 (op) slab 1 (op) ... in rank order. */
+typedef struct slabs {
+  char *recv; /* size slabs of n elements */
+  void *out;
+  int64_t n;
+  tcoll_dtype_t dtype;
+  MPI_Op op;
+  int size;
+  double divisor; /* AVG */
+} slabs_t;
+TC_PRIV_FITS(slabs_t);
+
+static int reduce_slabs(tc_work_t *w) {
+  slabs_t *s = TC_WORK_PRIV(w, slabs_t);
+  size_t es = tcoll_dtype_size(s->dtype);
+  int64_t L = tc_mpi_limit();
+  memcpy(s->out, s->recv, (size_t)s->n * es);
+  for (int r = 1; r < s->size; r++) {
+    const char *slab = s->recv + (size_t)r * (size_t)s->n * es;
+    for (int64_t off = 0; off < s->n; off += L) {
+      int c = (int)(s->n - off < L ? s->n - off : L);
+      int rc = MPI_Reduce_local(slab + (size_t)off * es, (char *)s->out + (size_t)off * es, c, tc_mpi_dtype(s->dtype),
+                                s->op);
+      if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Reduce_local");
+    }
+  }
+  if (s->divisor != 1.0) tc_host_divide(s->out, s->dtype, s->n, s->divisor);
+  return TCOLL_SUCCESS;
+}
+
+static int post_slabs(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_tensor_t *in, tc_dimview_t v,
+                      const tc_redop_t *op) {
+  int size = w->comm->size;
+  int64_t nper = tcoll_tensor_numel(in) / size, block = v.len / size * v.inner;
+  slabs_t *s = TC_WORK_PRIV(w, slabs_t);
+  *s = (slabs_t){.recv = tc_work_scratch(w, tcoll_tensor_nbytes(in)), .out = rbuf, .n = nper, .dtype = in->dtype,
+                 .op = tc_mpi_op(op, in->dtype), .size = size,
+                 .divisor = op->kind == TCOLL_AVG ? (double)size : 1.0};
+  int *cd = tc_work_scratch(w, 4 * (size_t)size * sizeof *cd); /* MPI reads these until completion */
+  if (!s->recv || !cd) return TCOLL_ERR_NO_MEMORY;
+  for (int p = 0; p < size; p++) {
+    cd[p] = cd[2 * size + p] = 1;      /* one slab to and from every rank */
+    cd[size + p] = cd[3 * size + p] = p; /* displacements, in slabs */
+  }
+  w->finish = reduce_slabs;
+  tc_mpi_type_t st, rt;
+  int rc = tc_mpi_vector(in->dtype, v.outer, block, block * size, block, &st);
+  if (rc) return rc;
+  if ((rc = tc_mpi_contig(in->dtype, nper, &rt))) {
+    tc_mpi_type_put(&st);
+    return rc;
+  }
+  rc = tc_work_reserve(w, 1);
+  if (!rc)
+    rc = tc_mpi_ok(MPI_Ialltoallv(sbuf, cd, cd + size, st.type, s->recv, cd + 2 * size, cd + 3 * size, rt.type,
+                                  w->comm->mpi, tc_work_req(w)),
+                   "MPI_Ialltoallv");
+  tc_mpi_type_put(&st);
+  tc_mpi_type_put(&rt);
+  return rc;
+}
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, const tc_redop_t *op) {
   int size = w->comm->size;
@@ -27,6 +97,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc) return rc;
   double scale = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0;
+  if (v.outer > 1 && scale == 1.0 && nper > 0) return post_slabs(w, sbuf, rbuf, in, v, op);
   if (v.outer > 1 || scale != 1.0) {
     void *packed = tc_work_scratch(w, tcoll_tensor_nbytes(in));
     if (!packed) return TCOLL_ERR_NO_MEMORY;
