@@ -154,6 +154,19 @@ static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t 
   return rc;
 }
 
+int tc_check_copy(const tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
+  int rc = tc_check_tensor(src, "src");
+  if (!rc) rc = tc_check_tensor(dst, "dst");
+  if (rc) return rc;
+  if (dst->dtype != src->dtype)
+    return INVALID("dst->dtype is %s but src->dtype is %s (expected the same)", tcoll_dtype_name(dst->dtype),
+                   tcoll_dtype_name(src->dtype));
+  if (tcoll_tensor_numel(dst) != tcoll_tensor_numel(src))
+    return INVALID("dst has %lld elements but src has %lld (expected the same)", (long long)tcoll_tensor_numel(dst),
+                   (long long)tcoll_tensor_numel(src));
+  return TCOLL_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ shape rules */
 
 int tc_all_gather_shape(const tcoll_tensor_t *in, int dim, int group_size, int64_t *shape) {

@@ -23,6 +23,9 @@ int tc_check_rank(int rank, const tcoll_comm_t *comm, const char *name);
 int tc_check_disjoint(const tcoll_tensor_t *out, const char *oname, const tcoll_tensor_t *in, const char *iname,
                       bool same_ok);
 
+/* tcoll_tensor_copy and tcoll_tensor_copy_async: same dtype and number of elements. */
+int tc_check_copy(const tcoll_tensor_t *dst, const tcoll_tensor_t *src);
+
 /* ---- one check per collective; each resolves comm (NULL = world) into *c ---- */
 
 int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm, const tcoll_tensor_t *out,

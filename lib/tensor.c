@@ -123,22 +123,21 @@ void tcoll_tensor_free(tcoll_tensor_t *t) {
   tc_tensor_release(t);
 }
 
+int tc_copy_prepare(tcoll_tensor_t *dst, const tcoll_tensor_t *src, size_t *n) {
+  int rc = tc_check_copy(dst, src);
+  if (rc) return rc;
+  *n = tcoll_tensor_nbytes(src);
+  /* Pending work writing either buffer completes first; so does work still reading dst. */
+  rc = tc_wait_writers(src->data, *n);
+  if (!rc) rc = tc_wait_writers(dst->data, *n);
+  if (!rc) tc_wait_readers(dst->data, *n);
+  return rc;
+}
+
 int tcoll_tensor_copy(tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
   TC_ENTER("tcoll_tensor_copy");
-  int rc = tc_check_tensor(src, "src");
-  if (!rc) rc = tc_check_tensor(dst, "dst");
-  if (rc) return rc;
-  if (dst->dtype != src->dtype)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dst->dtype is %s but src->dtype is %s (expected the same)",
-                    tcoll_dtype_name(dst->dtype), tcoll_dtype_name(src->dtype));
-  if (tcoll_tensor_numel(dst) != tcoll_tensor_numel(src))
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dst has %lld elements but src has %lld (expected the same)",
-                    (long long)tcoll_tensor_numel(dst), (long long)tcoll_tensor_numel(src));
-  size_t n = tcoll_tensor_nbytes(src);
-  rc = tc_wait_writers(src->data, n);
-  if (!rc) rc = tc_wait_writers(dst->data, n);
-  if (rc) return rc;
-  tc_wait_readers(dst->data, n); /* dst may be an input of pending work */
-  if (n == 0 || dst->data == src->data) return TCOLL_SUCCESS;
+  size_t n;
+  int rc = tc_copy_prepare(dst, src, &n);
+  if (rc || n == 0 || dst->data == src->data) return rc;
   return tc_dev_copy_sync(dst->data, dst->device, src->data, src->device, n);
 }

@@ -44,6 +44,9 @@ int tc_tensor_storage(tcoll_tensor_t *t);
 /* Frees storage tcoll owns (nothing pending on it) and NULLs t->data. */
 void tc_tensor_release(tcoll_tensor_t *t);
 
+/* The checks and waits a copy needs before it moves anything; *n gets the bytes to move. */
+int tc_copy_prepare(tcoll_tensor_t *dst, const tcoll_tensor_t *src, size_t *n);
+
 /* Allocation bookkeeping: whether tcoll allocated p, and on which device. */
 bool tc_alloc_owned(const void *p, int *device);
 

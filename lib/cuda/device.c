@@ -2,6 +2,8 @@
  * current streams, tcoll's own streams, pooled events, and CUDA-awareness of MPI. */
 #include "device.h"
 
+#include "../tensor.h"
+
 #include "../argcheck.h"
 #include "../registry.h"
 
@@ -331,22 +333,10 @@ int tcoll_device_synchronize(int device) {
 
 int tcoll_tensor_copy_async(tcoll_tensor_t *dst, const tcoll_tensor_t *src, void *stream) {
   TC_ENTER("tcoll_tensor_copy_async");
+  size_t n;
   int rc = tc_require_init();
-  if (!rc) rc = tc_check_tensor(src, "src");
-  if (!rc) rc = tc_check_tensor(dst, "dst");
-  if (rc) return rc;
-  if (dst->dtype != src->dtype)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dst->dtype is %s but src->dtype is %s (expected the same)",
-                    tcoll_dtype_name(dst->dtype), tcoll_dtype_name(src->dtype));
-  if (tcoll_tensor_numel(dst) != tcoll_tensor_numel(src))
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dst has %lld elements but src has %lld (expected the same)",
-                    (long long)tcoll_tensor_numel(dst), (long long)tcoll_tensor_numel(src));
-  /* Pending tcoll work on either buffer completes first (as for every input). */
-  rc = tc_wait_ptr(src->data, 0.0, true);
-  if (!rc) rc = tc_wait_ptr(dst->data, 0.0, true);
-  if (rc) return rc;
-  size_t n = tcoll_tensor_nbytes(src);
-  if (n == 0 || dst->data == src->data) return TCOLL_SUCCESS;
+  if (!rc) rc = tc_copy_prepare(dst, src, &n);
+  if (rc || n == 0 || dst->data == src->data) return rc;
   if (dst->device == TCOLL_HOST && src->device == TCOLL_HOST) {
     memcpy(dst->data, src->data, n);
     return TCOLL_SUCCESS;
