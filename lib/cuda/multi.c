@@ -12,6 +12,7 @@
 #include "../comm.h"
 #include "../dtype.h"
 #include "../mpi/mpi_glue.h"
+#include "../mpi/post.h"
 #include "../registry.h"
 #include "../tensor.h"
 #include "device.h"
@@ -217,18 +218,6 @@ static int store(const mop_t *m, int i, void *dst, int dev, const char *src, siz
   return tc_dev()->copy_async(dst, src, nb, dev, m->stream[i]);
 }
 
-/* acc = acc op x over count elements on the host. */
-static void reduce_local(const mop_t *m, const void *x, void *acc, int64_t count) {
-  MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
-  MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
-  size_t es = tcoll_dtype_size(m->in[0].dtype);
-  int64_t L = tc_mpi_limit();
-  for (int64_t off = 0; off < count; off += L) {
-    int c = (int)(count - off < L ? count - off : L);
-    MPI_Reduce_local((const char *)x + (size_t)off * es, (char *)acc + (size_t)off * es, c, dt, op);
-  }
-}
-
 /* Blocking collectives on the host buffer, chunked above the per-call limit. */
 static int x_allreduce(const mop_t *m, void *buf, int64_t count) {
   MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
@@ -301,7 +290,8 @@ static int x_reduce_scatter(const mop_t *m, const void *send, void *recv, int64_
 static void local_reduce(const mop_t *m, char *stage, int64_t count, size_t nb) {
   if (m->op.kind == TC_REDOP_PREMUL_SUM)
     for (int i = 0; i < m->n; i++) tc_host_scale_copy(stage + (size_t)i * nb, stage + (size_t)i * nb, m->in[0].dtype, count, m->op.scalar);
-  for (int i = 1; i < m->n; i++) reduce_local(m, stage + (size_t)i * nb, stage, count);
+  MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
+  for (int i = 1; i < m->n; i++) tc_reduce_local(stage + (size_t)i * nb, stage, count, m->in[0].dtype, op);
 }
 
 static int run(mop_t *m) {

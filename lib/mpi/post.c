@@ -168,6 +168,17 @@ int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const i
   return rc;
 }
 
+int tc_reduce_local(const void *x, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op) {
+  size_t es = tcoll_dtype_size(d);
+  int64_t L = tc_mpi_limit();
+  for (int64_t off = 0; off < n; off += L) {
+    int c = (int)(n - off < L ? n - off : L);
+    int rc = MPI_Reduce_local((const char *)x + (size_t)off * es, (char *)acc + (size_t)off * es, c, tc_mpi_dtype(d), op);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Reduce_local");
+  }
+  return TCOLL_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ packing */
 
 void tc_pack_rank_major(void *y, const void *x, int64_t outer, int size, int64_t block, tcoll_dtype_t d,

@@ -27,6 +27,10 @@ int tc_post_allgather(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
 int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *scounts, const int64_t *sdispls, void *rbuf,
                       const int64_t *rcounts, const int64_t *rdispls, tcoll_dtype_t d, int64_t unit);
 
+/* acc[i] = x[i] (op) acc[i] on the host, with MPI's own op (so float16 / bfloat16 and every
+ * reduce op work as in the collectives), chunked above the per-call limit. */
+int tc_reduce_local(const void *x, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op);
+
 /* Packs x (viewed as outer x size x block elements) into y as size x outer x block: the
  * rank-major order reduce_scatter needs along a dim other than 0. scale != 1 multiplies. */
 void tc_pack_rank_major(void *y, const void *x, int64_t outer, int size, int64_t block, tcoll_dtype_t d,

@@ -29,16 +29,10 @@ TC_PRIV_FITS(slabs_t);
 static int reduce_slabs(tc_work_t *w) {
   slabs_t *s = TC_WORK_PRIV(w, slabs_t);
   size_t es = tcoll_dtype_size(s->dtype);
-  int64_t L = tc_mpi_limit();
   memcpy(s->out, s->recv, (size_t)s->n * es);
   for (int r = 1; r < s->size; r++) {
-    const char *slab = s->recv + (size_t)r * (size_t)s->n * es;
-    for (int64_t off = 0; off < s->n; off += L) {
-      int c = (int)(s->n - off < L ? s->n - off : L);
-      int rc = MPI_Reduce_local(slab + (size_t)off * es, (char *)s->out + (size_t)off * es, c, tc_mpi_dtype(s->dtype),
-                                s->op);
-      if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Reduce_local");
-    }
+    int rc = tc_reduce_local(s->recv + (size_t)r * (size_t)s->n * es, s->out, s->n, s->dtype, s->op);
+    if (rc) return rc;
   }
   if (s->divisor != 1.0) tc_host_divide(s->out, s->dtype, s->n, s->divisor);
   return TCOLL_SUCCESS;
