@@ -95,6 +95,8 @@ struct tc_work {
   size_t bytes;      /* payload, for logs and traces */
   int refs;          /* registry entries + waiters holding it (registry lock) */
   bool posted;       /* at least one request was posted */
+  bool host_math;    /* the op computes on its buffers on the host (AVG, premul, packing...):
+                        staging then hands it host buffers even where MPI takes device ones */
   bool done;
   int status;
   char err[TC_WORK_ERR_LEN];

@@ -195,6 +195,12 @@ bool tc_stage_needed(const tcoll_tensor_t *t) {
   return t->device != TCOLL_HOST && !tc_dev_mpi_direct(TC_MPI_NONBLOCKING_COLL);
 }
 
+/* A device tensor of w is staged unless MPI takes it directly and w computes nothing on it on
+ * the host (host code must never touch device memory). */
+static bool staged(const tc_work_t *w, const tcoll_tensor_t *t) {
+  return t->device != TCOLL_HOST && (w->host_math || tc_stage_needed(t));
+}
+
 /* A device tensor handed to MPI as it is: MPI may read or write it as soon as the call is
  * posted, so the caller's stream must be done with it. */
 static int direct(const tcoll_tensor_t *t) { return t->device == TCOLL_HOST ? TCOLL_SUCCESS : tc_dev_sync_current(t->device); }
@@ -291,7 +297,7 @@ static int stage_buffer(tc_work_t *w, size_t n, void **buf) {
 }
 
 int tc_stage_in(tc_work_t *w, const tcoll_tensor_t *t, const void **buf) {
-  if (!tc_stage_needed(t)) {
+  if (!staged(w, t)) {
     *buf = t->data;
     return direct(t);
   }
@@ -304,7 +310,7 @@ int tc_stage_in(tc_work_t *w, const tcoll_tensor_t *t, const void **buf) {
 }
 
 int tc_stage_out(tc_work_t *w, const tcoll_tensor_t *t, void **buf) {
-  if (!tc_stage_needed(t)) {
+  if (!staged(w, t)) {
     *buf = t->data;
     return direct(t);
   }
@@ -315,7 +321,7 @@ int tc_stage_out(tc_work_t *w, const tcoll_tensor_t *t, void **buf) {
 }
 
 int tc_stage_inout(tc_work_t *w, const tcoll_tensor_t *t, void **buf) {
-  if (!tc_stage_needed(t)) {
+  if (!staged(w, t)) {
     *buf = t->data;
     return direct(t);
   }

@@ -78,6 +78,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   }
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf;
+  w->host_math = dim > 0 && v.outer > 1 && tcoll_tensor_nbytes(out) <= INTERLEAVE_MAX_BYTES; /* interleaves */
   int rc = inplace ? tc_stage_inout(w, out, &rbuf) : tc_stage_in(w, in, &sbuf);
   if (!rc && !inplace) rc = tc_stage_out(w, out, &rbuf);
   if (rc || n == 0) return rc;

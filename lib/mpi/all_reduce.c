@@ -18,6 +18,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   }
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf;
+  w->host_math = op->kind == TC_REDOP_PREMUL_SUM || op->kind == TCOLL_AVG;
   int rc = inplace ? tc_stage_inout(w, out, &rbuf) : tc_stage_in(w, in, &sbuf);
   if (!rc && !inplace) rc = tc_stage_out(w, out, &rbuf);
   if (rc) return rc;

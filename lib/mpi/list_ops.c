@@ -39,6 +39,7 @@ static int post_reduce_scatter_list(tc_work_t *w, const tcoll_tensor_t *ins, con
   size_t nb = tcoll_tensor_nbytes(out);
   int64_t n = tcoll_tensor_numel(out);
   void *rbuf;
+  w->host_math = op->kind == TCOLL_AVG; /* divides the output on the host */
   int rc = tc_stage_out(w, out, &rbuf);
   char *all = rc ? NULL : tc_work_scratch(w, (size_t)size * nb);
   if (!all) return rc ? rc : TCOLL_ERR_NO_MEMORY;

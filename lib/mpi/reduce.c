@@ -10,6 +10,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf = NULL;
   int rc;
+  w->host_math = premul || op->kind == TCOLL_AVG;
   if (is_dst && out->data == in->data && !premul) {
     rc = tc_stage_inout(w, out, &rbuf);
   } else {

@@ -87,6 +87,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   }
   const void *sbuf;
   void *rbuf;
+  w->host_math = v.outer > 1 || op->kind == TC_REDOP_PREMUL_SUM || op->kind == TCOLL_AVG;
   int rc = tc_stage_in(w, in, &sbuf);
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc) return rc;
