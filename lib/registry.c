@@ -252,6 +252,7 @@ tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void
 void tc_registry_release(tc_work_t *w, void *base, bool pop) {
   pthread_mutex_lock(&reg_lock);
   if (pop && base && tc_ptrmap_get(&by_base, (uintptr_t)base) == w) {
+    tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
     remove_at(lower_bound((uintptr_t)base));
     w->refs--;
   }
@@ -323,6 +324,7 @@ static int pop_if_done(const void *p) {
   int status = w->status;
   char err[TC_WORK_ERR_LEN];
   if (status) memcpy(err, w->err, sizeof err);
+  tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
   remove_at(lower_bound(b));
   unref_locked(w);
   pthread_mutex_unlock(&reg_lock);

@@ -137,7 +137,7 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   w->err[0] = '\0';
   w->t_post = w->t_done = 0.0;
   set_signature(w, sig);
-  w->nreq = w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = 0;
+  w->nreq = w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = w->nready = 0;
   w->divisor = 1.0;
   w->finish = NULL;
   w->progress = NULL;
@@ -244,8 +244,35 @@ void *tc_work_scratch(tc_work_t *w, size_t nbytes) {
 int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, int device) {
   int rc = grow((void **)&w->cbs, &w->cb_cap, w->ncb + 1, sizeof *w->cbs);
   if (rc) return rc;
-  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device};
+  /* Whichever thread completes the work, the copy into dst follows what the posting thread had
+   * queued on its stream when it posted (dst may still be in use there). */
+  void *ev = NULL;
+  if (device != TCOLL_HOST) {
+    if ((rc = tc_dev_event_get(device, &ev))) return rc;
+    if ((rc = tc_dev()->event_record(device, ev, tc_dev_current_stream(device)))) {
+      tc_dev_event_put(device, ev);
+      return rc;
+    }
+  }
+  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, ev};
   return TCOLL_SUCCESS;
+}
+
+int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled) {
+  if (w->nready == TC_MAX_READY) { /* more devices than that: settle the oldest on the host */
+    int rc = tc_dev()->event_sync(w->ready[0].device, w->ready[0].event);
+    if (w->ready[0].pooled) tc_dev_event_put(w->ready[0].device, w->ready[0].event);
+    memmove(&w->ready[0], &w->ready[1], (TC_MAX_READY - 1) * sizeof w->ready[0]);
+    w->nready--;
+    if (rc) return rc;
+  }
+  w->ready[w->nready++] = (tc_ready_t){device, event, pooled};
+  return TCOLL_SUCCESS;
+}
+
+void tc_work_ready_wait(const tc_work_t *w) {
+  for (int i = 0; i < w->nready; i++)
+    tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
 }
 
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor) {
@@ -273,6 +300,11 @@ static void release_held(tc_work_t *w) {
 
 void tc_work_recycle(tc_work_t *w) {
   release_held(w);
+  for (int i = 0; i < w->ncb; i++) /* copy-backs never run (a failed work): their events */
+    if (w->cbs[i].posted_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
+  for (int i = 0; i < w->nready; i++)
+    if (w->ready[i].pooled) tc_dev_event_put(w->ready[i].device, w->ready[i].event);
+  w->nready = 0;
   w->nreq = w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0;
   if (cache_push(w)) return;
   pthread_mutex_lock(&pool_lock);

@@ -58,7 +58,18 @@ typedef struct tc_copyback {
   const void *src;
   size_t nbytes;
   int device;
+  void *posted_ev; /* recorded on the posting thread's current stream: the copy waits for it */
 } tc_copyback_t;
+
+/* An event after which an output of the work is ready on a device: whoever pops the output
+ * (in any thread, also after the progress thread completed the work) makes its current stream
+ * of that device wait for it. */
+#define TC_MAX_READY 8
+typedef struct tc_ready {
+  int device;
+  void *event;
+  bool pooled; /* taken from the event pool: returned when the work is recycled */
+} tc_ready_t;
 
 /* A copy made at completion: packed results to their output (host or device memory). */
 typedef struct tc_piece {
@@ -123,6 +134,8 @@ struct tc_work {
   int ncb, cb_cap;
   tc_piece_t *pieces;
   int npiece, piece_cap;
+  tc_ready_t ready[TC_MAX_READY];
+  int nready;
   tc_divide_t divide[TC_MAX_DIVIDE];
   int ndivide;
   double divisor;
@@ -158,6 +171,10 @@ MPI_Request *tc_work_req(tc_work_t *w);
 void *tc_work_scratch(tc_work_t *w, size_t nbytes);
 int tc_work_hold(tc_work_t *w, void *p, int kind);
 int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, int device);
+/* An event the work's outputs on device are ready after (see tc_ready_t). */
+int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled);
+/* The calling thread's current streams wait for the work's ready events (at every pop). */
+void tc_work_ready_wait(const tc_work_t *w);
 /* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst. */
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor);
 int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes);

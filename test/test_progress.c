@@ -68,12 +68,46 @@ START_TEST(waits_race_the_thread) {
 }
 END_TEST
 
+/* The progress thread completes device work on its own stream; the caller's stream must still
+ * see the outputs after tcoll_wait (the pop orders the popping thread's current stream). Runs
+ * with device tensors; the -delay variant slows every emulated copy so a missing order shows. */
+START_TEST(caller_stream_sees_outputs) {
+  if (t_device() == TCOLL_HOST) return;
+  void *stream = NULL;
+  T_OK(tcoll_stream_create(0, &stream));
+  T_OK(tcoll_set_stream(0, stream));
+  int64_t shape[1] = {4096};
+  for (int it = 0; it < 6; it++) {
+    tcoll_tensor_t x = t_alloc(TCOLL_FLOAT32, 1, shape), y = t_empty();
+    int v = t_rank + it;
+    t_set_all(&x, fill, &v);
+    T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
+    for (int waited = 0; tcoll_query(y.data) != TCOLL_SUCCESS && waited < 60000; waited++) nap_ms(1);
+    T_OK(tcoll_wait(y.data));
+    /* Read on the caller's stream, then wait for that stream only. */
+    tcoll_tensor_t h = t_host(TCOLL_FLOAT32, 1, shape);
+    T_OK(tcoll_tensor_copy_async(&h, &y, stream));
+    T_OK(tcoll_stream_synchronize(0, stream));
+    double want = 0;
+    for (int r = 0; r < t_size; r++) want += r + it + 1 + 2; /* element 2 */
+    T_EXPECT(((float *)h.data)[2] == want, "iteration %d: the caller's stream read %g, expected %g", it,
+             ((float *)h.data)[2], want);
+    tcoll_tensor_free(&h);
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&y);
+  }
+  T_OK(tcoll_set_stream(0, NULL));
+  T_OK(tcoll_stream_destroy(0, stream));
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("progress");
   TCase *tc = t_tcase("progress");
   tcase_add_test(tc, config_says_thread);
   tcase_add_test(tc, completes_without_the_caller);
   tcase_add_test(tc, waits_race_the_thread);
+  tcase_add_test(tc, caller_stream_sees_outputs);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -457,8 +457,9 @@ static int pipe_progress(tc_work_t *w, bool block, double deadline) {
     pthread_mutex_unlock(&eng_mu);
     if (done) {
       if (status) return tc_error(status, "%s", p->err);
-      /* Device semantics: the waiter's stream waits for the drains; the host does not. */
-      return tc_dev()->stream_wait_event(p->dev, tc_dev_current_stream(p->dev), p->ev_done);
+      /* Device semantics: every thread that pops an output waits for the drains on its current
+       * stream (tc_work_ready_wait); the host does not. The event lives as long as the work. */
+      return tc_work_ready(w, p->dev, p->ev_done, false);
     }
     if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;
     pause_briefly(&spins);

@@ -254,19 +254,31 @@ int tc_stage_copy_backs(tc_work_t *w) {
       continue;
     }
     int d = c->device;
-    if (!used[d]) { /* out is written once the waiter's stream is done with it */
+    if (!used[d]) {
       void *d2h;
       rc = tc_dev_copy_streams(d, &d2h, &h2d[d]);
-      if (!rc) rc = tc_dev_stream_after(d, h2d[d], d, tc_dev_current_stream(d));
       used[d] = true;
     }
+    /* out is written once the posting thread's stream is done with it (not the stream of
+     * whichever thread completes the work: the progress thread, say). */
+    if (!rc && c->posted_ev) rc = ops->stream_wait_event(d, h2d[d], c->posted_ev);
     if (!rc) rc = ops->copy_async(c->dst, c->src, c->nbytes, d, h2d[d]);
   }
   for (int d = 0; d < TC_MAX_DEVICES; d++) {
     if (!used[d]) continue;
-    int r = tc_dev_stream_after(d, tc_dev_current_stream(d), d, h2d[d]); /* device semantics */
+    /* Device semantics: every thread that pops an output waits for this event on its current
+     * stream (tc_work_ready_wait); the host does not. */
+    void *ev = NULL;
+    int r = tc_dev_event_get(d, &ev);
+    if (!r) r = ops->event_record(d, ev, h2d[d]);
+    if (!r) r = tc_work_ready(w, d, ev, true);
+    else if (ev) tc_dev_event_put(d, ev);
     if (!rc) rc = r;
     if (rc) ops->stream_sync(d, h2d[d]);
+  }
+  for (int i = 0; i < w->ncb; i++) { /* queued waits on them hold them: back to the pool */
+    if (w->cbs[i].posted_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
+    w->cbs[i].posted_ev = NULL;
   }
   /* The pinned sources go back to the pool once their copies are done, not when the work is
    * recycled (right after this). */
