@@ -502,9 +502,10 @@ TCOLL_API int tcoll_mpi_device_direct(int nonblocking_collective);
  *  - Device buffers that MPI cannot take directly (tcoll_mpi_device_direct) move through pinned
  *    host memory. all_reduce, broadcast, all_gather and reduce_scatter of more than
  *    TCOLL_STAGING_CHUNK bytes do so in a pipeline of chunks on tcoll's own copy streams, with
- *    the semantics above; the chunks' MPI calls are posted as tcoll_wait / tcoll_test (of any
- *    work) advance the pipeline, on a communicator tcoll reserves for them, so all ranks must
- *    agree on whether such a collective's buffers are device buffers (and on the chunk size).
+ *    the semantics above; the chunks' MPI calls are posted as the pipeline is advanced (by
+ *    tcoll_wait / tcoll_test of any pipelined work, each advancing every pipeline, or by the
+ *    progress thread), on a communicator tcoll reserves for them, so all ranks must agree on
+ *    whether such a collective's buffers are device buffers (and on the chunk size).
  *    Other device collectives (and those of one chunk) copy their whole inputs at the call,
  *    on tcoll's stream after the current stream, waiting on the host for that copy (MPI reads
  *    it next), and copy their outputs back at completion on tcoll's stream, with the same
