@@ -30,6 +30,7 @@
 extern "C" {
 #endif
 
+/* Marks the exported functions (the library is built with hidden visibility). */
 #if defined(TCOLL_BUILDING_LIBRARY)
 #define TCOLL_API __attribute__((visibility("default")))
 #else
@@ -38,16 +39,17 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version and status */
 
-#define TCOLL_VERSION_MAJOR 0
-#define TCOLL_VERSION_MINOR 1
-#define TCOLL_VERSION_PATCH 0
-#define TCOLL_VERSION_CODE(a, b, c) ((a) * 10000 + (b) * 100 + (c))
+#define TCOLL_VERSION_MAJOR 0 /* major version of this header */
+#define TCOLL_VERSION_MINOR 1 /* minor version */
+#define TCOLL_VERSION_PATCH 0 /* patch version */
+#define TCOLL_VERSION_CODE(a, b, c) ((a) * 10000 + (b) * 100 + (c)) /* as tcoll_version() gives */
 
 /* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked. */
 TCOLL_API int tcoll_version(void);
 /* "" for a release, "-dev" style otherwise. Static storage. */
 TCOLL_API const char *tcoll_version_suffix(void);
 
+/* What every function returns (0 success, 1 in progress, negative errors). */
 typedef enum {
   TCOLL_SUCCESS = 0,
   TCOLL_IN_PROGRESS = 1,
@@ -70,6 +72,7 @@ TCOLL_API const char *tcoll_last_error(void);
 
 /* ---------------------------------------------------------------- data types, reduce ops */
 
+/* Element types. */
 typedef enum {
   TCOLL_BOOL,
   TCOLL_INT8,
@@ -82,7 +85,7 @@ typedef enum {
   TCOLL_FLOAT32,
   TCOLL_FLOAT64
 } tcoll_dtype_t;
-#define TCOLL_NUM_DTYPES 10
+#define TCOLL_NUM_DTYPES 10 /* how many dtypes there are */
 
 /* Bytes per element; 0 for an invalid value. */
 TCOLL_API size_t tcoll_dtype_size(tcoll_dtype_t dtype);
@@ -102,7 +105,7 @@ enum {
   TCOLL_BOR,
   TCOLL_BXOR
 };
-#define TCOLL_NUM_BUILTIN_REDOPS 8
+#define TCOLL_NUM_BUILTIN_REDOPS 8 /* how many built-in reduce ops there are */
 
 /* "sum", "avg", "product", "min", "max", "band", "bor", "bxor" in any case. Unknown names give
  * TCOLL_ERR_INVALID_ARGUMENT with "Unrecognized reduce_op: NAME". */
@@ -113,27 +116,30 @@ TCOLL_API const char *tcoll_redop_name(tcoll_redop_t op);
  * dtypes only. The handle stays valid until tcoll_redop_destroy; work already posted with it is
  * not affected by destroying it. */
 TCOLL_API int tcoll_redop_create_premul_sum(double scalar, tcoll_redop_t *op);
+/* Destroys a premul_sum handle (built-in ops are refused). */
 TCOLL_API int tcoll_redop_destroy(tcoll_redop_t op);
 
 /* ---------------------------------------------------------------- tensors */
 
-#define TCOLL_MAX_DIMS 8
-#define TCOLL_HOST (-1)
+#define TCOLL_MAX_DIMS 8 /* most dims a tensor has */
+#define TCOLL_HOST (-1) /* the device value of host memory */
 
 /* A contiguous row-major tensor. ndim == 0 is a scalar (one element). The struct does not own
  * its data unless it came from tcoll_tensor_alloc or an output tcoll allocated. */
 typedef struct tcoll_tensor {
-  void *data;
-  tcoll_dtype_t dtype;
-  int ndim;
-  int64_t shape[TCOLL_MAX_DIMS];
-  int device; /* TCOLL_HOST or a device ordinal */
+  void *data;                    /* the first element; NULL for an output tcoll allocates */
+  tcoll_dtype_t dtype;           /* element type */
+  int ndim;                      /* number of dims, 0..TCOLL_MAX_DIMS */
+  int64_t shape[TCOLL_MAX_DIMS]; /* size of each dim (the first ndim entries) */
+  int device;                    /* TCOLL_HOST or a device ordinal */
 } tcoll_tensor_t;
 
 /* Fills a descriptor; copies at most TCOLL_MAX_DIMS entries of shape. No checks, no allocation. */
 TCOLL_API tcoll_tensor_t tcoll_tensor_make(void *data, tcoll_dtype_t dtype, int ndim,
                                            const int64_t *shape, int device);
+/* Elements of t (1 for a scalar); 0 for NULL or an invalid descriptor. */
 TCOLL_API int64_t tcoll_tensor_numel(const tcoll_tensor_t *t);
+/* Bytes of t: numel times the dtype size; 0 for NULL or an invalid descriptor. */
 TCOLL_API size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t);
 /* Allocates zero-filled storage on `device` (TCOLL_HOST or a device ordinal). */
 TCOLL_API int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim,
@@ -159,6 +165,7 @@ TCOLL_API int tcoll_initialized(void);
 /* The thread level MPI provided (MPI_THREAD_*). */
 TCOLL_API int tcoll_mpi_thread_level(void);
 
+/* TCOLL_DEBUG levels: warnings only; one line per collective; plus cross-rank checks. */
 typedef enum { TCOLL_LOG_WARN = 0, TCOLL_LOG_INFO = 1, TCOLL_LOG_DETAIL = 2 } tcoll_log_level_t;
 
 /* Mirrors the TCOLL_* environment variables (read by tcoll_init). */
@@ -167,8 +174,7 @@ typedef struct tcoll_config {
   double timeout;            /* TCOLL_TIMEOUT, seconds; 0 = none */
   int abort_on_timeout;      /* TCOLL_ON_TIMEOUT=abort */
   int64_t max_count;         /* TCOLL_MAX_COUNT: most elements per MPI call */
-  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes (default 4 MiB): the staging pipeline's
-                                chunk; the same on every rank, as it shapes the MPI calls */
+  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes (default 4 MiB; same on every rank) */
   int cuda_aware;            /* TCOLL_CUDA_AWARE: -1 auto, 0, 1 */
   int fake_devices;          /* TCOLL_FAKE_DEVICES */
   int progress_thread;       /* TCOLL_PROGRESS=thread */
@@ -183,6 +189,7 @@ TCOLL_API int tcoll_set_config(const tcoll_config_t *config);
 
 /* ---------------------------------------------------------------- communicators */
 
+/* A communicator (opaque): a duplicate of an MPI communicator with tcoll's bookkeeping. */
 typedef struct tcoll_comm tcoll_comm_t;
 
 /* The world communicator (a duplicate of MPI_COMM_WORLD); NULL before tcoll_init. Owned by
@@ -190,10 +197,12 @@ typedef struct tcoll_comm tcoll_comm_t;
 TCOLL_API tcoll_comm_t *tcoll_comm_world(void);
 /* Collective over comm. Duplicates comm: the caller keeps ownership of its MPI_Comm. */
 TCOLL_API int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out);
-/* The library's MPI communicator (errors return). Owned by tcoll. MPI_COMM_NULL for NULL. */
+/* The library's MPI communicator (errors return), owned by tcoll. As everywhere, NULL means
+ * the world communicator; before tcoll_init these give MPI_COMM_NULL, -1, -1 and "". */
 TCOLL_API MPI_Comm tcoll_comm_mpi(const tcoll_comm_t *comm);
-/* -1 for a NULL communicator. */
+/* This process's rank in comm. */
 TCOLL_API int tcoll_comm_rank(const tcoll_comm_t *comm);
+/* The number of ranks in comm. */
 TCOLL_API int tcoll_comm_size(const tcoll_comm_t *comm);
 /* Collective over parent, like MPI_Comm_split. A negative color gives *out = NULL. */
 TCOLL_API int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_comm_t **out);
@@ -215,12 +224,14 @@ TCOLL_API int tcoll_comm_from_rank_lists(tcoll_comm_t *parent, const int *const 
 TCOLL_API int tcoll_comm_set_name(tcoll_comm_t *comm, const char *name);
 /* NULL if no live communicator has that name. */
 TCOLL_API tcoll_comm_t *tcoll_comm_lookup(const char *name);
-/* "" if unnamed. */
+/* comm's name; "" if unnamed. */
 TCOLL_API const char *tcoll_comm_name(const tcoll_comm_t *comm);
-/* Completes the communicator's pending work, frees it and sets *comm = NULL. Not collective
- * (MPI_Comm_free semantics). The world communicator and mesh slices cannot be freed here. */
+/* Completes this process's pending work on the communicator, frees it (MPI_Comm_free: call it
+ * on every member) and sets *comm = NULL. A communicator from tcoll_comm_from_ranks is freed
+ * when its last holder frees it. The world communicator and mesh slices cannot be freed here. */
 TCOLL_API int tcoll_comm_free(tcoll_comm_t **comm);
 
+/* A device mesh (opaque): one communicator per dim. */
 typedef struct tcoll_mesh tcoll_mesh_t;
 /* Collective over parent. The parent's ranks laid out row-major over dims (like
  * DeviceMesh(arange(n).view(dims))); the product of dims must equal the parent's size. */
@@ -231,14 +242,17 @@ TCOLL_API int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims,
 TCOLL_API tcoll_comm_t *tcoll_mesh_comm(const tcoll_mesh_t *mesh, int dim);
 /* My coordinate along dim; -1 for a bad dim. */
 TCOLL_API int tcoll_mesh_coord(const tcoll_mesh_t *mesh, int dim);
+/* The number of mesh dims; 0 for NULL. */
 TCOLL_API int tcoll_mesh_ndim(const tcoll_mesh_t *mesh);
+/* Frees the mesh and its slices (MPI_Comm_free: call it on every member); sets *mesh = NULL. */
 TCOLL_API int tcoll_mesh_free(tcoll_mesh_t **mesh);
 
 /* ---------------------------------------------------------------- NCCL-shaped bootstrap */
 
-#define TCOLL_UNIQUE_ID_BYTES 128
+#define TCOLL_UNIQUE_ID_BYTES 128 /* size of a tcoll_unique_id_t */
+/* The rendezvous id tcoll_get_unique_id makes and tcoll_comm_init_rank reads. */
 typedef struct {
-  char bytes[TCOLL_UNIQUE_ID_BYTES];
+  char bytes[TCOLL_UNIQUE_ID_BYTES]; /* opaque */
 } tcoll_unique_id_t;
 /* Makes an id naming this process as the rendezvous root. Local, not collective. The id holds
  * a magic, a format version, this process's rank in MPI_COMM_WORLD, the world size, a random
@@ -268,8 +282,8 @@ TCOLL_API int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *
 /* out == in (same data): in place. */
 TCOLL_API int tcoll_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm,
                                tcoll_tensor_t *out);
-/* n tensors, one MPI call per dtype present. out[i] pairs with in[i]; out may equal in (in
- * place, all or none). Each out[i] is registered and waited on its own. */
+/* n tensors, one MPI call per dtype present. out[i] pairs with in[i]; out[i] may equal in[i]
+ * (that entry in place), entry by entry. Each out[i] is registered and waited on its own. */
 TCOLL_API int tcoll_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op,
                                          tcoll_comm_t *comm, tcoll_tensor_t *out);
 /* out.shape[gather_dim] = in.shape[gather_dim] * size; rank r's block is the r-th slice. */
@@ -280,6 +294,7 @@ TCOLL_API int tcoll_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_
 /* in.shape[scatter_dim] must be a multiple of size; rank r gets the reduced r-th slice. */
 TCOLL_API int tcoll_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim,
                                    tcoll_comm_t *comm, tcoll_tensor_t *out);
+/* n tensors, each scattered along its own scatter_dims[i], one MPI call per dtype present. */
 TCOLL_API int tcoll_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op,
                                              const int *scatter_dims, tcoll_comm_t *comm,
                                              tcoll_tensor_t *out);
@@ -303,8 +318,8 @@ TCOLL_API int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_di
 /* out is written on dst; on other ranks out is registered but left unchanged. */
 TCOLL_API int tcoll_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op,
                            tcoll_comm_t *comm, tcoll_tensor_t *out);
-/* outs (size entries, each shaped like in) is written on dst. Other ranks may pass NULL; then
- * the work is registered under in->data. */
+/* outs (size entries, each shaped like in) is written on dst. On the other ranks outs is not
+ * used (NULL is fine) and the work is registered under in->data: wait on that. */
 TCOLL_API int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm,
                            tcoll_tensor_t *outs);
 /* ins (size entries of one shape) is read on src only (may be NULL elsewhere); every rank
@@ -326,6 +341,7 @@ TCOLL_API int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm,
 /* Shape rules without communicating (the "meta" functions); shape receives in->ndim entries. */
 TCOLL_API int tcoll_all_gather_shape(const tcoll_tensor_t *in, int gather_dim, int group_size,
                                      int64_t *shape);
+/* The shape reduce_scatter would give (the dim must be a multiple of group_size). */
 TCOLL_API int tcoll_reduce_scatter_shape(const tcoll_tensor_t *in, int scatter_dim,
                                          int group_size, int64_t *shape);
 
@@ -335,6 +351,7 @@ TCOLL_API int tcoll_reduce_scatter_shape(const tcoll_tensor_t *in, int scatter_d
  * TCOLL_SUCCESS at once if nothing is pending. Returns the work's error if it failed. Honors
  * TCOLL_TIMEOUT. */
 TCOLL_API int tcoll_wait(const void *buffer);
+/* tcoll_wait on t->data. */
 TCOLL_API int tcoll_wait_tensor(const tcoll_tensor_t *t);
 /* seconds <= 0: no deadline. TCOLL_ERR_TIMEOUT leaves the work pending: a later wait
  * completes it. */
@@ -348,6 +365,7 @@ TCOLL_API int tcoll_test(const void *buffer);
 TCOLL_API int tcoll_query(const void *buffer);
 /* Waits for every pending buffer of this process. Returns the first error met. */
 TCOLL_API int tcoll_wait_all(void);
+/* How many buffers are pending (each needs its own wait; a coalesced call counts n). */
 TCOLL_API size_t tcoll_pending_count(void);
 
 /* ---------------------------------------------------------------- differentiable collectives */
@@ -521,6 +539,7 @@ TCOLL_API void *tcoll_get_stream(int device);
 TCOLL_API int tcoll_stream_create(int device, void **stream);
 /* Waits for the stream, then destroys it (and unsets it as this thread's current stream). */
 TCOLL_API int tcoll_stream_destroy(int device, void *stream);
+/* Waits on the host for what is queued on stream of device (NULL: its default stream). */
 TCOLL_API int tcoll_stream_synchronize(int device, void *stream);
 /* Waits for everything queued on every stream of device, tcoll's own included. */
 TCOLL_API int tcoll_device_synchronize(int device);
@@ -593,13 +612,17 @@ TCOLL_API int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int t
 TCOLL_API int tcoll_multi_all_reduce(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
                                      tcoll_redop_t op, void *const *streams,
                                      tcoll_comm_t *const *comms);
+/* See above: op over every buffer of every process into out on the root. */
 TCOLL_API int tcoll_multi_reduce(const tcoll_tensor_t *in, int n, tcoll_tensor_t *out, int root,
                                  tcoll_redop_t op, void *const *streams,
                                  tcoll_comm_t *const *comms);
+/* See above: every buffer receives the root buffer. */
 TCOLL_API int tcoll_multi_broadcast(tcoll_tensor_t *inout, int n, int root, void *const *streams,
                                     tcoll_comm_t *const *comms);
+/* See above: out[i] = all buffers concatenated along dim 0 in global order. */
 TCOLL_API int tcoll_multi_all_gather(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
                                      void *const *streams, tcoll_comm_t *const *comms);
+/* See above: out[i] = block g of op over all buffers. */
 TCOLL_API int tcoll_multi_reduce_scatter(const tcoll_tensor_t *in, tcoll_tensor_t *out, int n,
                                          tcoll_redop_t op, void *const *streams,
                                          tcoll_comm_t *const *comms);
@@ -610,15 +633,19 @@ TCOLL_API int tcoll_multi_reduce_scatter(const tcoll_tensor_t *in, tcoll_tensor_
 TCOLL_API int tcoll_multi_all_reduce_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
                                        int n_out, tcoll_redop_t op, void *const *streams,
                                        int n_streams, tcoll_comm_t *const *comms, int n_comms);
+/* tcoll_multi_reduce with list lengths. */
 TCOLL_API int tcoll_multi_reduce_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
                                    int root, tcoll_redop_t op, void *const *streams,
                                    int n_streams, tcoll_comm_t *const *comms, int n_comms);
+/* tcoll_multi_broadcast with list lengths. */
 TCOLL_API int tcoll_multi_broadcast_v(tcoll_tensor_t *inout, int n, int root,
                                       void *const *streams, int n_streams,
                                       tcoll_comm_t *const *comms, int n_comms);
+/* tcoll_multi_all_gather with list lengths. */
 TCOLL_API int tcoll_multi_all_gather_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
                                        int n_out, void *const *streams, int n_streams,
                                        tcoll_comm_t *const *comms, int n_comms);
+/* tcoll_multi_reduce_scatter with list lengths. */
 TCOLL_API int tcoll_multi_reduce_scatter_v(const tcoll_tensor_t *in, int n_in,
                                            tcoll_tensor_t *out, int n_out, tcoll_redop_t op,
                                            void *const *streams, int n_streams,

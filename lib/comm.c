@@ -147,10 +147,12 @@ int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out) {
   return rc;
 }
 
-MPI_Comm tcoll_comm_mpi(const tcoll_comm_t *comm) { return comm ? comm->mpi : MPI_COMM_NULL; }
-int tcoll_comm_rank(const tcoll_comm_t *comm) { return comm ? comm->rank : -1; }
-int tcoll_comm_size(const tcoll_comm_t *comm) { return comm ? comm->size : -1; }
-const char *tcoll_comm_name(const tcoll_comm_t *comm) { return comm ? comm->name : ""; }
+/* NULL is the world, as in every collective (none before tcoll_init). */
+static const tcoll_comm_t *or_world(const tcoll_comm_t *comm) { return comm ? comm : tcoll_comm_world(); }
+MPI_Comm tcoll_comm_mpi(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->mpi : MPI_COMM_NULL; }
+int tcoll_comm_rank(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->rank : -1; }
+int tcoll_comm_size(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->size : -1; }
+const char *tcoll_comm_name(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->name : ""; }
 
 int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_comm_t **out) {
   TC_ENTER("tcoll_comm_split");

@@ -66,6 +66,12 @@ extern tc_state_t tc_g;
 /* TCOLL_ERR_STATE unless tcoll is initialized (and MPI not yet finalized). */
 int tc_require_init(void);
 
+/* ---- timeouts (wait.c) ---- */
+/* After a TCOLL_ERR_TIMEOUT (its message set): logs what is pending and dumps the flight
+ * recorder (when loud, aborting or at INFO), and with TCOLL_ON_TIMEOUT=abort ends the job.
+ * Returns TCOLL_ERR_TIMEOUT. */
+int tc_timeout_diagnose(bool loud);
+
 /* ---- time ---- */
 double tc_now(void); /* seconds, monotonic */
 

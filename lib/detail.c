@@ -55,7 +55,12 @@ static void show_redop(const fingerprint_t *f, char *b, size_t n) {
   if (f->redop == TC_REDOP_PREMUL_SUM) snprintf(b, n, "premul_sum(%g)", f->scalar);
   else snprintf(b, n, "%s", f->redop < 0 ? "none" : tc_redop_kind_name(f->redop));
 }
-static void show_dim(const fingerprint_t *f, char *b, size_t n) { snprintf(b, n, "%d", f->dim); }
+static void show_dim(const fingerprint_t *f, char *b, size_t n) {
+  if (!strcmp(f->op, "shard_dim_all_to_all")) /* both dims travel in one field */
+    snprintf(b, n, "gather_dim %d, shard_dim %d", f->dim / TCOLL_MAX_DIMS, f->dim % TCOLL_MAX_DIMS);
+  else
+    snprintf(b, n, "%d", f->dim);
+}
 static void show_seq(const fingerprint_t *f, char *b, size_t n) { snprintf(b, n, "%llu", (unsigned long long)f->seq); }
 static void show_list(const fingerprint_t *f, char *b, size_t n) {
   snprintf(b, n, "%d tensor(s), descriptor hash %016llx", f->ntensors, (unsigned long long)f->shapes_hash);
@@ -127,39 +132,39 @@ static int compare(const tc_work_t *w, const fingerprint_t *all, int size, int l
     }
   }
   if (!off || local_status) return local_status; /* a local failure stays the caller's own error */
-  tc_error(TCOLL_ERR_MISMATCH, "ranks disagree on %s #%llu on comm %s: %s", w->op, (unsigned long long)w->comm_seq,
-           tc_comm_label(w->comm, comm, sizeof comm), msg);
+  tc_error(TCOLL_ERR_MISMATCH, "ranks disagree on %s (comm seq %llu) on comm %s: %s", w->op,
+           (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), msg);
   tc_warn("%s", tcoll_last_error());
   tc_trace_dump("mismatch");
   return TCOLL_ERR_MISMATCH;
 }
 
-/* The exchange honours TCOLL_TIMEOUT: a rank that never arrives must not hang the others. */
+/* Completes a request of the checks, bounded by TCOLL_TIMEOUT: a rank that never arrives must
+ * not hang the others (and with TCOLL_ON_TIMEOUT=abort, ends the job). */
+static int finish_exchange(const tc_work_t *w, MPI_Request *req, const char *what) {
+  char comm[80];
+  double deadline = tc_cfg.timeout > 0 ? tc_now() + tc_cfg.timeout : 0.0;
+  for (;;) {
+    int flag = 0;
+    int rc = deadline > 0 ? tc_mpi_testall(1, req, &flag) : tc_mpi_waitall(1, req);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, what);
+    if (flag || deadline <= 0) return TCOLL_SUCCESS;
+    if (tc_now() >= deadline) {
+      tc_error(TCOLL_ERR_TIMEOUT,
+               "DETAIL check of %s (comm seq %llu) on comm %s: not every rank arrived within %g s (a rank is "
+               "missing this collective; the communicator is no longer usable)",
+               w->op, (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), tc_cfg.timeout);
+      return tc_timeout_diagnose(true);
+    }
+    sched_yield();
+  }
+}
+
 static int exchange(const tc_work_t *w, const fingerprint_t *mine, fingerprint_t *all) {
   MPI_Request req;
   int rc = MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, w->comm->ctrl, &req);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Iallgather (DETAIL check)");
-  if (tc_cfg.timeout <= 0) {
-    rc = tc_mpi_waitall(1, &req);
-    return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "MPI_Wait (DETAIL check)");
-  }
-  double deadline = tc_now() + tc_cfg.timeout;
-  for (;;) {
-    int flag = 0;
-    rc = tc_mpi_testall(1, &req, &flag);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Test (DETAIL check)");
-    if (flag) return TCOLL_SUCCESS;
-    if (tc_now() >= deadline) {
-      char comm[80];
-      tc_error(TCOLL_ERR_TIMEOUT,
-               "DETAIL check of %s #%llu on comm %s: not every rank arrived within %g s (a rank is missing this "
-               "collective; the communicator is no longer usable)",
-               w->op, (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), tc_cfg.timeout);
-      tc_trace_dump("timeout");
-      return TCOLL_ERR_TIMEOUT;
-    }
-    sched_yield();
-  }
+  return finish_exchange(w, &req, "the DETAIL check");
 }
 
 int tc_detail_check(tc_work_t *w, int local_status) {
@@ -185,7 +190,10 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
     free(bad);
     return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL split check");
   }
-  int rc = MPI_Alltoall(isplit, 1, MPI_INT64_T, sends, 1, MPI_INT64_T, w->comm->ctrl);
+  MPI_Request req;
+  int rc = MPI_Ialltoall(isplit, 1, MPI_INT64_T, sends, 1, MPI_INT64_T, w->comm->ctrl, &req);
+  if (rc == MPI_SUCCESS) rc = finish_exchange(w, &req, "the DETAIL split check");
+  else rc = tc_mpi_error(rc, "MPI_Ialltoall (DETAIL split check)");
   int64_t mine[3] = {-1, 0, 0};
   for (int j = 0; j < size && !rc; j++) {
     if (sends[j] != osplit[j]) {
@@ -195,11 +203,15 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
       break;
     }
   }
-  if (!rc) rc = MPI_Allgather(mine, 3, MPI_INT64_T, bad, 3, MPI_INT64_T, w->comm->ctrl);
+  if (!rc) {
+    rc = MPI_Iallgather(mine, 3, MPI_INT64_T, bad, 3, MPI_INT64_T, w->comm->ctrl, &req);
+    rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check")
+                           : tc_mpi_error(rc, "MPI_Iallgather (DETAIL split check)");
+  }
   if (rc) {
     free(sends);
     free(bad);
-    return tc_mpi_error(rc, "the DETAIL split check");
+    return rc;
   }
   char msg[1024], comm[80];
   size_t off = 0;
@@ -215,8 +227,9 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
   free(bad);
   TC_UNUSED(me);
   if (!off) return TCOLL_SUCCESS;
-  tc_error(TCOLL_ERR_MISMATCH, "ranks disagree on %s #%llu on comm %s: %s", w->op, (unsigned long long)w->comm_seq,
-           tc_comm_label(w->comm, comm, sizeof comm), msg);
+  tc_error(TCOLL_ERR_MISMATCH, "ranks disagree on %s (comm seq %llu) on comm %s: %s", w->op,
+           (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), msg);
   tc_warn("%s", tcoll_last_error());
+  tc_trace_dump("mismatch");
   return TCOLL_ERR_MISMATCH;
 }

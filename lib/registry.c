@@ -368,11 +368,12 @@ void tc_wait_comm(const tcoll_comm_t *comm) {
   while ((base = any_pending(comm))) tc_wait_ptr(base, 0.0, true);
 }
 
-int tc_wait_everything(void) {
+int tc_wait_everything(double seconds) {
   int first = TCOLL_SUCCESS;
   void *base;
   while ((base = any_pending(NULL))) {
-    int rc = tc_wait_ptr(base, 0.0, true);
+    int rc = tc_wait_ptr(base, seconds, true);
+    if (rc == TCOLL_ERR_TIMEOUT) return rc; /* that work stays pending, and so do the rest */
     if (rc && !first) first = rc;
   }
   return first;

@@ -46,8 +46,9 @@ void tc_registry_describe_pending(char *buf, size_t len, int max);
 int tc_wait_ptr(const void *p, double seconds, bool block);
 /* Completes every pending work of comm. */
 void tc_wait_comm(const tcoll_comm_t *comm);
-/* Completes everything; the first error met. */
-int tc_wait_everything(void);
+/* Completes everything; the first error met. seconds > 0 bounds each wait (TCOLL_ERR_TIMEOUT
+ * leaves the rest pending). */
+int tc_wait_everything(double seconds);
 size_t tc_registry_count(void);
 /* Logs the unwaited work (count, op, sequence numbers), as finalize does before completing it. */
 void tc_registry_report_unwaited(void);

@@ -12,7 +12,7 @@
 
 void tc_trace_posted(const tc_work_t *w);
 void tc_trace_done(const tc_work_t *w);
-/* reason: "finalize", "timeout", "mismatch", "abort". */
+/* reason: "finalize", "timeout" or "mismatch". */
 void tc_trace_dump(const char *reason);
 /* The file this rank writes: TCOLL_TRACE with "%r" replaced by the rank, or ".<rank>" inserted
  * before a ".json" suffix (appended otherwise). */

@@ -2,24 +2,25 @@
 #include "registry.h"
 #include "trace.h"
 
-/* A timeout leaves a diagnosis behind (what is pending, the flight recorder) and, with
- * TCOLL_ON_TIMEOUT=abort, ends the job rather than letting a batch job hang. An explicit
- * tcoll_wait_timeout is often a poll, so it diagnoses only at INFO level unless aborting. */
-static int on_timeout(int rc, bool loud) {
-  if (rc != TCOLL_ERR_TIMEOUT) return rc;
+#include <stdio.h>
+
+int tc_timeout_diagnose(bool loud) {
   loud = loud || tc_cfg.abort_on_timeout || tc_cfg.debug >= TCOLL_LOG_INFO;
-  if (!loud) return rc;
-  char pending[2048];
+  if (!loud) return TCOLL_ERR_TIMEOUT;
+  char saved[1024], pending[2048];
+  snprintf(saved, sizeof saved, "%s", tcoll_last_error());
   tc_registry_describe_pending(pending, sizeof pending, 8);
-  tc_warn("%s", tcoll_last_error());
+  tc_warn("%s", saved);
   tc_warn("pending on this rank: %s", pending[0] ? pending : "nothing");
   tc_trace_dump("timeout");
   if (tc_cfg.abort_on_timeout) {
     tc_warn("TCOLL_ON_TIMEOUT=abort: aborting the job");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  return rc;
+  return TCOLL_ERR_TIMEOUT;
 }
+
+static int on_timeout(int rc, bool loud) { return rc == TCOLL_ERR_TIMEOUT ? tc_timeout_diagnose(loud) : rc; }
 
 int tcoll_wait(const void *buffer) {
   TC_ENTER("tcoll_wait");
@@ -59,7 +60,7 @@ int tcoll_query(const void *buffer) {
 
 int tcoll_wait_all(void) {
   TC_ENTER("tcoll_wait_all");
-  return tc_wait_everything();
+  return on_timeout(tc_wait_everything(tc_cfg.timeout), true);
 }
 
 size_t tcoll_pending_count(void) { return tc_registry_count(); }

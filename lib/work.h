@@ -43,7 +43,7 @@ typedef int (*tc_finish_fn)(tc_work_t *w);
 /* A custom engine (the staging pipeline): advances the work; TCOLL_SUCCESS when everything is
  * complete, TCOLL_IN_PROGRESS when not yet, or an error. block: may wait until deadline
  * (0 = none). Such a work posts no requests of its own (nreq == 0): it completes only through
- * tc_work_progress. A progress thread drives pipelines with tc_pipe_progress_all(). */
+ * tc_work_progress (the progress thread drives it like any other work). */
 typedef int (*tc_progress_fn)(tc_work_t *w, bool block, double deadline);
 
 typedef struct tc_wbuf {

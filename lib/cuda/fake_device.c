@@ -368,7 +368,17 @@ static void fake_fini(void) {
 
 static int fake_init(void) {
   const char *d = getenv("TCOLL_FAKE_DELAY_US");
-  delay_us = d ? atol(d) : 0;
+  delay_us = 0;
+  if (d && *d) {
+    char *end = NULL;
+    long v = strtol(d, &end, 10);
+    if (end == d || *end != '\0' || v < 0 || v > 10 * 1000 * 1000)
+      return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                      "environment variable TCOLL_FAKE_DELAY_US=\"%s\" is invalid (expected microseconds in [0, "
+                      "10000000])",
+                      d);
+    delay_us = v;
+  }
   int n = tc_cfg.fake_devices;
   default_streams = calloc((size_t)n, sizeof *default_streams);
   if (!default_streams) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d fake devices", n);

@@ -430,12 +430,6 @@ static void advance_all_locked(void) {
   }
 }
 
-void tc_pipe_progress_all(void) {
-  pthread_mutex_lock(&eng_mu);
-  advance_all_locked();
-  pthread_mutex_unlock(&eng_mu);
-}
-
 /* ------------------------------------------------------------------ the work's hooks */
 
 /* MPI advances a nonblocking collective round by round, only inside MPI calls: between tests

@@ -60,8 +60,6 @@ bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int
 /* Starts the pipeline for w (outputs registered, pending inputs waited): queues the first
  * fills and sets w->progress. Nothing is posted to MPI yet. */
 int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d);
-/* Advances every active pipeline once (for a progress thread). */
-void tc_pipe_progress_all(void);
 /* Returns a pipeline held by a work (TC_HELD_PIPE). */
 void tc_pipe_release(void *pipe);
 void tc_pipe_cleanup(void);
