@@ -66,7 +66,10 @@ int64_t tcoll_tensor_numel(const tcoll_tensor_t *t) {
 
 size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
   if (!t) return 0;
-  return (size_t)tcoll_tensor_numel(t) * tcoll_dtype_size(t->dtype);
+  size_t n;
+  /* 0, as numel gives for an invalid shape, rather than a byte count wrapped around */
+  if (__builtin_mul_overflow((size_t)tcoll_tensor_numel(t), tcoll_dtype_size(t->dtype), &n)) return 0;
+  return n;
 }
 
 /* Storage for a tensor: never NULL, also for zero elements, so the registry can key it. */
