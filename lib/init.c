@@ -49,6 +49,7 @@ static void teardown(void) {
   tc_wait_everything();
   tc_trace_dump("finalize");
   tc_bootstrap_fini();
+  tc_meshes_destroy_all();
   tc_comms_destroy_all();
   tc_g.world = NULL;
   tc_mpi_glue_fini();
