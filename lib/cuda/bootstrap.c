@@ -140,13 +140,18 @@ static void fail_id(boot_id_t *b, const char *fmt, ...) {
 static void handle(const reg_msg_t *m, int src) {
   boot_id_t *b = ids;
   while (b && memcmp(b->nonce, m->nonce, NONCE) != 0) b = b->next;
+  /* A member with bad arguments returned at once and waits for no answer: never send it one
+   * (it would stay unreceived, and could be taken for the answer of a later rendezvous). */
+  bool waits = m->flags == REG_OK;
   if (!b) {
     char err[ERR_LEN];
     snprintf(err, sizeof err, "invalid unique_id (world rank %d, named as its creator, did not make it)",
              tc_g.world_rank);
-    reply(m->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, err, NULL, 0);
+    if (waits) reply(m->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, err, NULL, 0);
     return;
   }
+  if (b->state != ID_OPEN) b->arrived++; /* late members count for settled() too */
+  if (!waits && b->state != ID_OPEN) return;
   if (b->state == ID_FAILED) {
     reply(b->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, b->err, NULL, 0);
     return;
