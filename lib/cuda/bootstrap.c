@@ -71,7 +71,7 @@ static int parse_id(const void *id, size_t id_len, id_info_t *out) {
 /* ------------------------------------------------------------------ messages */
 
 enum { TAG_REGISTER = 7701, TAG_REPLY = 8000, TAG_REPLY_SPAN = 4096, TAG_GROUP = 20000, TAG_GROUP_SPAN = 9000 };
-enum { REG_OK = 0, REG_BAD_RANK = 1, REG_BAD_NRANKS = 2 };
+enum { REG_OK = 0, REG_BAD_RANK = 1, REG_BAD_NRANKS = 2, REG_BAD_COMM = 3 };
 
 typedef struct reg_msg {
   unsigned char nonce[NONCE];
@@ -181,6 +181,10 @@ static void handle(const reg_msg_t *m, int src) {
   if (m->flags == REG_BAD_NRANKS) {
     fail_id(b, "world rank %d called tcoll_comm_init_rank with nranks %d (expected 1..%d)", src, m->nranks,
             tc_g.world_size);
+    return;
+  }
+  if (m->flags == REG_BAD_COMM) {
+    fail_id(b, "world rank %d called tcoll_comm_init_rank with comm NULL (rank %d of %d)", src, m->rank, m->nranks);
     return;
   }
   if (m->flags == REG_BAD_RANK) {
@@ -434,7 +438,7 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
     m.flags = REG_BAD_RANK;
     rc = INVALID("rank is %d (expected a rank in [0, %d))", rank, nranks);
   } else if (!comm) {
-    m.flags = REG_BAD_RANK;
+    m.flags = REG_BAD_COMM;
     rc = INVALID("comm is NULL (expected where to store the communicator)");
   }
   if (rc) {
