@@ -165,7 +165,8 @@ int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *
   if (n_devices < 0) return INVALID("n_devices is %d (expected >= 0)", n_devices);
   if (n > 0 && !in) return INVALID("in is NULL (expected %d tensors)", n);
   if (n_devices > 0 && !devices) return INVALID("devices is NULL (expected %d devices)", n_devices);
-  if (n > 0 && n_devices > 0 && !out) return INVALID("out is NULL (expected %d tensors)", n * n_devices);
+  if (n > 0 && n_devices > 0 && !out)
+    return INVALID("out is NULL (expected %lld tensors)", (long long)n * n_devices);
   char nm[48], on[48];
   for (int i = 0; i < n; i++) {
     snprintf(nm, sizeof nm, "in[%d]", i);
@@ -313,7 +314,7 @@ int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, in
   if (n_devices < 1) return INVALID("n_devices is %d (expected >= 1)", n_devices);
   if (n < 0) return INVALID("n is %d (expected >= 0)", n);
   if (n == 0) return TCOLL_SUCCESS;
-  if (!in) return INVALID("in is NULL (expected %d tensors)", n_devices * n);
+  if (!in) return INVALID("in is NULL (expected %lld tensors)", (long long)n_devices * n);
   if (!out) return INVALID("out is NULL (expected %d tensors)", n);
   if ((rc = check_device_arg(destination, "destination"))) return rc;
   char nm[48], rn[48];
@@ -402,7 +403,9 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
       sizes[i] = left < 0 ? 0 : left < c ? left : c;
     }
     starts[i] = sum;
-    sum += sizes[i];
+    if (!rc && __builtin_add_overflow(sum, sizes[i], &sum))
+      rc = INVALID("chunk_sizes sum to more than 2^63 (chunk_sizes[%d] is %lld; expected a sum of in->shape[%d], %lld)",
+                   i, (long long)sizes[i], d0, (long long)len);
   }
   if (!rc && sum != len)
     rc = INVALID("chunk_sizes sum to %lld but in->shape[%d] is %lld (expected equal)", (long long)sum, d0, (long long)len);
@@ -477,7 +480,8 @@ int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_devi
       if (k != d0 && in[i].shape[k] != ref[k])
         return INVALID("%s->shape[%d] is %lld but in[0]->shape[%d] is %lld (expected equal sizes except along dim %d)",
                        nm, k, (long long)in[i].shape[k], k, (long long)ref[k], d0);
-    total += in[i].shape[d0];
+    if (__builtin_add_overflow(total, in[i].shape[d0], &total))
+      return INVALID("the inputs' sizes along dim %d sum to more than 2^63 (at in[%d])", d0, i);
   }
   memcpy(shape, ref, sizeof shape);
   shape[d0] = total;
