@@ -146,6 +146,15 @@ static int check_device_arg(int dev, const char *name) {
                  dev, dev, nd, tcoll_device_backend());
 }
 
+/* An output of a local op: its device is the one the op was told to use (`which` says which
+ * argument), not the input's, so say so before the generic output check. */
+static int check_out_on(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dt, int ndim, const int64_t *shape,
+                        int device, const char *which) {
+  if (out && out->data && out->device != device)
+    return INVALID("%s->device is %d (expected %d, %s)", name, out->device, device, which);
+  return tc_check_output(out, name, dt, ndim, shape, device);
+}
+
 static int wait_inputs(const tcoll_tensor_t *in, int n) {
   for (int i = 0; i < n; i++) {
     int rc = tc_wait_ptr(in[i].data, 0.0, true);
@@ -177,10 +186,11 @@ int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *
     if ((rc = check_device_arg(devices[d], nm))) return rc;
   }
   for (int d = 0; d < n_devices; d++) {
+    snprintf(nm, sizeof nm, "devices[%d]", d);
     for (int i = 0; i < n; i++) {
       tcoll_tensor_t *o = &out[d * n + i];
       snprintf(on, sizeof on, "out[%d]", d * n + i);
-      if ((rc = tc_check_output(o, on, in[i].dtype, in[i].ndim, in[i].shape, devices[d]))) return rc;
+      if ((rc = check_out_on(o, on, in[i].dtype, in[i].ndim, in[i].shape, devices[d], nm))) return rc;
       if (!o->data) continue;
       if ((rc = check_out_vs_ins(o, on, in, n, "in", i)) || (rc = check_busy(o, on))) return rc;
     }
@@ -340,7 +350,8 @@ int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, in
   }
   for (int i = 0; i < n; i++) {
     snprintf(nm, sizeof nm, "out[%d]", i);
-    if ((rc = tc_check_output(&out[i], nm, in[i].dtype, in[i].ndim, in[i].shape, destination))) return rc;
+    if ((rc = check_out_on(&out[i], nm, in[i].dtype, in[i].ndim, in[i].shape, destination, "the destination")))
+      return rc;
     if (!out[i].data) continue;
     int allowed = -1; /* the output may be one of its own inputs */
     for (int d = 0; d < n_devices; d++)
@@ -415,9 +426,10 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
     if ((rc = check_device_arg(devices[i], nm))) break;
     memcpy(shape, in->shape, sizeof shape);
     shape[d0] = sizes[i];
-    snprintf(nm, sizeof nm, "out[%d]", i);
-    if ((rc = tc_check_output(&out[i], nm, in->dtype, in->ndim, shape, devices[i]))) break;
-    if (out[i].data && !(rc = tc_check_disjoint(&out[i], nm, in, "in", n_devices == 1))) rc = check_busy(&out[i], nm);
+    char on[48];
+    snprintf(on, sizeof on, "out[%d]", i);
+    if ((rc = check_out_on(&out[i], on, in->dtype, in->ndim, shape, devices[i], nm))) break;
+    if (out[i].data && !(rc = tc_check_disjoint(&out[i], on, in, "in", n_devices == 1))) rc = check_busy(&out[i], on);
   }
   if (!rc) rc = wait_inputs(in, 1);
   if (rc) {
@@ -485,7 +497,7 @@ int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_devi
   }
   memcpy(shape, ref, sizeof shape);
   shape[d0] = total;
-  if ((rc = tc_check_output(out, "out", in[0].dtype, ndim, shape, target_device))) return rc;
+  if ((rc = check_out_on(out, "out", in[0].dtype, ndim, shape, target_device, "target_device"))) return rc;
   if (out->data) {
     if ((rc = check_out_vs_ins(out, "out", in, n, "in", -1)) || (rc = check_busy(out, "out"))) return rc;
   }
