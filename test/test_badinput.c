@@ -1263,6 +1263,38 @@ START_TEST(shapes) {
 }
 END_TEST
 
+/* Not bad input, but its edge: empty tensors whose other sizes are huge are valid, and every
+ * op on them completes at once (no overflow, no loop over their empty outer runs). */
+START_TEST(empty_huge) {
+  fx_t f;
+  fx_init(&f);
+  int64_t big = INT64_C(1) << 40, s1[3] = {big, 0, 3}, s2[3] = {INT64_C(1) << 62, INT64_C(1) << 62, 0},
+          s3[3] = {0, INT64_C(1) << 62, INT64_C(1) << 62};
+  tcoll_tensor_t e1 = desc(F32, 3, s1, f.dev), e2 = desc(F64, 3, s2, f.dev), e3 = desc(I32, 3, s3, f.dev);
+  tcoll_tensor_t o[8];
+  for (int k = 0; k < 8; k++) o[k] = t_empty();
+  T_OK(tcoll_reduce_scatter(&e1, TCOLL_SUM, 1, NULL, &o[0]));
+  T_OK(tcoll_reduce_scatter(&e2, f.dev == TCOLL_HOST ? TCOLL_AVG : TCOLL_SUM, 2, NULL, &o[1]));
+  T_OK(tcoll_all_gather(&e1, 1, NULL, &o[2]));
+  T_OK(tcoll_all_to_all_single(&e3, NULL, NULL, NULL, &o[3]));
+  T_OK(tcoll_shard_dim_all_to_all(&e1, 0, 1, NULL, &o[4]));
+  tcoll_tensor_t mix[2] = {f.x, e1}, mo[2] = {t_empty(), t_empty()};
+  int dims[2] = {0, 1};
+  T_OK(tcoll_reduce_scatter_coalesced(mix, 2, TCOLL_SUM, dims, NULL, mo));
+  for (int k = 0; k < 5; k++) T_OK(tcoll_wait_timeout(o[k].data, 60.0));
+  for (int k = 0; k < 2; k++) T_OK(tcoll_wait_timeout(mo[k].data, 60.0));
+  T_EXPECT(o[2].shape[0] == big && o[2].shape[1] == 0 && tcoll_tensor_nbytes(&o[2]) == 0, "all_gather of an empty tensor");
+  int devs[2] = {TCOLL_HOST, f.dev};
+  tcoll_tensor_t lo[2] = {t_empty(), t_empty()};
+  T_OK(tcoll_local_scatter(&e1, devs, 2, NULL, 2, lo));
+  T_OK(tcoll_local_gather(lo, 2, 2, f.dev, &o[5]));
+  T_EXPECT(o[5].shape[2] == 3 && tcoll_tensor_numel(&o[5]) == 0, "local scatter + gather of an empty tensor");
+  for (int k = 0; k < 8; k++) tcoll_tensor_free(&o[k]);
+  for (int k = 0; k < 2; k++) tcoll_tensor_free(&mo[k]), tcoll_tensor_free(&lo[k]);
+  fx_free(&f);
+}
+END_TEST
+
 START_TEST(waits) {
   fx_t f;
   fx_init(&f);
@@ -1369,6 +1401,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, grad_forwards);
   tcase_add_test(tc, grad_backward);
   tcase_add_test(tc, shapes);
+  tcase_add_test(tc, empty_huge);
   tcase_add_test(tc, waits);
   tcase_add_test(tc, lifetime);
   tcase_add_test(tc, report);
