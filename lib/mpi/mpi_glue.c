@@ -81,8 +81,11 @@ MPI_Op tc_mpi_op(const tc_redop_t *op, tcoll_dtype_t d) {
 
 /* ------------------------------------------------------------------ derived datatypes */
 
-/* count copies of unit, laid `step` bytes apart, with every count passed to MPI <= L. */
+/* count copies of unit, laid `step` bytes apart, with every count passed to MPI <= L. A type
+ * cannot be built from counts of 1 alone: with TCOLL_MAX_COUNT=1 its constructors take 2 (the
+ * calls still pass a count of 1), instead of recursing without end. */
 static int repeat(MPI_Datatype unit, MPI_Aint step, int64_t count, int64_t L, MPI_Datatype *out) {
+  if (L < 2) L = 2;
   if (count <= L) return MPI_Type_create_hvector((int)count, 1, step, unit, out);
   MPI_Datatype big, many, rest = MPI_DATATYPE_NULL;
   int64_t q = count / L, r = count % L;
