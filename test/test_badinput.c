@@ -130,6 +130,13 @@ static double constant(int64_t i, void *ctx) {
   return *(double *)ctx;
 }
 
+/* all_gather along dim 1 of [2, 3] pattern tensors: element (i, r * 3 + j) is rank r's (i, j). */
+static double gathered_dim1(int64_t k, void *ctx) {
+  (void)ctx;
+  int64_t i = k / (3 * t_size), r = k % (3 * t_size) / 3, j = k % 3;
+  return (double)(r + 1) * (double)((i * 3 + j) % 7 + 1);
+}
+
 static tcoll_tensor_t desc(tcoll_dtype_t dt, int ndim, const int64_t *shape, int device) {
   return tcoll_tensor_make(NULL, dt, ndim, shape, device);
 }
@@ -372,6 +379,17 @@ START_TEST(config) {
   T_OK(tcoll_set_config(&c));
   T_OK(tcoll_get_config(&now));
   T_EXPECT(now.max_count == 1000, "max_count is %lld after a valid tcoll_set_config", (long long)now.max_count);
+  /* The smallest max_count still builds derived datatypes (it recursed without end). */
+  c.max_count = 1;
+  T_OK(tcoll_set_config(&c));
+  int64_t shape[2] = {2, 3};
+  tcoll_tensor_t x = t_alloc(F32, 2, shape), y = t_empty();
+  t_set_all(&x, pattern, NULL);
+  T_OK(tcoll_all_gather(&x, 1, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  t_check_all("all_gather along dim 1 with max_count 1", &y, gathered_dim1, NULL, 0);
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
   T_OK(tcoll_set_config(&orig));
 }
 END_TEST
