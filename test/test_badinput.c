@@ -1295,6 +1295,10 @@ START_TEST(empty_huge) {
   T_OK(tcoll_reduce_scatter(&e2, f.dev == TCOLL_HOST ? TCOLL_AVG : TCOLL_SUM, 2, NULL, &o[1]));
   T_OK(tcoll_all_gather(&e1, 1, NULL, &o[2]));
   T_OK(tcoll_all_to_all_single(&e3, NULL, NULL, NULL, &o[3]));
+  int64_t s4[3] = {0, INT64_C(3) << 61, 1}; /* rows of more than 2^63 bytes: no rank can hold one */
+  tcoll_tensor_t e4 = desc(F32, 3, s4, f.dev);
+  T_OK(tcoll_all_to_all_single(&e4, NULL, NULL, NULL, &o[6]));
+  T_OK(tcoll_wait_timeout(o[6].data, 60.0));
   T_OK(tcoll_shard_dim_all_to_all(&e1, 0, 1, NULL, &o[4]));
   tcoll_tensor_t mix[2] = {f.x, e1}, mo[2] = {t_empty(), t_empty()};
   int dims[2] = {0, 1};
