@@ -152,6 +152,7 @@ int tcoll_finalize(void) {
   MPI_Finalized(&fin);
   if (!fin) {
     MPI_Comm_delete_attr(MPI_COMM_SELF, finalize_keyval);
+    MPI_Comm_free_keyval(&finalize_keyval); /* made again by the next tcoll_init */
     teardown();
   }
   int rc = TCOLL_SUCCESS;
