@@ -4,6 +4,10 @@
 # valgrind) it runs the rank under valgrind memcheck, and any error valgrind reports makes the
 # rank exit with 99, which fails the test. Extra valgrind options: TCOLL_VALGRIND_ARGS.
 if [ -n "${TCOLL_VALGRIND:-}" ]; then
+  if ! command -v valgrind >/dev/null 2>&1; then
+    echo "rank-launcher.sh: TCOLL_VALGRIND is set but valgrind is not installed (apt-get install valgrind)" >&2
+    exit 127
+  fi
   here=$(dirname "$0")
   supp=""
   # Open MPI's own suppression file (Debian: openmpi-common), then the project's.
