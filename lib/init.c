@@ -75,6 +75,7 @@ static int on_mpi_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
     tc_warn("MPI_Finalize was called before tcoll_finalize; tcoll shuts down now");
     teardown();
     __atomic_store_n(&tc_g.init_count, 0, __ATOMIC_RELEASE);
+    MPI_Comm_free_keyval(&finalize_keyval); /* freed once this attribute is deleted */
   }
   pthread_mutex_unlock(&init_mu);
   return MPI_SUCCESS;
