@@ -323,10 +323,10 @@ int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, in
   if (rc) return rc;
   if (n_devices < 1) return INVALID("n_devices is %d (expected >= 1)", n_devices);
   if (n < 0) return INVALID("n is %d (expected >= 0)", n);
+  if ((rc = check_device_arg(destination, "destination"))) return rc;
   if (n == 0) return TCOLL_SUCCESS;
   if (!in) return INVALID("in is NULL (expected %lld tensors)", (long long)n_devices * n);
   if (!out) return INVALID("out is NULL (expected %d tensors)", n);
-  if ((rc = check_device_arg(destination, "destination"))) return rc;
   char nm[48], rn[48];
   for (int d = 0; d < n_devices; d++) {
     for (int i = 0; i < n; i++) {
