@@ -745,6 +745,7 @@ START_TEST(local_ops) {
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.dev, NULL), "out is NULL (expected 1 tensors)");
   snprintf(needle, sizeof needle, "destination is %d but ", f.ndev);
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.ndev, o), needle);
+  BAD(tcoll_local_reduce_add_coalesced(ri, 2, 0, f.ndev, o), needle); /* also with nothing to reduce */
   ri[1] = f.ix;
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.dev, o), "in[1]->dtype is int32 but in[0]->dtype is float32");
   ri[1] = tcoll_tensor_make(f.spare.data, F32, 1, f.shape, f.dev);
