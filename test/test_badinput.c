@@ -9,9 +9,9 @@
  * MPI call was made (counted through the profiling interface; except where the API documents
  * communication: the multi ops' agreement over comms and the bootstrap's rendezvous, which
  * exist so that no rank hangs), that the heap in use did not change where that is measurable,
- * and that outputs given with data == NULL stay NULL. MPI calls are counted on the calling thread:
- * the bootstrap thread of a process that made a unique id posts its receives on its own. A valid call follows each group. Rank 0
- * prints how many cases ran. */
+ * and that outputs given with data == NULL stay NULL. MPI calls are counted on the calling
+ * thread (the bootstrap thread of a process that made a unique id posts receives of its own).
+ * A valid call follows each group. Rank 0 prints how many cases ran. */
 #include "harness.h"
 #include "mpi_count.h"
 
