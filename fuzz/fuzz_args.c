@@ -593,6 +593,129 @@ static void op_comms(rd_t *r) {
   }
 }
 
+/* Single-process multi-device ops: devices are TCOLL_HOST, 0, 1 (valid) or others. */
+static int dev_val(rd_t *r) {
+  uint8_t b = u8(r);
+  if (b < 220) return (int)(b % 3) - 1;
+  return int_val(r, -3, 3);
+}
+static bool dev_ok(int d) { return d == TCOLL_HOST || (d >= 0 && d < ndev); }
+
+static void free_outs(tcoll_tensor_t *o, int n, int rc) {
+  for (int i = 0; i < n; i++) {
+    if (rc == TCOLL_SUCCESS) tcoll_tensor_free(&o[i]);
+    else REQUIRE(o[i].data == NULL, "a refused local op allocated output %d", i);
+  }
+}
+
+static void op_local(rd_t *r) {
+  tcoll_tensor_t in[9], out[9];
+  bool ok[9];
+  int devs[3] = {dev_val(r), dev_val(r), dev_val(r)};
+  for (int i = 0; i < 9; i++) {
+    memset(&out[i], 0, sizeof out[i]);
+    out[i].device = TCOLL_HOST;
+  }
+  int rc;
+  uint8_t which = u8(r) % 4;
+  if (which == 0) {
+    int n = int_val(r, 0, 3), nd = int_val(r, 0, 3);
+    if (n > 3 || nd > 3) n = -1; /* the arrays hold 3 */
+    bool must_fail = n < 0 || nd < 0;
+    for (int i = 0; i < 3; i++) {
+      in[i] = gen_tensor(r, &ok[i]);
+      if (i < n) must_fail = must_fail || !ok[i];
+    }
+    for (int d = 0; d < nd && d < 3; d++) must_fail = must_fail || !dev_ok(devs[d]);
+    rc = tcoll_local_broadcast_coalesced(in, n, devs, nd, out);
+    REQUIRE(!must_fail || rc != TCOLL_SUCCESS, "local_broadcast_coalesced accepted invalid input");
+    free_outs(out, n > 0 && nd > 0 ? n * nd : 0, rc);
+  } else if (which == 1) {
+    int n = int_val(r, 0, 3), nd = int_val(r, 1, 3);
+    if (n > 3 || nd > 3) n = -1;
+    bool must_fail = n < 0 || nd < 1 || !dev_ok(devs[0]);
+    tcoll_tensor_t base = gen_desc(r);
+    for (int k = 0; k < 9; k++) { /* group d on one device, shaped like group 0 */
+      in[k] = base;
+      in[k].device = devs[(k / 3) % 3];
+      if (u8(r) % 8 == 0) in[k] = gen_desc(r);
+      ok[k] = materialize(&in[k]);
+    }
+    tcoll_tensor_t grouped[9];
+    for (int d = 0; d < nd && d < 3 && n > 0; d++)
+      for (int i = 0; i < n; i++) {
+        grouped[d * n + i] = in[d * 3 + i];
+        must_fail = must_fail || !ok[d * 3 + i];
+      }
+    rc = tcoll_local_reduce_add_coalesced(grouped, nd, n, devs[0], out);
+    REQUIRE(!must_fail || rc != TCOLL_SUCCESS, "local_reduce_add_coalesced accepted invalid input");
+    free_outs(out, n > 0 ? n : 0, rc);
+  } else if (which == 2) {
+    in[0] = gen_tensor(r, &ok[0]);
+    int nd = int_val(r, 1, 3), dim = int_val(r, -3, 3);
+    if (nd > 3) nd = 0;
+    int64_t chunks[3] = {size_val(r), size_val(r), size_val(r)};
+    bool given = u8(r) % 2;
+    bool must_fail = !ok[0] || nd < 1 || !dim_ok(dim, in[0].ndim);
+    for (int d = 0; d < nd; d++) must_fail = must_fail || !dev_ok(devs[d]) || (given && chunks[d] < 0);
+    rc = tcoll_local_scatter(&in[0], devs, nd, given ? chunks : NULL, dim, out);
+    REQUIRE(!must_fail || rc != TCOLL_SUCCESS, "local_scatter accepted invalid input");
+    free_outs(out, nd > 0 ? nd : 0, rc);
+  } else {
+    int n = int_val(r, 1, 3), dim = int_val(r, -3, 3), target = dev_val(r);
+    if (n > 3) n = 0;
+    tcoll_tensor_t base = gen_desc(r);
+    bool must_fail = n < 1 || !dev_ok(target);
+    for (int i = 0; i < 3; i++) {
+      in[i] = base;
+      in[i].device = devs[i];
+      if (u8(r) % 4 == 0) in[i].shape[dim >= 0 && dim < TCOLL_MAX_DIMS ? dim : 0] = size_val(r);
+      ok[i] = materialize(&in[i]);
+      if (i < n) must_fail = must_fail || !ok[i];
+    }
+    rc = tcoll_local_gather(in, n, dim, target, &out[0]);
+    REQUIRE(!must_fail || rc != TCOLL_SUCCESS, "local_gather accepted invalid input");
+    free_outs(out, 1, rc);
+  }
+  REQUIRE(rc == TCOLL_SUCCESS || rc == TCOLL_ERR_INVALID_ARGUMENT || rc == TCOLL_ERR_NO_MEMORY,
+          "local op %d returned %s", which, tcoll_status_string(rc));
+}
+
+/* NCCL-shaped multi-buffer ops over up to 3 buffers (host, device 0, device 1). */
+static void op_multi(rd_t *r, tcoll_redop_t premul) {
+  int n = int_val(r, 1, 3);
+  if (n > 3) n = 0;
+  tcoll_tensor_t base = gen_desc(r), in[3], out[3];
+  int order[3] = {TCOLL_HOST, 0, 1};
+  bool must_fail = n < 1;
+  for (int i = 0; i < 3; i++) {
+    in[i] = base;
+    in[i].device = u8(r) % 16 ? order[i] : dev_val(r);
+    bool ok = materialize(&in[i]);
+    if (i < n) must_fail = must_fail || !ok;
+    memset(&out[i], 0, sizeof out[i]);
+    out[i].device = TCOLL_HOST;
+  }
+  tcoll_comm_t *w = tcoll_comm_world(), *cl[3] = {w, w, w};
+  tcoll_comm_t *const *comms = u8(r) % 2 ? cl : NULL;
+  tcoll_redop_t op = gen_op(r, premul);
+  int root = int_val(r, 0, 3);
+  int rc;
+  uint8_t which = u8(r) % 5;
+  switch (which) {
+  case 0: rc = tcoll_multi_all_reduce(in, out, n, op, NULL, comms); break;
+  case 1: rc = tcoll_multi_reduce(in, n, u8(r) % 2 ? out : NULL, root, op, NULL, comms); break;
+  case 2: rc = tcoll_multi_broadcast(in, n, root, NULL, comms); break;
+  case 3: rc = tcoll_multi_all_gather(in, out, n, NULL, comms); break;
+  default: rc = tcoll_multi_reduce_scatter(in, out, n, op, NULL, comms); break;
+  }
+  REQUIRE(!must_fail || rc != TCOLL_SUCCESS, "multi op %d accepted invalid input", which);
+  REQUIRE(rc == TCOLL_SUCCESS || rc == TCOLL_ERR_INVALID_ARGUMENT || rc == TCOLL_ERR_NO_MEMORY,
+          "multi op %d returned %s", which, tcoll_status_string(rc));
+  for (int d = 0; d < ndev; d++) tcoll_device_synchronize(d); /* outputs complete in stream order */
+  free_outs(out, n > 0 ? n : 0, rc);
+}
+
 static tcoll_config_t base_config;
 
 static void op_config(rd_t *r) {
@@ -641,7 +764,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   tcoll_redop_t premul = -1;
   bool have_premul = tcoll_redop_create_premul_sum(0.5, &premul) == TCOLL_SUCCESS;
   for (int k = 0; k < MAX_OPS && r.n > 0; k++) {
-    switch (u8(&r) % 8) {
+    switch (u8(&r) % 10) {
     case 0: op_shapes(&r); break;
     case 1: op_redops(&r); break;
     case 2:
@@ -650,6 +773,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 5: op_grad(&r, premul); break;
     case 6: op_comms(&r); break;
     case 7: op_config(&r); break;
+    case 8: op_local(&r); break;
+    case 9: op_multi(&r, premul); break;
     }
   }
   /* Nothing may stay pending or allocated past the input. */
