@@ -410,7 +410,7 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
       if (chunk_sizes[i] < 0) rc = INVALID("chunk_sizes[%d] is %lld (expected >= 0)", i, (long long)chunk_sizes[i]);
       sizes[i] = chunk_sizes[i];
     } else { /* torch.chunk: ceil(len / n) each, the tail smaller or empty */
-      int64_t c = (len + n_devices - 1) / n_devices, left = len - c * i;
+      int64_t c = len / n_devices + (len % n_devices != 0), left = len - c * i; /* no len + n - 1 overflow */
       sizes[i] = left < 0 ? 0 : left < c ? left : c;
     }
     starts[i] = sum;
