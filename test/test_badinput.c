@@ -1310,6 +1310,11 @@ START_TEST(empty_huge) {
   T_EXPECT(o[2].shape[0] == big && o[2].shape[1] == 0 && tcoll_tensor_nbytes(&o[2]) == 0, "all_gather of an empty tensor");
   int devs[2] = {TCOLL_HOST, f.dev};
   tcoll_tensor_t lo[2] = {t_empty(), t_empty()};
+  int64_t smax[2] = {INT64_MAX, 0}; /* torch.chunk's split of INT64_MAX rows */
+  tcoll_tensor_t emax = desc(F32, 2, smax, f.dev), mo2[2] = {t_empty(), t_empty()};
+  T_OK(tcoll_local_scatter(&emax, devs, 2, NULL, 0, mo2));
+  T_EXPECT(mo2[0].shape[0] == INT64_C(1) << 62 && mo2[1].shape[0] == (INT64_C(1) << 62) - 1, "chunks of INT64_MAX rows");
+  for (int k = 0; k < 2; k++) tcoll_tensor_free(&mo2[k]);
   T_OK(tcoll_local_scatter(&e1, devs, 2, NULL, 2, lo));
   T_OK(tcoll_local_gather(lo, 2, 2, f.dev, &o[5]));
   T_EXPECT(o[5].shape[2] == 3 && tcoll_tensor_numel(&o[5]) == 0, "local scatter + gather of an empty tensor");
