@@ -170,9 +170,11 @@ int tc_check_copy(const tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
 /* ------------------------------------------------------------------ shape rules */
 
 int tc_all_gather_shape(const tcoll_tensor_t *in, int dim, int group_size, int64_t *shape) {
-  memcpy(shape, in->shape, (size_t)in->ndim * sizeof *shape);
-  if (tc_mul_overflows(shape[dim], group_size, &shape[dim]))
+  int64_t gathered;
+  if (tc_mul_overflows(in->shape[dim], group_size, &gathered)) /* shape is left untouched */
     return INVALID("gathered dim %d (%lld x %d) overflows", dim, (long long)in->shape[dim], group_size);
+  memcpy(shape, in->shape, (size_t)in->ndim * sizeof *shape);
+  shape[dim] = gathered;
   return TCOLL_SUCCESS;
 }
 

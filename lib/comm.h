@@ -49,5 +49,7 @@ void tc_comms_lock(void);
 void tc_comms_unlock(void);
 tcoll_comm_t *tc_comms_first(void); /* under tc_comms_lock */
 void tc_comms_destroy_all(void);
+/* Frees the meshes the user did not free, with their slices (at finalize, before the rest). */
+void tc_meshes_destroy_all(void);
 
 #endif

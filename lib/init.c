@@ -46,6 +46,7 @@ static void teardown(void) {
   tc_wait_everything(0.0); /* finalize completes everything, however long */
   tc_trace_dump("finalize");
   tc_bootstrap_fini();
+  tc_meshes_destroy_all();
   tc_comms_destroy_all();
   tc_g.world = NULL;
   tc_mpi_glue_fini();
@@ -71,6 +72,7 @@ static int on_mpi_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
     tc_warn("MPI_Finalize was called before tcoll_finalize; tcoll shuts down now");
     teardown();
     __atomic_store_n(&tc_g.init_count, 0, __ATOMIC_RELEASE);
+    MPI_Comm_free_keyval(&finalize_keyval); /* freed once this attribute is deleted */
   }
   pthread_mutex_unlock(&init_mu);
   return MPI_SUCCESS;
@@ -148,6 +150,7 @@ int tcoll_finalize(void) {
   MPI_Finalized(&fin);
   if (!fin) {
     MPI_Comm_delete_attr(MPI_COMM_SELF, finalize_keyval);
+    MPI_Comm_free_keyval(&finalize_keyval); /* made again by the next tcoll_init */
     teardown();
   }
   int rc = TCOLL_SUCCESS;

@@ -3,12 +3,42 @@
 
 #include <stdlib.h>
 
+#define TC_MESH_MAGIC 0x746d7368u /* "tmsh" */
+
 struct tcoll_mesh {
+  uint32_t magic;
+  struct tcoll_mesh *next; /* live meshes: a freed or foreign pointer is refused, never read */
   int ndim;
   int dims[TCOLL_MAX_DIMS];
   int coords[TCOLL_MAX_DIMS];
   tcoll_comm_t *slices[TCOLL_MAX_DIMS];
 };
+
+static pthread_mutex_t meshes_lock = PTHREAD_MUTEX_INITIALIZER;
+static tcoll_mesh_t *meshes_head;
+
+static bool mesh_live(const tcoll_mesh_t *m) {
+  bool live = false;
+  pthread_mutex_lock(&meshes_lock);
+  for (tcoll_mesh_t *it = meshes_head; it && !live; it = it->next) live = it == m;
+  pthread_mutex_unlock(&meshes_lock);
+  return live && m->magic == TC_MESH_MAGIC;
+}
+
+/* Removes m from the live list; false if it was not there. */
+static bool mesh_unlink(tcoll_mesh_t *m) {
+  bool found = false;
+  pthread_mutex_lock(&meshes_lock);
+  for (tcoll_mesh_t **p = &meshes_head; *p; p = &(*p)->next) {
+    if (*p == m) {
+      *p = m->next;
+      found = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&meshes_lock);
+  return found;
+}
 
 static void free_slices(tcoll_mesh_t *m) {
   for (int d = 0; d < m->ndim; d++)
@@ -69,16 +99,26 @@ int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims, tcoll_mes
     free(m);
     return rc;
   }
+  m->magic = TC_MESH_MAGIC;
+  pthread_mutex_lock(&meshes_lock);
+  m->next = meshes_head;
+  meshes_head = m;
+  pthread_mutex_unlock(&meshes_lock);
   *out = m;
   return TCOLL_SUCCESS;
 }
 
-static bool dim_ok(const tcoll_mesh_t *mesh, int dim) { return mesh && dim >= 0 && dim < mesh->ndim; }
+static bool dim_ok(const tcoll_mesh_t *mesh, int dim) { return mesh_live(mesh) && dim >= 0 && dim < mesh->ndim; }
 
 tcoll_comm_t *tcoll_mesh_comm(const tcoll_mesh_t *mesh, int dim) {
   TC_ENTER("tcoll_mesh_comm");
   if (!mesh) {
     tc_error(TCOLL_ERR_INVALID_ARGUMENT, "mesh is NULL (expected a mesh)");
+    return NULL;
+  }
+  if (!mesh_live(mesh)) {
+    tc_error(TCOLL_ERR_INVALID_ARGUMENT, "mesh %p is not a live tcoll mesh (freed, or not from tcoll_mesh_create)",
+             (const void *)mesh);
     return NULL;
   }
   if (!dim_ok(mesh, dim)) {
@@ -89,7 +129,7 @@ tcoll_comm_t *tcoll_mesh_comm(const tcoll_mesh_t *mesh, int dim) {
 }
 
 int tcoll_mesh_coord(const tcoll_mesh_t *mesh, int dim) { return dim_ok(mesh, dim) ? mesh->coords[dim] : -1; }
-int tcoll_mesh_ndim(const tcoll_mesh_t *mesh) { return mesh ? mesh->ndim : 0; }
+int tcoll_mesh_ndim(const tcoll_mesh_t *mesh) { return mesh_live(mesh) ? mesh->ndim : 0; }
 
 int tcoll_mesh_free(tcoll_mesh_t **mesh) {
   TC_ENTER("tcoll_mesh_free");
@@ -97,8 +137,25 @@ int tcoll_mesh_free(tcoll_mesh_t **mesh) {
   if (!*mesh) return TCOLL_SUCCESS;
   int rc = tc_require_init();
   if (rc) return rc;
+  if (!mesh_unlink(*mesh))
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "mesh %p is not a live tcoll mesh (freed, or not from tcoll_mesh_create)",
+                    (void *)*mesh);
+  (*mesh)->magic = 0;
   free_slices(*mesh);
   free(*mesh);
   *mesh = NULL;
   return TCOLL_SUCCESS;
+}
+
+void tc_meshes_destroy_all(void) {
+  for (;;) {
+    pthread_mutex_lock(&meshes_lock);
+    tcoll_mesh_t *m = meshes_head;
+    if (m) meshes_head = m->next;
+    pthread_mutex_unlock(&meshes_lock);
+    if (!m) break;
+    m->magic = 0;
+    free_slices(m);
+    free(m);
+  }
 }

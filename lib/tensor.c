@@ -66,7 +66,10 @@ int64_t tcoll_tensor_numel(const tcoll_tensor_t *t) {
 
 size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
   if (!t) return 0;
-  return (size_t)tcoll_tensor_numel(t) * tcoll_dtype_size(t->dtype);
+  size_t n;
+  /* 0, as numel gives for an invalid shape, rather than a byte count wrapped around */
+  if (__builtin_mul_overflow((size_t)tcoll_tensor_numel(t), tcoll_dtype_size(t->dtype), &n)) return 0;
+  return n;
 }
 
 /* Storage for a tensor: never NULL, also for zero elements, so the registry can key it. */
@@ -90,9 +93,9 @@ int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim, const i
   if (!t) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "t is NULL (expected a tensor to fill in)");
   if (ndim > 0 && !shape)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL with ndim %d (expected %d sizes)", ndim, ndim);
-  tcoll_tensor_t tmp = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
-  if (ndim < 0 || ndim > TCOLL_MAX_DIMS)
+  if (ndim < 0 || ndim > TCOLL_MAX_DIMS) /* before reading shape: it need not have that many sizes */
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ndim is %d (expected 0..%d)", ndim, TCOLL_MAX_DIMS);
+  tcoll_tensor_t tmp = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
   int rc = tc_check_tensor_desc(&tmp, "t");
   if (rc) return rc;
   rc = tc_tensor_storage(&tmp);

@@ -4,10 +4,13 @@
 
 #include "core.h"
 
-/* Product of shape[from..to) (1 for an empty range). Shapes are validated first, so no overflow. */
+/* Product of shape[from..to) (1 for an empty range). Validated shapes have fewer than 2^63 bytes,
+ * except empty tensors, whose other sizes may be anything: a partial product that overflows
+ * belongs to an empty tensor and is given as 0. */
 static inline int64_t tc_shape_prod(const int64_t *shape, int from, int to) {
   int64_t p = 1;
-  for (int i = from; i < to; i++) p *= shape[i];
+  for (int i = from; i < to; i++)
+    if (__builtin_mul_overflow(p, shape[i], &p)) return 0;
   return p;
 }
 
@@ -18,11 +21,14 @@ static inline size_t tc_nbytes(const tcoll_tensor_t *t) {
   return n;
 }
 
-/* A tensor viewed around one dim: outer x len x inner elements. */
+/* A tensor viewed around one dim: outer x len x inner elements. An empty tensor is viewed as
+ * 0 x len x 0, so that loops over its outer runs do nothing (its other sizes may be huge). */
 typedef struct tc_dimview {
   int64_t outer, len, inner;
 } tc_dimview_t;
 static inline tc_dimview_t tc_dimview(const int64_t *shape, int ndim, int dim) {
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] == 0) return (tc_dimview_t){0, shape[dim], 0};
   tc_dimview_t v = {tc_shape_prod(shape, 0, dim), shape[dim], tc_shape_prod(shape, dim + 1, ndim)};
   return v;
 }

@@ -293,6 +293,10 @@ static void release_held(tc_work_t *w) {
   for (int i = 0; i < w->nheld; i++) {
     if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
     else if (w->held[i].kind == TC_HELD_PIPE) tc_pipe_release(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_MPI_TYPES) {
+      for (MPI_Datatype *t = w->held[i].p; *t != MPI_DATATYPE_NULL; t++) MPI_Type_free(t);
+      free(w->held[i].p);
+    }
     else tc_stage_release(w->held[i].p);
   }
   w->nheld = 0;

@@ -90,9 +90,10 @@ typedef struct tc_divide {
 /* A block of memory the work returns when it is recycled. */
 typedef struct tc_held {
   void *p;
-  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED or TC_HELD_PIPE */
+  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE or TC_HELD_MPI_TYPES */
 } tc_held_t;
-enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda/pipeline.h) */ };
+enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda/pipeline.h) */,
+       TC_HELD_MPI_TYPES /* a malloc'd array of MPI datatypes ended by MPI_DATATYPE_NULL: all freed */ };
 
 #define TC_WORK_PRIV_BYTES 256
 #define TC_WORK_ERR_LEN 512

@@ -5,8 +5,10 @@
 #include <mpi.h>
 
 static long calls;
+static _Thread_local long thread_calls;
 long t_mpi_calls(void) { return __atomic_load_n(&calls, __ATOMIC_RELAXED); }
-#define COUNT() __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED)
+long t_mpi_calls_this_thread(void) { return thread_calls; }
+#define COUNT() (thread_calls++, __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED))
 
 int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
   COUNT();

@@ -7,5 +7,8 @@
 /* MPI calls made so far by this process that post or perform communication (nonblocking and
  * blocking collectives, point-to-point) or create a communicator. */
 long t_mpi_calls(void);
+/* The same, made by the calling thread only (not by tcoll's background threads, such as the
+ * bootstrap thread that answers rendezvous requests). */
+long t_mpi_calls_this_thread(void);
 
 #endif

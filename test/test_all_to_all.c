@@ -163,8 +163,10 @@ START_TEST(single_bad_arguments) {
   if (size == 1 || 6 % size == 0)
     T_FAILS(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
   /* Output splits whose sum or whose output size overflows are refused, not wrapped. */
-  for (int p = 0; p < size; p++) os[p] = INT64_MAX / size + 1; /* sum above INT64_MAX */
-  if (size > 1) T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "output_split_sizes");
+  if (size > 1) { /* (at size 1, INT64_MAX / size + 1 itself overflows) */
+    for (int p = 0; p < size; p++) os[p] = INT64_MAX / size + 1; /* sum above INT64_MAX */
+    T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "output_split_sizes");
+  }
   for (int p = 0; p < size; p++) os[p] = p == 0 ? (int64_t)1 << 62 : 0; /* [2^62, 2] float32: 2^65 bytes */
   T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "out");
   for (int p = 0; p < size; p++) os[p] = 1;

@@ -71,7 +71,7 @@ static int parse_id(const void *id, size_t id_len, id_info_t *out) {
 /* ------------------------------------------------------------------ messages */
 
 enum { TAG_REGISTER = 7701, TAG_REPLY = 8000, TAG_REPLY_SPAN = 4096, TAG_GROUP = 20000, TAG_GROUP_SPAN = 9000 };
-enum { REG_OK = 0, REG_BAD_RANK = 1, REG_BAD_NRANKS = 2 };
+enum { REG_OK = 0, REG_BAD_RANK = 1, REG_BAD_NRANKS = 2, REG_BAD_COMM = 3 };
 
 typedef struct reg_msg {
   unsigned char nonce[NONCE];
@@ -140,13 +140,18 @@ static void fail_id(boot_id_t *b, const char *fmt, ...) {
 static void handle(const reg_msg_t *m, int src) {
   boot_id_t *b = ids;
   while (b && memcmp(b->nonce, m->nonce, NONCE) != 0) b = b->next;
+  /* A member with bad arguments returned at once and waits for no answer: never send it one
+   * (it would stay unreceived, and could be taken for the answer of a later rendezvous). */
+  bool waits = m->flags == REG_OK;
   if (!b) {
     char err[ERR_LEN];
     snprintf(err, sizeof err, "invalid unique_id (world rank %d, named as its creator, did not make it)",
              tc_g.world_rank);
-    reply(m->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, err, NULL, 0);
+    if (waits) reply(m->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, err, NULL, 0);
     return;
   }
+  if (b->state != ID_OPEN) b->arrived++; /* late members count for settled() too */
+  if (!waits && b->state != ID_OPEN) return;
   if (b->state == ID_FAILED) {
     reply(b->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, b->err, NULL, 0);
     return;
@@ -176,6 +181,10 @@ static void handle(const reg_msg_t *m, int src) {
   if (m->flags == REG_BAD_NRANKS) {
     fail_id(b, "world rank %d called tcoll_comm_init_rank with nranks %d (expected 1..%d)", src, m->nranks,
             tc_g.world_size);
+    return;
+  }
+  if (m->flags == REG_BAD_COMM) {
+    fail_id(b, "world rank %d called tcoll_comm_init_rank with comm NULL (rank %d of %d)", src, m->rank, m->nranks);
     return;
   }
   if (m->flags == REG_BAD_RANK) {
@@ -429,7 +438,7 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
     m.flags = REG_BAD_RANK;
     rc = INVALID("rank is %d (expected a rank in [0, %d))", rank, nranks);
   } else if (!comm) {
-    m.flags = REG_BAD_RANK;
+    m.flags = REG_BAD_COMM;
     rc = INVALID("comm is NULL (expected where to store the communicator)");
   }
   if (rc) {

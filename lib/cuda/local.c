@@ -146,6 +146,15 @@ static int check_device_arg(int dev, const char *name) {
                  dev, dev, nd, tcoll_device_backend());
 }
 
+/* An output of a local op: its device is the one the op was told to use (`which` says which
+ * argument), not the input's, so say so before the generic output check. */
+static int check_out_on(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dt, int ndim, const int64_t *shape,
+                        int device, const char *which) {
+  if (out && out->data && out->device != device)
+    return INVALID("%s->device is %d (expected %d, %s)", name, out->device, device, which);
+  return tc_check_output(out, name, dt, ndim, shape, device);
+}
+
 static int wait_inputs(const tcoll_tensor_t *in, int n) {
   for (int i = 0; i < n; i++) {
     int rc = tc_wait_ptr(in[i].data, 0.0, true);
@@ -165,7 +174,8 @@ int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *
   if (n_devices < 0) return INVALID("n_devices is %d (expected >= 0)", n_devices);
   if (n > 0 && !in) return INVALID("in is NULL (expected %d tensors)", n);
   if (n_devices > 0 && !devices) return INVALID("devices is NULL (expected %d devices)", n_devices);
-  if (n > 0 && n_devices > 0 && !out) return INVALID("out is NULL (expected %d tensors)", n * n_devices);
+  if (n > 0 && n_devices > 0 && !out)
+    return INVALID("out is NULL (expected %lld tensors)", (long long)n * n_devices);
   char nm[48], on[48];
   for (int i = 0; i < n; i++) {
     snprintf(nm, sizeof nm, "in[%d]", i);
@@ -176,10 +186,11 @@ int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *
     if ((rc = check_device_arg(devices[d], nm))) return rc;
   }
   for (int d = 0; d < n_devices; d++) {
+    snprintf(nm, sizeof nm, "devices[%d]", d);
     for (int i = 0; i < n; i++) {
       tcoll_tensor_t *o = &out[d * n + i];
       snprintf(on, sizeof on, "out[%d]", d * n + i);
-      if ((rc = tc_check_output(o, on, in[i].dtype, in[i].ndim, in[i].shape, devices[d]))) return rc;
+      if ((rc = check_out_on(o, on, in[i].dtype, in[i].ndim, in[i].shape, devices[d], nm))) return rc;
       if (!o->data) continue;
       if ((rc = check_out_vs_ins(o, on, in, n, "in", i)) || (rc = check_busy(o, on))) return rc;
     }
@@ -312,10 +323,10 @@ int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, in
   if (rc) return rc;
   if (n_devices < 1) return INVALID("n_devices is %d (expected >= 1)", n_devices);
   if (n < 0) return INVALID("n is %d (expected >= 0)", n);
-  if (n == 0) return TCOLL_SUCCESS;
-  if (!in) return INVALID("in is NULL (expected %d tensors)", n_devices * n);
-  if (!out) return INVALID("out is NULL (expected %d tensors)", n);
   if ((rc = check_device_arg(destination, "destination"))) return rc;
+  if (n == 0) return TCOLL_SUCCESS;
+  if (!in) return INVALID("in is NULL (expected %lld tensors)", (long long)n_devices * n);
+  if (!out) return INVALID("out is NULL (expected %d tensors)", n);
   char nm[48], rn[48];
   for (int d = 0; d < n_devices; d++) {
     for (int i = 0; i < n; i++) {
@@ -339,7 +350,8 @@ int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, in
   }
   for (int i = 0; i < n; i++) {
     snprintf(nm, sizeof nm, "out[%d]", i);
-    if ((rc = tc_check_output(&out[i], nm, in[i].dtype, in[i].ndim, in[i].shape, destination))) return rc;
+    if ((rc = check_out_on(&out[i], nm, in[i].dtype, in[i].ndim, in[i].shape, destination, "the destination")))
+      return rc;
     if (!out[i].data) continue;
     int allowed = -1; /* the output may be one of its own inputs */
     for (int d = 0; d < n_devices; d++)
@@ -398,11 +410,13 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
       if (chunk_sizes[i] < 0) rc = INVALID("chunk_sizes[%d] is %lld (expected >= 0)", i, (long long)chunk_sizes[i]);
       sizes[i] = chunk_sizes[i];
     } else { /* torch.chunk: ceil(len / n) each, the tail smaller or empty */
-      int64_t c = (len + n_devices - 1) / n_devices, left = len - c * i;
+      int64_t c = len / n_devices + (len % n_devices != 0), left = len - c * i; /* no len + n - 1 overflow */
       sizes[i] = left < 0 ? 0 : left < c ? left : c;
     }
     starts[i] = sum;
-    sum += sizes[i];
+    if (!rc && __builtin_add_overflow(sum, sizes[i], &sum))
+      rc = INVALID("chunk_sizes sum to more than 2^63 (chunk_sizes[%d] is %lld; expected a sum of in->shape[%d], %lld)",
+                   i, (long long)sizes[i], d0, (long long)len);
   }
   if (!rc && sum != len)
     rc = INVALID("chunk_sizes sum to %lld but in->shape[%d] is %lld (expected equal)", (long long)sum, d0, (long long)len);
@@ -412,9 +426,10 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
     if ((rc = check_device_arg(devices[i], nm))) break;
     memcpy(shape, in->shape, sizeof shape);
     shape[d0] = sizes[i];
-    snprintf(nm, sizeof nm, "out[%d]", i);
-    if ((rc = tc_check_output(&out[i], nm, in->dtype, in->ndim, shape, devices[i]))) break;
-    if (out[i].data && !(rc = tc_check_disjoint(&out[i], nm, in, "in", n_devices == 1))) rc = check_busy(&out[i], nm);
+    char on[48];
+    snprintf(on, sizeof on, "out[%d]", i);
+    if ((rc = check_out_on(&out[i], on, in->dtype, in->ndim, shape, devices[i], nm))) break;
+    if (out[i].data && !(rc = tc_check_disjoint(&out[i], on, in, "in", n_devices == 1))) rc = check_busy(&out[i], on);
   }
   if (!rc) rc = wait_inputs(in, 1);
   if (rc) {
@@ -477,11 +492,12 @@ int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_devi
       if (k != d0 && in[i].shape[k] != ref[k])
         return INVALID("%s->shape[%d] is %lld but in[0]->shape[%d] is %lld (expected equal sizes except along dim %d)",
                        nm, k, (long long)in[i].shape[k], k, (long long)ref[k], d0);
-    total += in[i].shape[d0];
+    if (__builtin_add_overflow(total, in[i].shape[d0], &total))
+      return INVALID("the inputs' sizes along dim %d sum to more than 2^63 (at in[%d])", d0, i);
   }
   memcpy(shape, ref, sizeof shape);
   shape[d0] = total;
-  if ((rc = tc_check_output(out, "out", in[0].dtype, ndim, shape, target_device))) return rc;
+  if ((rc = check_out_on(out, "out", in[0].dtype, ndim, shape, target_device, "target_device"))) return rc;
   if (out->data) {
     if ((rc = check_out_vs_ins(out, "out", in, n, "in", -1)) || (rc = check_busy(out, "out"))) return rc;
   }

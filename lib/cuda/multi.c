@@ -120,6 +120,9 @@ static int check_buffers(mop_t *m) {
   }
   if ((m->kind == M_ALL_GATHER || m->kind == M_REDUCE_SCATTER) && m->in[0].ndim < 1)
     return INVALID("in[0] is a 0-dim tensor (expected at least 1 dim: blocks are along dim 0)");
+  int64_t gathered;
+  if (m->kind == M_ALL_GATHER && tc_mul_overflows(m->in[0].shape[0], (int64_t)m->n * m->P, &gathered))
+    return INVALID("gathered dim 0 (%lld x %d buffers) overflows", (long long)m->in[0].shape[0], m->n * m->P);
   if (m->kind == M_REDUCE_SCATTER && m->in[0].shape[0] % (m->n * m->P) != 0)
     return INVALID("input dimension 0 (%lld) must be a multiple of the number of buffers %d (%d per process x %d)",
                    (long long)m->in[0].shape[0], m->n * m->P, m->n, m->P);

@@ -4,6 +4,7 @@
 
 #include "../argcheck.h"
 #include "../comm.h"
+#include "../ptrmap.h"
 #include "../registry.h"
 #include "../tensor.h"
 
@@ -65,6 +66,24 @@ void tg_saved_put(tg_saved_t *s) {
 
 /* ------------------------------------------------------------------ nodes */
 
+/* Live nodes, so that a freed or foreign pointer is refused without being read. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static tc_ptrmap_t live_nodes;
+
+static bool node_live(const tcoll_grad_node_t *n) {
+  pthread_mutex_lock(&live_lock);
+  bool live = n && tc_ptrmap_get(&live_nodes, (uintptr_t)n) != NULL;
+  pthread_mutex_unlock(&live_lock);
+  return live;
+}
+
+static void node_forget(const tcoll_grad_node_t *n) {
+  pthread_mutex_lock(&live_lock);
+  tc_ptrmap_del(&live_nodes, (uintptr_t)n);
+  if (live_nodes.count == 0) tc_ptrmap_clear(&live_nodes); /* nothing kept once all are freed */
+  pthread_mutex_unlock(&live_lock);
+}
+
 tcoll_tensor_t tg_desc(const tcoll_tensor_t *t) { return tcoll_tensor_make(NULL, t->dtype, t->ndim, t->shape, t->device); }
 
 int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_grad_node_t **out) {
@@ -87,12 +106,21 @@ int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_g
   n->n_out = n_out;
   n->in_desc = descs;
   n->out_desc = descs + n_in;
+  pthread_mutex_lock(&live_lock);
+  int rc = tc_ptrmap_put(&live_nodes, (uintptr_t)n, n);
+  pthread_mutex_unlock(&live_lock);
+  if (rc) {
+    free(descs);
+    free(n);
+    return tc_error(rc, "cannot record a grad node");
+  }
   *out = n;
   return TCOLL_SUCCESS;
 }
 
 void tg_node_destroy(tcoll_grad_node_t *n) {
   if (!n) return;
+  node_forget(n);
   tg_saved_put(n->x_saved);
   tg_saved_put(n->y_saved);
   free(n->in_desc); /* one block with out_desc */
@@ -203,7 +231,7 @@ int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outp
   int rc = tc_require_init();
   if (rc) return rc;
   if (!node) return INVALID("node is NULL (expected a node from a tcoll_grad_* forward)");
-  if (node->magic != TG_NODE_MAGIC || (int)node->kind < 0 || (int)node->kind >= TG_NUM_KINDS || !backward_fns[node->kind])
+  if (!node_live(node) || node->magic != TG_NODE_MAGIC || (int)node->kind < 0 || (int)node->kind >= TG_NUM_KINDS || !backward_fns[node->kind])
     return INVALID("node %p is not a live grad node (freed, or not from a tcoll_grad_* forward)", (void *)node);
   if (node->comm) {
     tcoll_comm_t *c;
@@ -223,7 +251,7 @@ int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outp
 void tcoll_grad_node_free(tcoll_grad_node_t *node) {
   TC_ENTER("tcoll_grad_node_free");
   if (!node) return;
-  if (node->magic != TG_NODE_MAGIC) {
+  if (!node_live(node) || node->magic != TG_NODE_MAGIC) {
     tc_warn("tcoll_grad_node_free: %p is not a live grad node; ignored", (void *)node);
     return;
   }

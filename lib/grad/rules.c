@@ -12,6 +12,7 @@
 #include "../registry.h"
 #include "../tensor.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,40 @@ static int check_node_arg(tcoll_grad_node_t **node) {
   if (!node) return INVALID("node is NULL (expected where to store the new grad node)");
   *node = NULL;
   return TCOLL_SUCCESS;
+}
+
+/* The plain collectives' checks name their arguments in / out / ins / outs; the forwards here
+ * take x / y / xs / ys, so their messages are rewritten to the names the caller used. Only a
+ * whole word followed by what follows an argument name in those messages is renamed. */
+static int grad_names(int rc) {
+  if (rc != TCOLL_ERR_INVALID_ARGUMENT) return rc;
+  static const char *const from[] = {"ins", "outs", "in", "out"}, *const to[] = {"xs", "ys", "x", "y"};
+  static const char *const after[] = {"->", "[", " is ", " (", " has ", " differs", " describes", " would"};
+  const char *msg = tc_last_message();
+  char buf[960];
+  size_t o = 0;
+  for (size_t i = 0; msg[i] && o + 3 < sizeof buf;) {
+    int hit = -1;
+    if (i == 0 || !(isalnum((unsigned char)msg[i - 1]) || msg[i - 1] == '_')) {
+      for (int k = 0; k < 4 && hit < 0; k++) {
+        size_t len = strlen(from[k]);
+        if (strncmp(msg + i, from[k], len) != 0) continue;
+        for (size_t a = 0; a < TC_ARRAY_LEN(after) && hit < 0; a++)
+          if (!strncmp(msg + i + len, after[a], strlen(after[a]))) hit = k;
+      }
+    }
+    if (hit < 0) {
+      buf[o++] = msg[i++];
+      continue;
+    }
+    for (const char *t = to[hit]; *t; t++) buf[o++] = *t;
+    i += strlen(from[hit]);
+  }
+  buf[o] = '\0';
+  char full[1024];
+  snprintf(full, sizeof full, "%s: %s", tc_current_fn(), buf);
+  tc_restore_error(full);
+  return rc;
 }
 
 /* Hands the node out on success; frees it otherwise. */
@@ -230,7 +265,7 @@ int tcoll_grad_broadcast(const tcoll_tensor_t *x, int src, tcoll_comm_t *comm, t
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_broadcast(x, src, comm, y, &c);
+  if (!rc) rc = grad_names(tc_check_broadcast(x, src, comm, y, &c));
   if (!rc) rc = tg_node_new(TG_BROADCAST, c, 1, 1, &n);
   if (rc) return rc;
   n->root = src;
@@ -273,7 +308,7 @@ int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op, tcoll_
   tc_redop_t rop;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_reduce(x, dst, op, comm, y, &c, &rop);
+  if (!rc) rc = grad_names(tc_check_reduce(x, dst, op, comm, y, &c, &rop));
   if (!rc) rc = tg_node_new(TG_REDUCE, c, 1, 1, &n);
   if (rc) return rc;
   n->root = dst;
@@ -334,7 +369,7 @@ int tcoll_grad_gather(const tcoll_tensor_t *x, int dst, tcoll_comm_t *comm, tcol
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_gather(x, dst, comm, ys, &c);
+  if (!rc) rc = grad_names(tc_check_gather(x, dst, comm, ys, &c));
   if (rc) return rc;
   bool zeros = c->rank != dst && ys; /* PyTorch's gather returns zeros off the root */
   char name[48];
@@ -381,7 +416,7 @@ int tcoll_grad_scatter(const tcoll_tensor_t *xs, int src, tcoll_comm_t *comm, tc
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_scatter(xs, src, comm, y, &c);
+  if (!rc) rc = grad_names(tc_check_scatter(xs, src, comm, y, &c));
   if (!rc) rc = tg_node_new(TG_SCATTER, c, c->size, 1, &n);
   if (rc) return rc;
   n->root = src;
@@ -422,7 +457,7 @@ int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm, tcoll_ten
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_all_gather_list(x, comm, ys, &c);
+  if (!rc) rc = grad_names(tc_check_all_gather_list(x, comm, ys, &c));
   if (!rc) rc = tg_node_new(TG_ALL_GATHER, c, 1, c->size, &n);
   if (rc) return rc;
   n->in_desc[0] = tg_desc(x);
@@ -451,7 +486,7 @@ int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim, t
   int dim;
   bool inplace;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_all_gather(x, gather_dim, comm, y, &c, &dim, &inplace);
+  if (!rc) rc = grad_names(tc_check_all_gather(x, gather_dim, comm, y, &c, &dim, &inplace));
   if (!rc) rc = tg_node_new(TG_ALL_GATHER_INTO_TENSOR, c, 1, 1, &n);
   if (rc) return rc;
   n->dim = dim;
@@ -482,7 +517,7 @@ int tcoll_grad_reduce_scatter(const tcoll_tensor_t *xs, tcoll_redop_t op, tcoll_
   tc_redop_t rop;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_reduce_scatter_list(xs, op, comm, y, &c, &rop);
+  if (!rc) rc = grad_names(tc_check_reduce_scatter_list(xs, op, comm, y, &c, &rop));
   if (!rc) rc = tg_node_new(TG_REDUCE_SCATTER, c, c->size, 1, &n);
   if (rc) return rc;
   n->op = rop;
@@ -540,7 +575,7 @@ int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op, 
   tcoll_grad_node_t *n;
   int dim;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_reduce_scatter(x, op, scatter_dim, comm, y, &c, &rop, &dim);
+  if (!rc) rc = grad_names(tc_check_reduce_scatter(x, op, scatter_dim, comm, y, &c, &rop, &dim));
   if (!rc && rop.kind != TCOLL_SUM)
     rc = UNSUPPORTED("Only sum reduce op is supported (got %s; the differentiable reduce_scatter_tensor sums)",
                      tc_redop_kind_name(rop.kind));
@@ -573,7 +608,7 @@ int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm, tcoll_te
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_all_to_all(xs, comm, ys, &c);
+  if (!rc) rc = grad_names(tc_check_all_to_all(xs, comm, ys, &c));
   if (!rc) rc = tg_node_new(TG_ALL_TO_ALL, c, c->size, c->size, &n);
   if (rc) return rc;
   for (int i = 0; i < c->size; i++) {
@@ -604,7 +639,7 @@ int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x, const int64_t *output_
   tcoll_grad_node_t *n;
   int64_t rows;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_all_to_all_single(x, output_split_sizes, input_split_sizes, comm, y, &c, &rows);
+  if (!rc) rc = grad_names(tc_check_all_to_all_single(x, output_split_sizes, input_split_sizes, comm, y, &c, &rows));
   if (!rc) rc = tg_node_new(TG_ALL_TO_ALL_SINGLE, c, 1, 1, &n);
   if (rc) return rc;
   n->in_desc[0] = n->out_desc[0] = tg_desc(x);
@@ -642,7 +677,7 @@ int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op, tcoll_comm_
   tc_redop_t rop;
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
-  if (!rc) rc = tc_check_all_reduce(x, op, comm, y, &c, &rop);
+  if (!rc) rc = grad_names(tc_check_all_reduce(x, op, comm, y, &c, &rop));
   if (!rc) rc = tg_node_new(TG_ALL_REDUCE, c, 1, 1, &n);
   if (rc) return rc;
   n->op = rop;

@@ -32,7 +32,9 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc) return rc;
   int64_t row = tc_shape_prod(in->shape, 1, in->ndim);
-  if (row == 0) return TCOLL_SUCCESS; /* rows of zero elements: nothing moves */
+  /* Rows of zero elements, or rows of 2^63 bytes and more, which no rank can hold one of (every
+   * rank's tensors are empty; the row is the same on all ranks): nothing moves. */
+  if (row == 0 || row > INT64_MAX / (int64_t)tcoll_dtype_size(in->dtype)) return TCOLL_SUCCESS;
   return tc_post_alltoallv(w, sbuf, v, v + size, rbuf, v + 2 * size, v + 3 * size, in->dtype, row);
 }
 

@@ -81,9 +81,11 @@ MPI_Op tc_mpi_op(const tc_redop_t *op, tcoll_dtype_t d) {
 
 /* ------------------------------------------------------------------ derived datatypes */
 
-/* count copies of unit, laid `step` bytes apart, with every count passed to MPI <= L (which
- * must be at least 2, or splitting would never shrink the count). */
+/* count copies of unit, laid `step` bytes apart, with every count passed to MPI <= L. A type
+ * cannot be built from counts of 1 alone: with TCOLL_MAX_COUNT=1 its constructors take 2 (the
+ * calls still pass a count of 1), instead of recursing without end. */
 static int repeat(MPI_Datatype unit, MPI_Aint step, int64_t count, int64_t L, MPI_Datatype *out) {
+  if (L < 2) L = 2;
   if (count <= L) return MPI_Type_create_hvector((int)count, 1, step, unit, out);
   MPI_Datatype big, many, rest = MPI_DATATYPE_NULL;
   int64_t q = count / L, r = count % L;
@@ -161,8 +163,7 @@ static bool key_eq(const key_t *x, const key_t *y) {
 }
 
 static int build(const key_t *k, MPI_Datatype *t) {
-  int64_t L = k->L < 2 ? 2 : k->L; /* a limit of 1 still allows datatypes of two parts */
-  int rc = k->kind == 0 ? build_contig(k->d, k->a, L, t) : build_vector(k->d, k->a, k->b, k->c, k->e, L, t);
+  int rc = k->kind == 0 ? build_contig(k->d, k->a, k->L, t) : build_vector(k->d, k->a, k->b, k->c, k->e, k->L, t);
   if (rc == MPI_SUCCESS) rc = MPI_Type_commit(t);
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "building a derived datatype");
 }

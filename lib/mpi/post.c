@@ -4,6 +4,7 @@
 #include "../dtype.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int64_t nchunks(int64_t n) { return n == 0 ? 0 : (n + tc_mpi_limit() - 1) / tc_mpi_limit(); }
@@ -114,10 +115,15 @@ static int peer_type(tcoll_dtype_t d, int64_t unit, int64_t count, int64_t disp,
 static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
                           const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
   int size = w->comm->size;
-  /* MPI reads these arrays until the call completes: they live in the work. */
+  /* MPI reads these arrays until the call completes: they live in the work. The datatypes are
+   * freed only then too: Open MPI 4.1 never frees those freed while an MPI_Ialltoallw using them
+   * is in flight (a leak per call). */
   int *ints = tc_work_scratch(w, 4 * (size_t)size * sizeof(int));
-  MPI_Datatype *types = tc_work_scratch(w, 2 * (size_t)size * sizeof(MPI_Datatype));
-  if (!ints || !types) return TCOLL_ERR_NO_MEMORY;
+  MPI_Datatype *types = malloc((2 * (size_t)size + 1) * sizeof *types);
+  if (!ints || !types) {
+    free(types);
+    return TCOLL_ERR_NO_MEMORY;
+  }
   int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size, *rdispls = ints + 3 * size;
   MPI_Datatype *stypes = types, *rtypes = types + size;
   int rc = TCOLL_SUCCESS, built = 0;
@@ -134,10 +140,15 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
     rc = tc_mpi_ok(MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, w->comm->mpi,
                                   tc_work_req(w)),
                    "MPI_Ialltoallw");
-  for (int p = 0; p < built; p++) { /* freeing types in use by a posted call is safe in MPI */
+  if (!rc) { /* all 2 * size built and in use: freed when the work is recycled */
+    types[2 * size] = MPI_DATATYPE_NULL;
+    if (tc_work_hold(w, types, TC_HELD_MPI_TYPES) == TCOLL_SUCCESS) return rc;
+  }
+  for (int p = 0; p < built; p++) { /* freeing types in use by a posted call is allowed by MPI */
     MPI_Type_free(&stypes[p]);
     MPI_Type_free(&rtypes[p]);
   }
+  free(types);
   return rc;
 }
 

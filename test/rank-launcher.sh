@@ -1,0 +1,22 @@
+#!/bin/sh
+# Starts one MPI rank of a test: mpiexec runs this script with the test program and its
+# arguments. Normally it just execs the program; with TCOLL_VALGRIND set (meson test --setup
+# valgrind) it runs the rank under valgrind memcheck, and any error valgrind reports makes the
+# rank exit with 99, which fails the test. Extra valgrind options: TCOLL_VALGRIND_ARGS.
+if [ -n "${TCOLL_VALGRIND:-}" ]; then
+  if ! command -v valgrind >/dev/null 2>&1; then
+    echo "rank-launcher.sh: TCOLL_VALGRIND is set but valgrind is not installed (apt-get install valgrind)" >&2
+    exit 127
+  fi
+  here=$(dirname "$0")
+  supp=""
+  # Open MPI's own suppression file (Debian: openmpi-common), then the project's.
+  for f in /usr/share/openmpi/openmpi-valgrind.supp "$here/valgrind.supp"; do
+    [ -f "$f" ] && supp="$supp --suppressions=$f"
+  done
+  # shellcheck disable=SC2086
+  exec valgrind --tool=memcheck --quiet --error-exitcode=99 --exit-on-first-error=no \
+    --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+    --track-origins=yes --num-callers=30 --gen-suppressions=all $supp ${TCOLL_VALGRIND_ARGS:-} "$@"
+fi
+exec "$@"
