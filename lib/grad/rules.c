@@ -77,6 +77,18 @@ static int expect_count(int got, int want, const char *what, const tcoll_grad_no
   return TCOLL_SUCCESS;
 }
 
+/* The start of most backward rules: exactly ng_want grad outputs and ngin_want grad inputs,
+ * checked against the node, and the grad inputs to allocate filled in. */
+static int begin_backward(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, int ng_want, tcoll_tensor_t *gin,
+                          int ngin, int ngin_want) {
+  int rc = expect_count(ng, ng_want, "n_grad_outputs", n);
+  if (!rc) rc = expect_count(ngin, ngin_want, "n_grad_inputs", n);
+  if (!rc) rc = tg_check_gouts(n, g, ng, 0);
+  if (!rc) rc = tg_check_gins(n, gin, ngin, 0, g, ng);
+  if (!rc) tg_fill_gins(n, gin, ngin, 0);
+  return rc;
+}
+
 static bool is_bitwise(int kind) { return kind == TCOLL_BAND || kind == TCOLL_BOR || kind == TCOLL_BXOR; }
 static bool is_nonlinear(int kind) { return kind == TCOLL_MAX || kind == TCOLL_MIN || kind == TCOLL_PRODUCT; }
 
@@ -467,12 +479,8 @@ int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm, tcoll_ten
 
 /* ys_r[s] = x_s: grad_x_s = sum_r g_r[s], a reduce_scatter SUM. */
 int tg_backward_all_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
-  int rc = expect_count(ng, n->size, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, ng, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, ng);
+  int rc = begin_backward(n, g, ng, n->size, gin, ngin, 1);
   if (rc) return rc;
-  tg_fill_gins(n, gin, 1, 0);
   return tcoll_reduce_scatter_list(g, TCOLL_SUM, n->comm, &gin[0]);
 }
 
@@ -499,12 +507,8 @@ int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim, t
  * reduce_scatter SUM along the same dim. */
 int tg_backward_all_gather_into_tensor(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
                                        int ngin) {
-  int rc = expect_count(ng, 1, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, 1, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, 1);
+  int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
-  tg_fill_gins(n, gin, 1, 0);
   return tcoll_reduce_scatter(&g[0], TCOLL_SUM, n->dim, n->comm, &gin[0]);
 }
 
@@ -592,12 +596,8 @@ int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op, 
  * same dim. */
 int tg_backward_reduce_scatter_tensor(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
                                       int ngin) {
-  int rc = expect_count(ng, 1, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, 1, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, 1);
+  int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
-  tg_fill_gins(n, gin, 1, 0);
   return tcoll_all_gather(&g[0], n->dim, n->comm, &gin[0]);
 }
 
@@ -620,12 +620,8 @@ int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm, tcoll_te
 
 /* ys_r[s] = xs_s[r]: grad_xs_s[r] = g_r[s], an all_to_all of the grads. */
 int tg_backward_all_to_all(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
-  int rc = expect_count(ng, n->size, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, n->size, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, ng, 0);
-  if (!rc) rc = tg_check_gins(n, gin, ngin, 0, g, ng);
+  int rc = begin_backward(n, g, ng, n->size, gin, ngin, n->size);
   if (rc) return rc;
-  tg_fill_gins(n, gin, ngin, 0);
   return tcoll_all_to_all(g, n->comm, gin);
 }
 
@@ -658,12 +654,8 @@ int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x, const int64_t *output_
  * swapped (what was received from rank s goes back to rank s). */
 int tg_backward_all_to_all_single(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
                                   int ngin) {
-  int rc = expect_count(ng, 1, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, 1, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, 1);
+  int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
-  tg_fill_gins(n, gin, 1, 0);
   const int64_t *fwd_out = n->aux, *fwd_in = n->aux ? n->aux + n->size : NULL;
   return tcoll_all_to_all_single(&g[0], fwd_in, fwd_out, n->comm, &gin[0]);
 }
