@@ -167,17 +167,65 @@ static int exchange(const tc_work_t *w, const fingerprint_t *mine, fingerprint_t
   return finish_exchange(w, &req, "the DETAIL check");
 }
 
+/* What must agree across ranks, as one number: the fields the same_* tests compare, with the
+ * same exceptions (rows of all_to_all_single, per-peer shapes of the list all_to_all). */
+static uint64_t agreement_hash(const fingerprint_t *f) {
+  uint64_t h = 1469598103934665603ULL;
+#define MIX(x)                                                                                   \
+  do {                                                                                           \
+    h ^= (uint64_t)(x);                                                                          \
+    h *= 1099511628211ULL;                                                                       \
+  } while (0)
+  for (const char *c = f->op; *c; c++) MIX((unsigned char)*c);
+  MIX(f->seq);
+  MIX(f->dtype);
+  if (f->agree != TC_AGREE_DTYPE) {
+    MIX(f->ndim);
+    for (int i = f->agree == TC_AGREE_ROW ? 1 : 0; i < f->ndim && i < TCOLL_MAX_DIMS; i++) MIX(f->shape[i]);
+  }
+  MIX(f->root);
+  MIX(f->redop);
+  if (f->redop == TC_REDOP_PREMUL_SUM) {
+    uint64_t bits;
+    memcpy(&bits, &f->scalar, sizeof bits);
+    MIX(bits);
+  }
+  MIX(f->dim);
+  MIX(f->ntensors);
+  if (f->ntensors > 1 && f->agree == TC_AGREE_SHAPE) MIX(f->shapes_hash);
+#undef MIX
+  return h;
+}
+
+/* Whether every rank has the same agreement hash and none failed locally: one small
+ * all-reduce (max of h, max of ~h = ~min of h, max of the failure flag). The full fingerprints
+ * are exchanged only to explain a disagreement. */
+static int all_agree(const tc_work_t *w, const fingerprint_t *mine, bool *agree) {
+  uint64_t h = agreement_hash(mine), v[3] = {h, ~h, mine->status != 0};
+  MPI_Request req;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, w->comm->ctrl, &req);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Iallreduce (DETAIL check)");
+  if ((rc = finish_exchange(w, &req, "the DETAIL check"))) return rc;
+  *agree = v[0] == ~v[1] && v[2] == 0;
+  return TCOLL_SUCCESS;
+}
+
 int tc_detail_check(tc_work_t *w, int local_status) {
   int size = w->comm->size;
-  fingerprint_t mine, small[8], *all = size <= 8 ? small : malloc((size_t)size * sizeof *all);
-  if (!all) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL check");
   char saved[1024];
   snprintf(saved, sizeof saved, "%s", tcoll_last_error());
+  fingerprint_t mine;
   fill(&mine, w, local_status);
-  int rc = exchange(w, &mine, all);
-  if (!rc) rc = compare(w, all, size, local_status);
+  bool agree = false;
+  int rc = all_agree(w, &mine, &agree);
+  if (!rc && !agree) {
+    fingerprint_t small[8], *all = size <= 8 ? small : malloc((size_t)size * sizeof *all);
+    if (!all) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL check");
+    rc = exchange(w, &mine, all);
+    if (!rc) rc = compare(w, all, size, local_status);
+    if (all != small) free(all);
+  }
   if (rc == local_status && local_status) tc_restore_error(saved);
-  if (all != small) free(all);
   return rc;
 }
 
@@ -202,6 +250,17 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
       mine[2] = sends[j];
       break;
     }
+  }
+  int64_t any_bad = mine[0] >= 0; /* one number first; the details only if someone disagrees */
+  if (!rc) {
+    rc = MPI_Iallreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT64_T, MPI_MAX, w->comm->ctrl, &req);
+    rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check")
+                           : tc_mpi_error(rc, "MPI_Iallreduce (DETAIL split check)");
+  }
+  if (!rc && !any_bad) {
+    free(sends);
+    free(bad);
+    return TCOLL_SUCCESS;
   }
   if (!rc) {
     rc = MPI_Iallgather(mine, 3, MPI_INT64_T, bad, 3, MPI_INT64_T, w->comm->ctrl, &req);
