@@ -142,6 +142,10 @@ static entry_t *foreign_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *s
   return NULL;
 }
 
+/* Any entry overlapping [b, e), or NULL (registry lock held). */
+static entry_t *overlapping_any(uintptr_t b, uintptr_t e) { return foreign_overlapping(b, e, NULL); }
+
+
 static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
   int rc = TCOLL_SUCCESS;
   if (nreads == reads_cap) {
@@ -214,6 +218,19 @@ int tc_wait_writers(const void *p, size_t n) {
     if (rc) return rc;
   }
   return TCOLL_SUCCESS;
+}
+
+int tc_registry_check_writable(const void *p, size_t n, const char *name) {
+  if (!p) return TCOLL_SUCCESS;
+  uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
+  char what[160] = "";
+  pthread_mutex_lock(&reg_lock);
+  entry_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
+  if (x || r) tc_work_describe(x ? x->work : r->work, what, sizeof what);
+  pthread_mutex_unlock(&reg_lock);
+  if (!x && !r) return TCOLL_SUCCESS;
+  return tc_error(TCOLL_ERR_BUSY, "%s (%p, %zu bytes) is %s pending work: %s (wait for it first)", name, p, n,
+                  x ? "the output of" : "an input still read by", what);
 }
 
 void tc_registry_remove_work(tc_work_t *w) {

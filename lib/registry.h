@@ -22,6 +22,10 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n);
 tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc);
 /* Waits (pops) every pending output overlapping [p, p + n); the first error met. */
 int tc_wait_writers(const void *p, size_t n);
+/* TCOLL_ERR_BUSY, naming `name` and the work, if [p, p + n) overlaps a pending output or an input
+ * that running work still reads: for ops that write a buffer outside the registry (local and
+ * multi-device ops). Checks only; holds nothing. */
+int tc_registry_check_writable(const void *p, size_t n, const char *name);
 /* Completes every work that reads any byte of [p, p + n). */
 void tc_wait_readers(const void *p, size_t n);
 /* Removes w's entries (w stays alive). */

@@ -237,6 +237,58 @@ START_TEST(stream_order) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ the registry */
+
+static double twice_iota(int64_t i, void *c) { return 2.0 * (double)i * *(double *)c; }
+
+/* These ops write outside the registry: an output that pending work writes or still reads is
+ * refused (BUSY, naming the buffer and the work), an input that pending work writes is waited
+ * first, and after the wait the same calls work. */
+START_TEST(pending_work) {
+  int64_t shape[1] = {6};
+  double one = 1.0, ranks = (double)t_size;
+  tcoll_tensor_t x = on(0, TCOLL_FLOAT64, 1, shape), src = on(TCOLL_HOST, TCOLL_FLOAT64, 1, shape);
+  t_set_all(&x, iota, NULL);
+  t_set_all(&src, twice_iota, &one);
+  tcoll_tensor_t y = t_empty();
+  T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y)); /* pending: reads x, writes y */
+  tcoll_tensor_t out = x;
+  T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY, "an input still read by");
+  T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY, "out[0]");
+  out = y;
+  T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY, "the output of");
+  T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY, "all_reduce");
+  tcoll_tensor_t parts[2] = {x, t_empty()};
+  int64_t sizes[2] = {6, 0};
+  T_FAILS(tcoll_local_scatter(&src, devs, 2, sizes, 0, parts), TCOLL_ERR_BUSY, "out[0]");
+  int64_t half[1] = {3};
+  tcoll_tensor_t a = on(0, TCOLL_FLOAT64, 1, half), b = on(1, TCOLL_FLOAT64, 1, half), ab[2] = {a, b};
+  out = x;
+  T_FAILS(tcoll_local_gather(ab, 2, 0, 0, &out), TCOLL_ERR_BUSY, "an input still read by");
+  tcoll_tensor_t sum_in[2] = {x, on(1, TCOLL_FLOAT64, 1, shape)};
+  out = x; /* in place on in[0], which the all_reduce still reads */
+  T_FAILS(tcoll_local_reduce_add_coalesced(sum_in, 2, 1, 0, &out), TCOLL_ERR_BUSY, "an input still read by");
+  T_EXPECT(tcoll_pending_count() == 1, "failed calls left %d works pending (expected the all_reduce only)",
+           (int)tcoll_pending_count());
+  /* y as an input: the all_reduce completes first, so the copies see its result */
+  tcoll_tensor_t copies[2] = {t_empty(), t_empty()};
+  const int to[2] = {1, TCOLL_HOST};
+  T_OK(tcoll_local_broadcast_coalesced(&y, 1, to, 2, copies));
+  for (int k = 0; k < 2; k++) t_check_all("broadcast of a pending output", &copies[k], twice_iota, &(double){ranks / 2}, 0);
+  T_EXPECT(tcoll_pending_count() == 0, "%d works still pending after an op read their output",
+           (int)tcoll_pending_count());
+  out = x; /* no longer read by anything */
+  T_OK(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out));
+  t_check_all("broadcast after the wait", &x, twice_iota, &one, 0);
+  free_all(copies, 2);
+  free_all(sum_in + 1, 1);
+  free_all(ab, 2);
+  tcoll_tensor_free(&y);
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&src);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ errors */
 
 START_TEST(bad_arguments) {
@@ -278,6 +330,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, scatter_gather_dim1);
   tcase_add_test(tc, gather_scalars);
   tcase_add_test(tc, stream_order);
+  tcase_add_test(tc, pending_work);
   tcase_add_test(tc, bad_arguments);
   suite_add_tcase(s, tc);
   return s;

@@ -387,6 +387,37 @@ START_TEST(multi_streams) {
 }
 END_TEST
 
+/* multi ops write outside the registry: outputs that pending work writes or still reads are
+ * refused on every process, inputs that pending work writes are completed first. */
+START_TEST(multi_pending) {
+  bufs_t b = local_buffers();
+  tcoll_tensor_t in[3] = {t_empty(), t_empty(), t_empty()}, y = t_empty(), out[3] = {t_empty(), t_empty(), t_empty()};
+  make_inputs(&b, t_rank, 14, TCOLL_FLOAT64, in);
+  T_OK(tcoll_all_reduce(&in[0], TCOLL_SUM, NULL, &y)); /* pending: reads in[0], writes y */
+  T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY, "an input still read by");
+  T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY, "out[0]");
+  if (b.n > 1) /* in[0] is written: the root is the last buffer */
+    T_FAILS(tcoll_multi_broadcast(in, b.n, b.n - 1, NULL, NULL), TCOLL_ERR_BUSY, "inout[0]");
+  tcoll_tensor_t busy_out[3] = {y, t_empty(), t_empty()};
+  T_FAILS(tcoll_multi_all_reduce(in, busy_out, b.n, TCOLL_SUM, NULL, NULL), TCOLL_ERR_BUSY, "the output of");
+  T_EXPECT(tcoll_pending_count() == 1, "failed calls changed the pending works (%d, expected 1)",
+           (int)tcoll_pending_count());
+  /* y as an input: completed first. y = sum over ranks r of gval(r * n, .) */
+  tcoll_tensor_t ins[3] = {y, in[1], in[2]};
+  T_OK(tcoll_multi_all_reduce(ins, out, b.n, TCOLL_SUM, NULL, NULL));
+  double s = 0;
+  for (int r = 0; r < t_size; r++) s += r * b.n + 1;
+  for (int i = 1; i < b.n; i++) s += t_rank * b.n + i + 1;
+  want_t w = {s, 0};
+  for (int i = 0; i < b.n; i++) t_check_all("multi_all_reduce of a pending output", &out[i], scaled, &w, 1e-9);
+  T_EXPECT(tcoll_pending_count() == 0, "%d works pending after a multi op read their output",
+           (int)tcoll_pending_count());
+  free_list(out, b.n);
+  tcoll_tensor_free(&y);
+  free_list(in, b.n);
+}
+END_TEST
+
 START_TEST(multi_errors) {
   bufs_t b = local_buffers();
   tcoll_tensor_t in[3], out[3] = {t_empty(), t_empty(), t_empty()};
@@ -450,6 +481,7 @@ Suite *t_suite(void) {
   tcase_add_test(multi, multi_world);
   tcase_add_test(multi, multi_init_rank_comm);
   tcase_add_test(multi, multi_streams);
+  tcase_add_test(multi, multi_pending);
   tcase_add_test(multi, multi_errors);
   suite_add_tcase(s, multi);
   return s;

@@ -135,21 +135,20 @@ static void out_shape(const mop_t *m, int64_t *shape) {
   if (m->kind == M_REDUCE_SCATTER) shape[0] /= m->n * m->P;
 }
 
-static int busy(const tcoll_tensor_t *t, const char *name) {
-  void *base;
-  tc_work_t *w = tc_registry_hold(t->data, tcoll_tensor_nbytes(t) ? tcoll_tensor_nbytes(t) : 1, NULL, &base);
-  if (!w) return TCOLL_SUCCESS;
-  tc_registry_release(w, base, false);
-  return tc_error(TCOLL_ERR_BUSY, "%s (%p) has pending work (wait for it first)", name, t->data);
-}
-
 static int check_outputs(mop_t *m) {
   int64_t shape[TCOLL_MAX_DIMS];
   out_shape(m, shape);
   char nm[32], in_nm[32];
   int rc;
   int nout = m->kind == M_REDUCE ? 1 : m->n;
-  if (m->kind == M_BROADCAST) return TCOLL_SUCCESS;
+  if (m->kind == M_BROADCAST) { /* every buffer but the root's is written */
+    for (int i = 0; i < m->n; i++) {
+      if (m->p * m->n + i == m->root) continue;
+      snprintf(nm, sizeof nm, "inout[%d]", i);
+      if ((rc = tc_registry_check_writable(m->in[i].data, tcoll_tensor_nbytes(&m->in[i]), nm))) return rc;
+    }
+    return TCOLL_SUCCESS;
+  }
   if (m->kind == M_REDUCE && (m->p != m->root / m->n || !m->out)) return TCOLL_SUCCESS; /* not written here */
   if (!m->out) return INVALID("out is NULL (expected %d tensors)", nout);
   for (int i = 0; i < nout; i++) {
@@ -162,7 +161,8 @@ static int check_outputs(mop_t *m) {
       bool same_ok = (m->kind == M_ALL_REDUCE && i == j) || (m->kind == M_REDUCE && j == m->root % m->n);
       if ((rc = tc_check_disjoint(&m->out[i], nm, &m->in[j], in_nm, same_ok))) return rc;
     }
-    if ((rc = busy(&m->out[i], nm))) return rc;
+    /* multi ops write outside the registry: a pending or still-read output is refused */
+    if ((rc = tc_registry_check_writable(m->out[i].data, tcoll_tensor_nbytes(&m->out[i]), nm))) return rc;
   }
   return TCOLL_SUCCESS;
 }
@@ -391,7 +391,8 @@ static int execute(mop_t *m, int local_rc) {
   int rc = agree(m, local_rc);
   if (rc) return rc;
   /* Pending inputs complete first (in stream order for device buffers). */
-  for (int i = 0; i < m->n && !rc; i++) rc = tc_wait_ptr(m->in[i].data, 0.0, true);
+  for (int i = 0; i < m->n && !rc; i++)
+    if (m->in[i].data) rc = tc_wait_writers(m->in[i].data, tcoll_tensor_nbytes(&m->in[i]));
   if (rc) return rc;
   /* Outputs tcoll allocates (freed again if the op fails). */
   int64_t shape[TCOLL_MAX_DIMS];
