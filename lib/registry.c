@@ -317,10 +317,11 @@ static int report_failure(tc_work_t *w, int rc) {
 }
 
 /* Pops p's entry at once if its work is already complete (a coalesced work's second and later
- * buffers, or work the progress thread finished): one lock, no work lock. Returns
- * TCOLL_IN_PROGRESS when the work still has to be advanced. */
-static int pop_if_done(const void *p) {
+ * buffers, or work the progress thread finished): one lock, no work lock. Otherwise returns
+ * TCOLL_IN_PROGRESS with the work held (*held, *base its buffer) for the caller to advance. */
+static int pop_if_done(const void *p, tc_work_t **held, void **base) {
   uintptr_t b = (uintptr_t)p;
+  *held = NULL;
   pthread_mutex_lock(&reg_lock);
   tc_work_t *w = tc_ptrmap_get(&by_base, b);
   if (!w) {
@@ -335,6 +336,9 @@ static int pop_if_done(const void *p) {
     return TCOLL_SUCCESS; /* nothing pending */
   }
   if (!is_done(w)) {
+    w->refs++;
+    *held = w;
+    *base = (void *)b;
     pthread_mutex_unlock(&reg_lock);
     return TCOLL_IN_PROGRESS;
   }
@@ -350,11 +354,10 @@ static int pop_if_done(const void *p) {
 
 int tc_wait_ptr(const void *p, double seconds, bool block) {
   if (!p) return TCOLL_SUCCESS;
-  int fast = pop_if_done(p);
-  if (fast != TCOLL_IN_PROGRESS) return fast;
   void *base = NULL;
-  tc_work_t *w = tc_registry_hold(p, 0, NULL, &base);
-  if (!w) return TCOLL_SUCCESS;
+  tc_work_t *w;
+  int fast = pop_if_done(p, &w, &base);
+  if (fast != TCOLL_IN_PROGRESS) return fast;
   double deadline = seconds > 0 ? tc_now() + seconds : 0.0;
   pthread_mutex_lock(&w->lock);
   int rc = tc_work_progress(w, block, deadline);

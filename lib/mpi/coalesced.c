@@ -50,10 +50,14 @@ static int begin(tc_work_t *w, const tcoll_tensor_t *in, int n, tcoll_tensor_t *
 
 /* ------------------------------------------------------------------ all_reduce */
 
+/* Out of place (send half, receive half of one scratch block): this Open MPI's in-place
+ * Iallreduce is about 25% slower at 64 KiB on 2 ranks (measured). */
 static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const tcoll_tensor_t *out,
                            const tc_redop_t *op) {
-  char *buf = tc_work_scratch(w, packed_bytes(in, n, 1));
-  if (!buf) return TCOLL_ERR_NO_MEMORY;
+  size_t half = packed_bytes(in, n, 1);
+  char *send = tc_work_scratch(w, 2 * half);
+  if (!send) return TCOLL_ERR_NO_MEMORY;
+  char *recv = send + half;
   int rc = TCOLL_SUCCESS;
   for (int d = 0; d < TCOLL_NUM_DTYPES && !rc; d++) {
     int64_t total = group_numel(in, n, d);
@@ -62,15 +66,16 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
     for (int i = 0; i < n && !rc; i++) {
       if (in[i].dtype != (tcoll_dtype_t)d) continue;
       size_t nb = tcoll_tensor_nbytes(&in[i]);
-      rc = tc_stage_read(buf + pos, in[i].data, in[i].device, nb);
-      if (!rc) rc = tc_work_piece(w, out[i].data, out[i].device, buf + pos, nb);
+      rc = tc_stage_read(send + pos, in[i].data, in[i].device, nb);
+      if (!rc) rc = tc_work_piece(w, out[i].data, out[i].device, recv + pos, nb);
       pos += nb;
     }
     if (rc) break;
-    if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(buf, buf, d, total, op->scalar);
-    if (op->kind == TCOLL_AVG) rc = tc_work_divide(w, buf, total, d, w->comm->size);
-    if (!rc) rc = tc_post_allreduce(w, MPI_IN_PLACE, buf, total, d, tc_mpi_op(op, d));
-    buf += align64((size_t)total * es);
+    if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(send, send, d, total, op->scalar);
+    if (op->kind == TCOLL_AVG) rc = tc_work_divide(w, recv, total, d, w->comm->size);
+    if (!rc) rc = tc_post_allreduce(w, send, recv, total, d, tc_mpi_op(op, d));
+    send += align64((size_t)total * es);
+    recv += align64((size_t)total * es);
   }
   return rc;
 }
