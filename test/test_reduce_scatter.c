@@ -60,19 +60,23 @@ START_TEST(matrix_dim0) {
 }
 END_TEST
 
-/* Every dim of a 3-D tensor, as a positive and as a negative dim. */
+/* Every dim of a 3-D tensor, as a positive and as a negative dim; a small tensor (packed
+ * rank-major along dims != 0) and one of at least 4 KiB (slabs through MPI_Ialltoallv). */
 START_TEST(every_dim) {
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(2.0, &premul));
   const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_BFLOAT16, TCOLL_INT8, TCOLL_BOOL, TCOLL_FLOAT64};
   const int ks[] = {K_SUM, K_AVG, K_MIN, K_MAX, K_PREMUL, K_PROD, K_BXOR};
   int n = 0;
-  for (int dim = -3; dim < 3; dim++) {
-    int64_t shape[3] = {2, 3, 2};
-    shape[dim < 0 ? dim + 3 : dim] *= t_size;
-    for (size_t d = 0; d < T_LEN(dts); d++)
-      for (size_t k = 0; k < T_LEN(ks); k++)
-        rs_case(rc_world(dts[d], ks[k], 2.0), kop(ks[k], premul), NULL, n++ % 2, 3, shape, dim);
+  const int64_t sizes[2][3] = {{2, 3, 2}, {4, 128, 8}};
+  for (int z = 0; z < 2; z++) {
+    for (int dim = -3; dim < 3; dim++) {
+      int64_t shape[3] = {sizes[z][0], sizes[z][1], sizes[z][2]};
+      shape[dim < 0 ? dim + 3 : dim] *= t_size;
+      for (size_t d = 0; d < T_LEN(dts); d++)
+        for (size_t k = 0; k < T_LEN(ks); k++)
+          rs_case(rc_world(dts[d], ks[k], 2.0), kop(ks[k], premul), NULL, n++ % 2, 3, shape, dim);
+    }
   }
   T_OK(tcoll_redop_destroy(premul));
 }

@@ -1,6 +1,6 @@
 /* Coalesced collectives: one MPI call per dtype present for any number of tensors. Inputs are
  * packed into one scratch buffer, results unpacked into each output at completion.
- *   all_reduce_coalesced     -> MPI_Iallreduce (in place on the packed buffer)
+ *   all_reduce_coalesced     -> MPI_Iallreduce (from the packed buffer into a second one)
  *   all_gather_coalesced     -> MPI_Iallgather of the packed bytes
  *   reduce_scatter_coalesced -> MPI_Ireduce_scatter_block of the rank-major packed buffer */
 #include "../argcheck.h"
