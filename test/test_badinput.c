@@ -818,7 +818,7 @@ START_TEST(local_ops) {
   /* A pending output is refused (BUSY) and stays pending. */
   tcoll_tensor_t pend = t_empty();
   T_OK(tcoll_all_reduce(&f.x, TCOLL_SUM, NULL, &pend));
-  BAD_ST(TCOLL_ERR_BUSY, tcoll_local_gather(&f.x, 1, 0, f.dev, &pend), "has pending work (wait for it first)");
+  BAD_ST(TCOLL_ERR_BUSY, tcoll_local_gather(&f.x, 1, 0, f.dev, &pend), "is the output of pending work: all_reduce");
   T_EXPECT(tcoll_pending_count() == 1, "the pending output is no longer pending");
   T_OK(tcoll_wait(pend.data));
 
@@ -942,7 +942,7 @@ START_TEST(multi_ops) {
   tcoll_tensor_t pend = t_empty();
   T_OK(tcoll_all_reduce(&in[0], TCOLL_SUM, NULL, &pend));
   tcoll_tensor_t po[3] = {pend, t_empty(), t_empty()};
-  BAD_ST(TCOLL_ERR_BUSY, tcoll_multi_all_reduce(in, po, n, TCOLL_SUM, NULL, NULL), "has pending work");
+  BAD_ST(TCOLL_ERR_BUSY, tcoll_multi_all_reduce(in, po, n, TCOLL_SUM, NULL, NULL), "out[0] (0x");
   T_OK(tcoll_wait(pend.data));
   tcoll_tensor_free(&pend);
 
