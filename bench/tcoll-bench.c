@@ -2,7 +2,7 @@
  *
  *   mpiexec -n 2 tcoll-bench [--ops LIST] [--min SIZE] [--max SIZE] [--step F] [--iters N]
  *                            [--min-iters N] [--time SEC] [--warmup N] [--csv FILE]
- *                            [--device] [--no-overlap] [--no-check] [--quiet]
+ *                            [--device] [--no-overlap] [--no-check] [--quiet] [--repeat N]
  *
  * For each op and size the bench alternates iterations of the tcoll call (post + wait) and of
  * the raw MPI code that does the same thing (MPI_I* + MPI_Wait on host buffers), so that noise
@@ -28,6 +28,10 @@
  * interleave; coalesced times tcoll_all_reduce_coalesced of 64 x 256 floats against raw MPI
  * (pack, one MPI_Iallreduce, unpack) and 64 separate tcoll_all_reduce calls (all posted, then
  * all waited) against 64 MPI_Iallreduce + MPI_Waitall.
+ *
+ * --repeat N runs the whole sweep N times and reports, per point, the median over the sweeps of
+ * each column: on a shared machine whose speed drifts over minutes, one sweep can land in a slow
+ * spell that the per-point medians do not remove.
  *
  * --device puts tcoll's tensors on a device (TCOLL_FAKE_DEVICES=N emulates one; with CUDA the
  * rank's node-local index modulo the device count) and compares with raw MPI on host buffers:
@@ -75,7 +79,7 @@ static struct {
   bool ops[NUM_OPS];
   size_t min_bytes, max_bytes;
   int step;
-  int max_iters, min_iters, warmup;
+  int max_iters, min_iters, warmup, repeat;
   double time_per_point;
   const char *csv;
   bool device, overlap, check, quiet;
@@ -85,6 +89,7 @@ static struct {
          .max_iters = 1000,
          .min_iters = 10,
          .warmup = 5,
+         .repeat = 1,
          .time_per_point = 0.25,
          .overlap = true,
          .check = true};
@@ -671,6 +676,7 @@ typedef struct row {
 static row_t *rows;
 static int nrows, rows_cap;
 static FILE *csv;
+static bool g_collect; /* --repeat: a sweep stores its rows silently; the medians are printed */
 
 static const char *human(size_t b, char *buf, size_t len) {
   if (b >= ((size_t)1 << 30) && b % ((size_t)1 << 30) == 0) snprintf(buf, len, "%zuG", b >> 30);
@@ -695,7 +701,7 @@ static void add_row(const row_t *r) {
     if (!rows) die("out of memory");
   }
   rows[nrows++] = *r;
-  if (g_rank != 0) return;
+  if (g_rank != 0 || g_collect) return;
   char sz[32], note[128] = "", ot[16], om[16];
   double algbw = (double)r->bytes / r->t / 1e9, busbw = algbw * r->busfactor;
   double malgbw = (double)r->bytes / r->m / 1e9, mbusbw = malgbw * r->busfactor;
@@ -964,6 +970,7 @@ static void usage(void) {
          "  --device        tcoll on device buffers (TCOLL_FAKE_DEVICES=N emulates them) against MPI on host\n"
          "  --no-overlap    skip the overlap measurement\n"
          "  --no-check      skip the comparison of the results with raw MPI's\n"
+         "  --repeat N      run the whole sweep N times; report per point the median over the sweeps\n"
          "Environment: TCOLL_PROGRESS=thread, TCOLL_FAKE_DEVICES=N and the other TCOLL_* settings apply;\n"
          "BENCH_DUMP=FILE appends every timed iteration (rank 0, slowest-rank times in us) to FILE.\n");
 }
@@ -1018,6 +1025,9 @@ static void parse_args(int argc, char **argv) {
       opt.overlap = false;
     } else if (!strcmp(a, "--no-check")) {
       opt.check = false;
+    } else if (!strcmp(a, "--repeat")) {
+      NEED_VAL();
+      opt.repeat = atoi(val);
     } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage();
       tcoll_finalize();
@@ -1035,6 +1045,70 @@ static void parse_args(int argc, char **argv) {
   if (opt.min_iters < 1) opt.min_iters = 1;
   if (opt.max_iters < opt.min_iters) opt.max_iters = opt.min_iters;
   if (opt.warmup < 0) opt.warmup = 0;
+  if (opt.repeat < 1) die("--repeat must be >= 1");
+}
+
+/* Row i with every measured column the median over the sweeps (NaN stays NaN: not measured). */
+static row_t median_row(row_t *const *sweeps, int n, int i) {
+  row_t r = sweeps[0][i];
+  double *v = xmalloc((size_t)n * sizeof *v);
+#define MEDIAN_OF(f)                                                                             \
+  do {                                                                                           \
+    for (int k = 0; k < n; k++) v[k] = sweeps[k][i].f;                                           \
+    r.f = isnan(v[0]) ? v[0] : median(v, n);                                                     \
+  } while (0)
+  MEDIAN_OF(t);
+  MEDIAN_OF(m);
+  MEDIAN_OF(ovl_t);
+  MEDIAN_OF(ovl_m);
+  MEDIAN_OF(alloc_t);
+  MEDIAN_OF(alloc_m);
+  MEDIAN_OF(own_t);
+  MEDIAN_OF(ratio);
+  MEDIAN_OF(extra);
+  MEDIAN_OF(extra2);
+#undef MEDIAN_OF
+  r.iters = 0;
+  r.wrong = 0;
+  for (int k = 0; k < n; k++) {
+    r.iters += sweeps[k][i].iters; /* timed iterations over all sweeps */
+    r.wrong += sweeps[k][i].wrong;
+    r.own_t = fmax(r.own_t, sweeps[k][i].own_t); /* an allocation in any sweep counts */
+  }
+  free(v);
+  return r;
+}
+
+static void sweep(void) {
+  for (int op = 0; op < NUM_OPS; op++)
+    if (opt.ops[op]) run_op(op);
+}
+
+/* --repeat N: N silent sweeps, then one row per point with the medians over the sweeps. */
+static void repeated_sweeps(void) {
+  row_t **sweeps = xmalloc((size_t)opt.repeat * sizeof *sweeps);
+  int per_sweep = 0;
+  g_collect = true;
+  for (int k = 0; k < opt.repeat; k++) {
+    nrows = 0;
+    sweep();
+    if (k > 0 && nrows != per_sweep) die("sweep %d measured %d points, the first %d", k + 1, nrows, per_sweep);
+    per_sweep = nrows;
+    sweeps[k] = xmalloc((size_t)nrows * sizeof **sweeps + 1);
+    memcpy(sweeps[k], rows, (size_t)nrows * sizeof **sweeps);
+    if (g_rank == 0) {
+      printf("# sweep %d of %d done\n", k + 1, opt.repeat);
+      fflush(stdout);
+    }
+  }
+  g_collect = false;
+  nrows = 0;
+  for (int i = 0; i < per_sweep; i++) {
+    row_t r = median_row(sweeps, opt.repeat, i);
+    add_row(&r);
+  }
+  for (int k = 0; k < opt.repeat; k++) free(sweeps[k]);
+  free(sweeps);
 }
 
 int main(int argc, char **argv) {
@@ -1081,11 +1155,14 @@ int main(int argc, char **argv) {
     printf("# ovl: OSU-style overlap of post / compute / wait; alloc_t / alloc_m: heap allocations per call, whole "
            "process (MPI's included); own: those made by libtcoll's own code\n");
     if (!watching) printf("# (libtcoll not found among the loaded objects: the own column stays 0)\n");
+    if (opt.repeat > 1)
+      printf("# --repeat %d: every column is the median over %d sweeps of that point (own: the largest; iters and "
+             "wrong: the sum)\n", opt.repeat, opt.repeat);
     print_header();
   }
   double t_start = now();
-  for (int op = 0; op < NUM_OPS; op++)
-    if (opt.ops[op]) run_op(op);
+  if (opt.repeat > 1) repeated_sweeps();
+  else sweep();
   report_targets();
   if (g_rank == 0) printf("# %d points in %.1f s\n", nrows, now() - t_start);
   long wrong = 0;
