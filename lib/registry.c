@@ -15,8 +15,11 @@ typedef struct entry {
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static tc_ptrmap_t by_base;  /* base -> work */
-static entry_t *ordered;     /* by base; entries never overlap */
-static size_t nordered, ordered_cap;
+/* By base; entries never overlap. A double-ended array: ordered = ordered_buf + head, with free
+ * room on both sides, so that removing or inserting near either end moves only the entries on
+ * that side (waiting for many buffers in address order, or in reverse, stays linear). */
+static entry_t *ordered_buf, *ordered;
+static size_t head, nordered, ordered_cap;
 /* Buffers that pending work reads (its inputs), until that work completes. Several works may
  * read one buffer, so these overlap: they are kept unsorted and scanned, which is fine for the
  * few places that look (output registration, tcoll_tensor_free, tcoll_tensor_copy). */
@@ -64,22 +67,51 @@ static entry_t *overlapping(uintptr_t b, uintptr_t e) {
   return x->end > b ? x : NULL;
 }
 
+/* Room for `extra` more entries after the last one. */
 static int reserve(size_t extra) {
+  if (head + nordered + extra <= ordered_cap) return TCOLL_SUCCESS;
+  if (head > 0) { /* reuse the room in front first */
+    memmove(ordered_buf, ordered, nordered * sizeof *ordered);
+    ordered = ordered_buf;
+    head = 0;
+  }
   if (nordered + extra > ordered_cap) {
     size_t cap = ordered_cap ? ordered_cap : 64;
     while (cap < nordered + extra) cap *= 2;
-    entry_t *p = realloc(ordered, cap * sizeof *p);
+    entry_t *p = realloc(ordered_buf, cap * sizeof *p);
     if (!p) return TCOLL_ERR_NO_MEMORY;
-    ordered = p;
+    ordered_buf = ordered = p;
     ordered_cap = cap;
   }
   return TCOLL_SUCCESS;
 }
 
+/* Inserts x at index i (room reserved), moving the shorter side. */
+static void insert_at(size_t i, entry_t x) {
+  if (head > 0 && i < nordered / 2) {
+    ordered--;
+    head--;
+    memmove(&ordered[0], &ordered[1], i * sizeof *ordered);
+  } else {
+    memmove(&ordered[i + 1], &ordered[i], (nordered - i) * sizeof *ordered);
+  }
+  ordered[i] = x;
+  nordered++;
+}
+
 static void remove_at(size_t i) {
   tc_ptrmap_del(&by_base, ordered[i].base);
-  memmove(&ordered[i], &ordered[i + 1], (nordered - i - 1) * sizeof *ordered);
-  nordered--;
+  if (i < nordered / 2) { /* the shorter side moves */
+    memmove(&ordered[1], &ordered[0], i * sizeof *ordered);
+    ordered++;
+    head++;
+  } else {
+    memmove(&ordered[i], &ordered[i + 1], (nordered - i - 1) * sizeof *ordered);
+  }
+  if (--nordered == 0) {
+    ordered = ordered_buf;
+    head = 0;
+  }
 }
 
 static void remove_entries_of(tc_work_t *w) {
@@ -116,10 +148,7 @@ int tc_registry_add(tc_work_t *w) {
     } else if ((rc = tc_ptrmap_put(&by_base, b, w))) {
       rc = tc_error(rc, "cannot grow the registry");
     } else {
-      size_t i = lower_bound(b);
-      memmove(&ordered[i + 1], &ordered[i], (nordered - i) * sizeof *ordered);
-      ordered[i] = (entry_t){b, e, w};
-      nordered++;
+      insert_at(lower_bound(b), (entry_t){b, e, w});
       w->refs++;
     }
   }
@@ -433,9 +462,9 @@ void tc_registry_report_unwaited(void) {
 void tc_registry_cleanup(void) {
   pthread_mutex_lock(&reg_lock);
   tc_ptrmap_clear(&by_base);
-  free(ordered);
-  ordered = NULL;
-  nordered = ordered_cap = 0;
+  free(ordered_buf);
+  ordered_buf = ordered = NULL;
+  head = nordered = ordered_cap = 0;
   free(reads);
   reads = NULL;
   nreads = reads_cap = 0;

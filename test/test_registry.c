@@ -577,6 +577,47 @@ START_TEST(many_pending) {
 }
 END_TEST
 
+START_TEST(ends_churn) {
+  /* The ordered index has room on both sides: waiting from the front or the back, and posting
+   * again below or above the pending range, must keep overlaps, views and counts exact. */
+  enum { NV = 200, E = 4 };
+  int64_t bshape[1] = {NV * E};
+  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E);
+  tcoll_tensor_t views[NV];
+  for (int k = 0; k < NV; k++) views[k] = view_1d(&big, (int64_t)k * E, E);
+  for (int k = 0; k < NV; k++) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k]));
+  for (int k = 0; k < 50; k++) T_OK(tcoll_wait(views[k].data)); /* from the front */
+  PENDING_IS(NV - 50);
+  for (int k = 24; k >= 0; k--) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k])); /* below the rest */
+  PENDING_IS(NV - 25);
+  tcoll_tensor_t across = view_1d(&big, 24 * E + 2, E); /* half in view 24 (pending), half in 25 (free) */
+  T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &across), TCOLL_ERR_BUSY, "pending work");
+  tcoll_tensor_t gap = view_1d(&big, 30 * E + 2, E); /* inside the waited range: free */
+  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &gap));
+  T_OK(tcoll_wait(gap.data));
+  for (int k = NV - 1; k >= NV - 50; k--) T_OK(tcoll_wait(views[k].data)); /* from the back */
+  PENDING_IS(NV - 75);
+  for (int k = NV - 50; k < NV; k++) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k])); /* above */
+  PENDING_IS(NV - 25);
+  /* every pending view is still found through an interior element, and still refuses a writer */
+  for (int k = 0; k < NV; k++) {
+    bool pending = k < 25 || k >= 50;
+    tcoll_tensor_t one = view_1d(&big, (int64_t)k * E + 1, 1), one_in = view_1d(&in, 0, 1);
+    if (pending)
+      T_FAILS(tcoll_all_reduce(&one_in, TCOLL_SUM, NULL, &one), TCOLL_ERR_BUSY, "pending work");
+    else
+      T_EXPECT(tcoll_test(one.data) == TCOLL_SUCCESS, "view %d: nothing should be pending", k);
+  }
+  for (int k = 0; k < NV; k += 2) T_OK(tcoll_wait((float *)views[k].data + 1));
+  T_OK(tcoll_wait_all());
+  PENDING_IS(0);
+  for (int k = 0; k < NV; k++)
+    if (k < 25 || k >= 50) t_check_all("ends_churn: view", &views[k], sum_val, NULL, 0);
+  tcoll_tensor_free(&big);
+  tcoll_tensor_free(&in);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = t_tcase("registry");
@@ -592,6 +633,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, pending_input_waited);
   tcase_add_test(tc, empty_buffers);
   tcase_add_test(tc, many_pending);
+  tcase_add_test(tc, ends_churn);
   tcase_add_test(tc, concurrent_waits);
   suite_add_tcase(s, tc);
   return s;
