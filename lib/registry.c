@@ -21,23 +21,42 @@ static tc_ptrmap_t by_base;  /* base -> work */
 static entry_t *ordered_buf, *ordered;
 static size_t head, nordered, ordered_cap;
 /* Buffers that pending work reads (its inputs), until that work completes. Several works may
- * read one buffer, so these overlap: they are kept unsorted and scanned, which is fine for the
- * few places that look (output registration, tcoll_tensor_free, tcoll_tensor_copy). */
+ * read one buffer, so these overlap: they are kept sorted by base, with the longest read's
+ * length, so that the reads overlapping [b, e) all start in [b - longest, e). */
 static entry_t *reads;
-static size_t nreads, reads_cap;
+static size_t nreads, reads_cap, longest_read;
 
 static bool is_done(const tc_work_t *w) { return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE); }
 
+/* First read whose base is > key (reads with equal bases stay in arrival order). */
+static size_t reads_upper_bound(uintptr_t key) {
+  size_t lo = 0, hi = nreads;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (reads[mid].base <= key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /* A read of work still running that overlaps [b, e); reads of done work no longer count. */
 static entry_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
-  for (size_t i = 0; i < nreads; i++)
-    if (reads[i].work != self && reads[i].base < e && reads[i].end > b && !is_done(reads[i].work)) return &reads[i];
+  uintptr_t from = b > longest_read ? b - longest_read : 0;
+  for (size_t i = from ? reads_upper_bound(from - 1) : 0; i < nreads && reads[i].base < e; i++)
+    if (reads[i].work != self && reads[i].end > b && !is_done(reads[i].work)) return &reads[i];
   return NULL;
 }
 
+/* Forgets w's reads, keeping the rest sorted; recomputes the longest. */
 static void remove_reads_of(const tc_work_t *w) {
-  for (size_t i = nreads; i-- > 0;)
-    if (reads[i].work == w) reads[i] = reads[--nreads];
+  size_t kept = 0, longest = 0;
+  for (size_t i = 0; i < nreads; i++) {
+    if (reads[i].work == w) continue;
+    reads[kept++] = reads[i];
+    if (reads[i].end - reads[i].base > longest) longest = reads[i].end - reads[i].base;
+  }
+  nreads = kept;
+  longest_read = longest;
 }
 
 /* Drops a reference (registry lock held); at zero, forgets the work's reads and recycles it. */
@@ -123,36 +142,66 @@ static void remove_entries_of(tc_work_t *w) {
   }
 }
 
+static int cmp_entry_base(const void *a, const void *b) {
+  uintptr_t x = ((const entry_t *)a)->base, y = ((const entry_t *)b)->base;
+  return (x > y) - (x < y);
+}
+
+/* Why buffer k of w cannot be keyed (a pending output or a running input overlaps it), or 0. */
+static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
+  entry_t *x = overlapping(b, e), *r = !x && w->bufs[k].written ? read_overlapping(b, e, w) : NULL;
+  if (!x && !r) return TCOLL_SUCCESS;
+  char what[160];
+  tc_work_describe(x ? x->work : r->work, what, sizeof what);
+  return tc_error(TCOLL_ERR_BUSY, "output buffer %p (%zu bytes) overlaps %s: %s (wait for it first)", w->bufs[k].base,
+                  w->bufs[k].nbytes, x ? "a buffer with pending work" : "the input of pending work", what);
+}
+
+/* Merges the m sorted entries at fresh (past the end of ordered) into ordered, from the back. */
+static void merge_entries(entry_t *fresh, size_t m) {
+  size_t a = nordered, f = m, out = nordered + m;
+  while (f > 0) {
+    if (a > 0 && ordered[a - 1].base > fresh[f - 1].base) ordered[--out] = ordered[--a];
+    else ordered[--out] = fresh[--f];
+  }
+  nordered += m;
+}
+
+/* Keys w under each of its buffers. All are checked first, so that a refused call keys nothing;
+ * several buffers are sorted and merged in one pass, so that keying n buffers below the pending
+ * ones costs O(n log n), not O(n^2). */
 int tc_registry_add(tc_work_t *w) {
+  size_t m = (size_t)w->nbuf;
   pthread_mutex_lock(&reg_lock);
-  int rc = reserve((size_t)w->nbuf);
-  for (int k = 0; k < w->nbuf && !rc; k++) {
+  int rc = reserve(2 * m) ? tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry") : TCOLL_SUCCESS;
+  entry_t *fresh = &ordered[nordered + m]; /* scratch room: the merge fills [nordered, nordered + m) */
+  for (size_t k = 0; k < m && !rc; k++) {
     uintptr_t b = (uintptr_t)w->bufs[k].base;
     uintptr_t e = b + (w->bufs[k].nbytes ? w->bufs[k].nbytes : 1);
-    entry_t *x = overlapping(b, e), *r = w->bufs[k].written ? read_overlapping(b, e, w) : NULL;
-    if (!x && r) {
-      char what[160];
-      tc_work_describe(r->work, what, sizeof what);
-      rc = tc_error(TCOLL_ERR_BUSY,
-                    "output buffer %p (%zu bytes) overlaps the input of pending work: %s (wait for it first)",
-                    w->bufs[k].base, w->bufs[k].nbytes, what);
-    } else if (x && x->work == w) {
+    rc = refuse_buffer(w, (int)k, b, e);
+    fresh[k] = (entry_t){b, e, w};
+  }
+  if (!rc && m > 1) {
+    qsort(fresh, m, sizeof *fresh, cmp_entry_base);
+    for (size_t j = 1; j < m && !rc; j++) {
+      if (fresh[j].base >= fresh[j - 1].end) continue;
+      int k = 0;
+      while (k < w->nbuf && (uintptr_t)w->bufs[k].base != fresh[j].base) k++;
       rc = tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
-                    w->bufs[k].base);
-    } else if (x) {
-      char what[160];
-      tc_work_describe(x->work, what, sizeof what);
-      rc = tc_error(TCOLL_ERR_BUSY,
-                    "output buffer %p (%zu bytes) overlaps a buffer with pending work: %s (wait for it first)",
-                    w->bufs[k].base, w->bufs[k].nbytes, what);
-    } else if ((rc = tc_ptrmap_put(&by_base, b, w))) {
-      rc = tc_error(rc, "cannot grow the registry");
-    } else {
-      insert_at(lower_bound(b), (entry_t){b, e, w});
-      w->refs++;
+                    (void *)fresh[j].base);
     }
   }
-  if (rc) remove_entries_of(w);
+  size_t put = 0;
+  for (; put < m && !rc; put++)
+    if ((rc = tc_ptrmap_put(&by_base, fresh[put].base, w))) rc = tc_error(rc, "cannot grow the registry");
+  if (rc) {
+    for (size_t j = 0; j + 1 < put; j++) tc_ptrmap_del(&by_base, fresh[j].base); /* the failed put stored nothing */
+  } else if (m == 1) {
+    insert_at(lower_bound(fresh[0].base), fresh[0]); /* near the front, the room there is used */
+  } else {
+    merge_entries(fresh, m);
+  }
+  if (!rc) w->refs += (int)m;
   pthread_mutex_unlock(&reg_lock);
   return rc;
 }
@@ -175,26 +224,57 @@ static entry_t *foreign_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *s
 static entry_t *overlapping_any(uintptr_t b, uintptr_t e) { return foreign_overlapping(b, e, NULL); }
 
 
+static int grow_reads(size_t need) {
+  if (need <= reads_cap) return TCOLL_SUCCESS;
+  size_t cap = reads_cap ? reads_cap : 64;
+  while (cap < need) cap *= 2;
+  entry_t *q = realloc(reads, cap * sizeof *q);
+  if (!q) return TCOLL_ERR_NO_MEMORY;
+  reads = q;
+  reads_cap = cap;
+  return TCOLL_SUCCESS;
+}
+
+/* Appends a read after the sorted ones; settle_reads puts the new ones in place. */
 static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
-  int rc = TCOLL_SUCCESS;
-  if (nreads == reads_cap) {
-    size_t cap = reads_cap ? 2 * reads_cap : 64;
-    entry_t *q = realloc(reads, cap * sizeof *q);
-    if (q) {
-      reads = q;
-      reads_cap = cap;
-    } else {
-      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
-    }
+  if (grow_reads(nreads + 1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
+  reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w};
+  return TCOLL_SUCCESS;
+}
+
+static int cmp_read_base(const void *a, const void *b) {
+  uintptr_t x = ((const entry_t *)a)->base, y = ((const entry_t *)b)->base;
+  return (x > y) - (x < y);
+}
+
+/* Sorts the reads added after the first `sorted` and merges them into those: one call's inputs
+ * cost O(n + m log m), wherever they lie in memory. */
+static void settle_reads(size_t sorted) {
+  size_t m = nreads - sorted;
+  for (size_t i = sorted; i < nreads; i++)
+    if (reads[i].end - reads[i].base > longest_read) longest_read = reads[i].end - reads[i].base;
+  if (m > 1) qsort(&reads[sorted], m, sizeof *reads, cmp_read_base);
+  if (m == 0 || sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
+  if (grow_reads(nreads + m)) { /* no room to merge: sort everything in place */
+    qsort(reads, nreads, sizeof *reads, cmp_read_base);
+    return;
   }
-  if (!rc) reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w};
-  return rc;
+  /* Merge from the back: the new reads, copied past the end, and the old ones, into place. */
+  entry_t *fresh = &reads[nreads];
+  memcpy(fresh, &reads[sorted], m * sizeof *reads);
+  size_t a = sorted, f = m, out = nreads;
+  while (f > 0) {
+    if (a > 0 && reads[a - 1].base > fresh[f - 1].base) reads[--out] = reads[--a];
+    else reads[--out] = fresh[--f];
+  }
 }
 
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
   if (!p || !n) return TCOLL_SUCCESS;
   pthread_mutex_lock(&reg_lock);
+  size_t sorted = nreads;
   int rc = add_read_locked(w, p, n);
+  settle_reads(sorted);
   pthread_mutex_unlock(&reg_lock);
   return rc;
 }
@@ -204,6 +284,7 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
   *rc = TCOLL_SUCCESS;
   tc_work_t *other = NULL;
   pthread_mutex_lock(&reg_lock);
+  size_t sorted = nreads;
   for (; *next < n && !other && !*rc; ++*next) {
     const tcoll_tensor_t *t = &in[*next];
     if (!t->data) continue;
@@ -218,6 +299,7 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
     }
     if (nb) *rc = add_read_locked(w, t->data, nb);
   }
+  settle_reads(sorted);
   pthread_mutex_unlock(&reg_lock);
   return other;
 }
@@ -467,6 +549,6 @@ void tc_registry_cleanup(void) {
   head = nordered = ordered_cap = 0;
   free(reads);
   reads = NULL;
-  nreads = reads_cap = 0;
+  nreads = reads_cap = longest_read = 0;
   pthread_mutex_unlock(&reg_lock);
 }

@@ -618,6 +618,46 @@ START_TEST(ends_churn) {
 }
 END_TEST
 
+START_TEST(batch_below_pending) {
+  /* A coalesced call keys all its buffers in one merge: here the second call's outputs, and its
+   * inputs, lie below the first call's, so every entry lands in front of pending ones. Overlaps
+   * must still be found on both sides of the boundary, for outputs and for inputs being read. */
+  enum { N = 300, E = 2 };
+  int64_t bshape[1] = {2 * N * E};
+  tcoll_tensor_t outs = t_alloc(F32, 1, bshape), ins = t_alloc(F32, 1, bshape);
+  t_set_all(&ins, rank_val, NULL);
+  tcoll_tensor_t in_hi[N], out_hi[N], in_lo[N], out_lo[N];
+  for (int k = 0; k < N; k++) {
+    in_hi[k] = view_1d(&ins, (int64_t)(N + k) * E, E);
+    out_hi[k] = view_1d(&outs, (int64_t)(N + k) * E, E);
+    in_lo[k] = view_1d(&ins, (int64_t)k * E, E);
+    out_lo[k] = view_1d(&outs, (int64_t)k * E, E);
+  }
+  T_OK(tcoll_all_reduce_coalesced(in_hi, N, TCOLL_SUM, NULL, out_hi));
+  T_OK(tcoll_all_reduce_coalesced(in_lo, N, TCOLL_SUM, NULL, out_lo));
+  PENDING_IS(2 * N);
+  tcoll_tensor_t src = input_1d(E);
+  for (int k = 0; k < N; k += 37) { /* any one element of any output or input is refused */
+    tcoll_tensor_t o[4] = {view_1d(&outs, (int64_t)k * E + 1, 1), view_1d(&outs, (int64_t)(N + k) * E, 1),
+                           view_1d(&ins, (int64_t)k * E + 1, 1), view_1d(&ins, (int64_t)(N + k) * E, 1)};
+    tcoll_tensor_t one = view_1d(&src, 0, 1);
+    for (int j = 0; j < 4; j++)
+      T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &o[j]), TCOLL_ERR_BUSY, j < 2 ? "pending work" : "the input of");
+  }
+  tcoll_tensor_t across = view_1d(&outs, (int64_t)N * E - 1, 2); /* last of the low half, first of the high */
+  T_FAILS(tcoll_all_reduce(&src, TCOLL_SUM, NULL, &across), TCOLL_ERR_BUSY, "pending work");
+  PENDING_IS(2 * N);
+  for (int k = N - 1; k >= 0; k -= 2) T_OK(tcoll_wait(out_lo[k].data)); /* some from the back */
+  T_OK(tcoll_wait_all());
+  PENDING_IS(0);
+  int64_t off = 0;
+  t_check_all("batch_below_pending", &outs, sum_val, &off, 0);
+  tcoll_tensor_free(&src);
+  tcoll_tensor_free(&outs);
+  tcoll_tensor_free(&ins);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = t_tcase("registry");
@@ -634,6 +674,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, empty_buffers);
   tcase_add_test(tc, many_pending);
   tcase_add_test(tc, ends_churn);
+  tcase_add_test(tc, batch_below_pending);
   tcase_add_test(tc, concurrent_waits);
   suite_add_tcase(s, tc);
   return s;
