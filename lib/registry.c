@@ -25,6 +25,7 @@ static size_t head, nordered, ordered_cap;
  * length, so that the reads overlapping [b, e) all start in [b - longest, e). */
 static entry_t *reads;
 static size_t nreads, reads_cap, longest_read;
+static size_t dead_reads; /* entries of forgotten reads (work NULL), dropped in bulk */
 
 static bool is_done(const tc_work_t *w) { return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE); }
 
@@ -43,20 +44,38 @@ static size_t reads_upper_bound(uintptr_t key) {
 static entry_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
   uintptr_t from = b > longest_read ? b - longest_read : 0;
   for (size_t i = from ? reads_upper_bound(from - 1) : 0; i < nreads && reads[i].base < e; i++)
-    if (reads[i].work != self && reads[i].end > b && !is_done(reads[i].work)) return &reads[i];
+    if (reads[i].work && reads[i].work != self && reads[i].end > b && !is_done(reads[i].work)) return &reads[i];
   return NULL;
 }
 
-/* Forgets w's reads, keeping the rest sorted; recomputes the longest. */
-static void remove_reads_of(const tc_work_t *w) {
+/* Drops the forgotten reads, keeping the rest sorted; recomputes the longest. */
+static void compact_reads(void) {
   size_t kept = 0, longest = 0;
   for (size_t i = 0; i < nreads; i++) {
-    if (reads[i].work == w) continue;
+    if (!reads[i].work) continue;
     reads[kept++] = reads[i];
     if (reads[i].end - reads[i].base > longest) longest = reads[i].end - reads[i].base;
   }
   nreads = kept;
   longest_read = longest;
+  dead_reads = 0;
+}
+
+/* Forgets w's reads: each is found by its base (w keeps them) and marked dead; the dead are
+ * dropped together once they are half the table, so forgetting costs O(log n) amortized. */
+static void remove_reads_of(tc_work_t *w) {
+  for (size_t k = 0; k < w->nread_bases; k++) {
+    uintptr_t p = w->read_bases[k];
+    for (size_t i = reads_upper_bound(p - 1); i < nreads && reads[i].base == p; i++) {
+      if (reads[i].work == w) {
+        reads[i].work = NULL;
+        dead_reads++;
+        break;
+      }
+    }
+  }
+  w->nread_bases = 0;
+  if (dead_reads > 32 && 2 * dead_reads > nreads) compact_reads();
 }
 
 /* Drops a reference (registry lock held); at zero, forgets the work's reads and recycles it. */
@@ -235,10 +254,19 @@ static int grow_reads(size_t need) {
   return TCOLL_SUCCESS;
 }
 
-/* Appends a read after the sorted ones; settle_reads puts the new ones in place. */
+/* Appends a read after the sorted ones (settle_reads puts the new ones in place), and notes its
+ * base in w. */
 static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
+  if (w->nread_bases == w->read_bases_cap) {
+    size_t cap = w->read_bases_cap ? 2 * w->read_bases_cap : 8;
+    uintptr_t *q = realloc(w->read_bases, cap * sizeof *q);
+    if (!q) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow a work's list of inputs");
+    w->read_bases = q;
+    w->read_bases_cap = cap;
+  }
   if (grow_reads(nreads + 1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
   reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w};
+  w->read_bases[w->nread_bases++] = (uintptr_t)p;
   return TCOLL_SUCCESS;
 }
 
@@ -549,6 +577,6 @@ void tc_registry_cleanup(void) {
   head = nordered = ordered_cap = 0;
   free(reads);
   reads = NULL;
-  nreads = reads_cap = longest_read = 0;
+  nreads = reads_cap = longest_read = dead_reads = 0;
   pthread_mutex_unlock(&reg_lock);
 }

@@ -325,6 +325,7 @@ void tc_work_recycle(tc_work_t *w) {
 static void free_work(tc_work_t *w) {
   free(w->reqs);
   free(w->bufs);
+  free(w->read_bases);
   free(w->allocated);
   free(w->held);
   free(w->cbs);

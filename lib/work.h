@@ -127,6 +127,8 @@ struct tc_work {
   int nreq, req_cap;
   tc_wbuf_t *bufs; /* outputs, keyed in the registry */
   int nbuf, buf_cap;
+  uintptr_t *read_bases; /* the inputs it registered as read (registry lock), to forget them fast */
+  size_t nread_bases, read_bases_cap;
   tcoll_tensor_t **allocated; /* outputs this call allocated: freed if the call fails */
   int nalloc, alloc_cap;
   tc_held_t *held;

@@ -658,6 +658,37 @@ START_TEST(batch_below_pending) {
 }
 END_TEST
 
+START_TEST(forgotten_reads) {
+  /* The inputs of waited work are forgotten in bulk; the input of the one work still pending
+   * must stay protected through that, wherever it lies among the others. */
+  enum { N = 1000, E = 3 };
+  int64_t bshape[1] = {N * E};
+  tcoll_tensor_t ins = t_alloc(F32, 1, bshape), outs = t_alloc(F32, 1, bshape);
+  t_set_all(&ins, rank_val, NULL);
+  const int keep = 637; /* the work left pending */
+  for (int k = 0; k < N; k++) {
+    tcoll_tensor_t in = view_1d(&ins, (int64_t)k * E, E), out = view_1d(&outs, (int64_t)k * E, E);
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  }
+  for (int k = 0; k < N; k++)
+    if (k != keep) T_OK(tcoll_wait((float *)outs.data + k * E));
+  PENDING_IS(1);
+  tcoll_tensor_t src = input_1d(E), read = view_1d(&ins, (int64_t)keep * E + 1, 1), one = view_1d(&src, 0, 1);
+  T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &read), TCOLL_ERR_BUSY, "the input of pending work");
+  tcoll_tensor_t free_in = view_1d(&ins, (int64_t)(keep + 1) * E, 1); /* the next input: no longer read */
+  T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &free_in));
+  T_OK(tcoll_wait_all());
+  T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &read)); /* and now that one is free too */
+  T_OK(tcoll_wait_all());
+  PENDING_IS(0);
+  int64_t off = 0;
+  t_check_all("forgotten_reads", &outs, sum_val, &off, 0);
+  tcoll_tensor_free(&src);
+  tcoll_tensor_free(&outs);
+  tcoll_tensor_free(&ins);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = t_tcase("registry");
@@ -675,6 +706,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, many_pending);
   tcase_add_test(tc, ends_churn);
   tcase_add_test(tc, batch_below_pending);
+  tcase_add_test(tc, forgotten_reads);
   tcase_add_test(tc, concurrent_waits);
   suite_add_tcase(s, tc);
   return s;
