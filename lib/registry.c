@@ -48,6 +48,21 @@ static entry_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self
   return NULL;
 }
 
+static int cmp_base(const void *a, const void *b) {
+  uintptr_t x = ((const entry_t *)a)->base, y = ((const entry_t *)b)->base;
+  return (x > y) - (x < y);
+}
+
+/* Merges the m sorted entries at fresh into the na sorted entries at dst, giving dst[0, na + m),
+ * from the back; fresh must not lie inside dst[0, na + m). Equal bases: fresh after dst's. */
+static void merge_sorted(entry_t *dst, size_t na, const entry_t *fresh, size_t m) {
+  size_t a = na, f = m, out = na + m;
+  while (f > 0) {
+    if (a > 0 && dst[a - 1].base > fresh[f - 1].base) dst[--out] = dst[--a];
+    else dst[--out] = fresh[--f];
+  }
+}
+
 /* Drops the forgotten reads, keeping the rest sorted; recomputes the longest. */
 static void compact_reads(void) {
   size_t kept = 0, longest = 0;
@@ -161,10 +176,6 @@ static void remove_entries_of(tc_work_t *w) {
   }
 }
 
-static int cmp_entry_base(const void *a, const void *b) {
-  uintptr_t x = ((const entry_t *)a)->base, y = ((const entry_t *)b)->base;
-  return (x > y) - (x < y);
-}
 
 /* Why buffer k of w cannot be keyed (a pending output or a running input overlaps it), or 0. */
 static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
@@ -174,16 +185,6 @@ static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
   tc_work_describe(x ? x->work : r->work, what, sizeof what);
   return tc_error(TCOLL_ERR_BUSY, "output buffer %p (%zu bytes) overlaps %s: %s (wait for it first)", w->bufs[k].base,
                   w->bufs[k].nbytes, x ? "a buffer with pending work" : "the input of pending work", what);
-}
-
-/* Merges the m sorted entries at fresh (past the end of ordered) into ordered, from the back. */
-static void merge_entries(entry_t *fresh, size_t m) {
-  size_t a = nordered, f = m, out = nordered + m;
-  while (f > 0) {
-    if (a > 0 && ordered[a - 1].base > fresh[f - 1].base) ordered[--out] = ordered[--a];
-    else ordered[--out] = fresh[--f];
-  }
-  nordered += m;
 }
 
 /* Keys w under each of its buffers. All are checked first, so that a refused call keys nothing;
@@ -201,7 +202,7 @@ int tc_registry_add(tc_work_t *w) {
     fresh[k] = (entry_t){b, e, w};
   }
   if (!rc && m > 1) {
-    qsort(fresh, m, sizeof *fresh, cmp_entry_base);
+    qsort(fresh, m, sizeof *fresh, cmp_base);
     for (size_t j = 1; j < m && !rc; j++) {
       if (fresh[j].base >= fresh[j - 1].end) continue;
       int k = 0;
@@ -218,7 +219,8 @@ int tc_registry_add(tc_work_t *w) {
   } else if (m == 1) {
     insert_at(lower_bound(fresh[0].base), fresh[0]); /* near the front, the room there is used */
   } else {
-    merge_entries(fresh, m);
+    merge_sorted(ordered, nordered, fresh, m);
+    nordered += m;
   }
   if (!rc) w->refs += (int)m;
   pthread_mutex_unlock(&reg_lock);
@@ -270,10 +272,6 @@ static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
   return TCOLL_SUCCESS;
 }
 
-static int cmp_read_base(const void *a, const void *b) {
-  uintptr_t x = ((const entry_t *)a)->base, y = ((const entry_t *)b)->base;
-  return (x > y) - (x < y);
-}
 
 /* Sorts the reads added after the first `sorted` and merges them into those: one call's inputs
  * cost O(n + m log m), wherever they lie in memory. */
@@ -281,20 +279,15 @@ static void settle_reads(size_t sorted) {
   size_t m = nreads - sorted;
   for (size_t i = sorted; i < nreads; i++)
     if (reads[i].end - reads[i].base > longest_read) longest_read = reads[i].end - reads[i].base;
-  if (m > 1) qsort(&reads[sorted], m, sizeof *reads, cmp_read_base);
+  if (m > 1) qsort(&reads[sorted], m, sizeof *reads, cmp_base);
   if (m == 0 || sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
   if (grow_reads(nreads + m)) { /* no room to merge: sort everything in place */
-    qsort(reads, nreads, sizeof *reads, cmp_read_base);
+    qsort(reads, nreads, sizeof *reads, cmp_base);
     return;
   }
-  /* Merge from the back: the new reads, copied past the end, and the old ones, into place. */
-  entry_t *fresh = &reads[nreads];
+  entry_t *fresh = &reads[nreads]; /* the new reads, copied past the end, merge into place */
   memcpy(fresh, &reads[sorted], m * sizeof *reads);
-  size_t a = sorted, f = m, out = nreads;
-  while (f > 0) {
-    if (a > 0 && reads[a - 1].base > fresh[f - 1].base) reads[--out] = reads[--a];
-    else reads[--out] = fresh[--f];
-  }
+  merge_sorted(reads, sorted, fresh, m);
 }
 
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
