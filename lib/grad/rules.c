@@ -168,7 +168,6 @@ static int backward_extremum(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcol
                           1)))
     return rc;
   tg_job_t *j = tg_job(w);
-  tg_fill_gins(n, gin, 1, 0);
   rc = tg_comp_output(w, 0, gin, d, true);
   if (!rc) rc = tg_comp_register(w);
   const void *hg = NULL;
@@ -287,17 +286,10 @@ int tcoll_grad_broadcast(const tcoll_tensor_t *x, int src, tcoll_comm_t *comm, t
 
 /* y_r = x_src on every rank: grad_x_src = sum_r g_r (reduce SUM to src), zero elsewhere. */
 int tg_backward_broadcast(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
-  int rc = expect_count(ng, 1, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, 1, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, 1);
+  int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
-  if (n->rank == n->root) {
-    tg_fill_gins(n, gin, 1, 0);
-    return tcoll_reduce(&g[0], n->root, TCOLL_SUM, n->comm, &gin[0]);
-  }
+  if (n->rank == n->root) return tcoll_reduce(&g[0], n->root, TCOLL_SUM, n->comm, &gin[0]);
   tc_work_t *w;
-  tg_fill_gins(n, gin, 1, 0);
   if ((rc = zero_outputs_begin(n, "grad_broadcast_backward", gin, 1, n->in_desc, &w))) return rc;
   void *hg = NULL;
   rc = scratch_copy(w, &g[0], &hg);
@@ -337,14 +329,11 @@ int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op, tcoll_
  * AVG: g_dst / size; PREMUL_SUM(s): s * g_dst; MAX / MIN / PRODUCT: as all_reduce with the
  * grads of the ranks other than dst taken as zero. */
 int tg_backward_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
-  int rc = expect_count(ng, 1, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = check_differentiable(n);
-  if (!rc) rc = tg_check_gouts(n, g, 1, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, 1);
+  int rc = check_differentiable(n);
+  if (!rc) rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
   switch (n->op.kind) {
-  case TCOLL_SUM: tg_fill_gins(n, gin, 1, 0); return tcoll_broadcast(&g[0], n->root, n->comm, &gin[0]);
+  case TCOLL_SUM: return tcoll_broadcast(&g[0], n->root, n->comm, &gin[0]);
   case TCOLL_MAX:
   case TCOLL_MIN: return backward_extremum(n, &g[0], gin, true);
   case TCOLL_PRODUCT: return backward_product(n, &g[0], gin, true);
@@ -686,11 +675,8 @@ int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op, tcoll_comm_
  * MAX / MIN: G split evenly among the ranks holding the extremum; PRODUCT: G * prod of the
  * others; bitwise: TCOLL_ERR_UNSUPPORTED. */
 int tg_backward_all_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
-  int rc = expect_count(ng, 1, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = check_differentiable(n);
-  if (!rc) rc = tg_check_gouts(n, g, 1, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, 1);
+  int rc = check_differentiable(n);
+  if (!rc) rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
   switch (n->op.kind) {
   case TCOLL_MAX:
@@ -699,11 +685,10 @@ int tg_backward_all_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng
   case TC_REDOP_PREMUL_SUM: {
     tcoll_redop_t h;
     if ((rc = tcoll_redop_create_premul_sum(n->op.scalar, &h))) return rc;
-    tg_fill_gins(n, gin, 1, 0);
     rc = tcoll_all_reduce(&g[0], h, n->comm, &gin[0]);
     tcoll_redop_destroy(h); /* work already posted keeps its scalar */
     return rc;
   }
-  default: tg_fill_gins(n, gin, 1, 0); return tcoll_all_reduce(&g[0], n->op.kind, n->comm, &gin[0]);
+  default: return tcoll_all_reduce(&g[0], n->op.kind, n->comm, &gin[0]);
   }
 }
