@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <malloc.h>
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -209,4 +211,21 @@ int main(int argc, char **argv) {
   tcoll_finalize();
   MPI_Finalize();
   return worst ? 1 : 0;
+}
+
+size_t t_heap_in_use(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+bool t_heap_measurable(void) {
+  static int known = -1;
+  if (known < 0) {
+    size_t h0 = t_heap_in_use();
+    char *volatile p = malloc(4096); /* volatile: the pair must not be optimized away */
+    if (p) p[0] = 1;
+    known = t_heap_in_use() >= h0 + 4096;
+    free(p);
+  }
+  return known;
 }

@@ -72,4 +72,11 @@ int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i
 /* An unallocated descriptor (data NULL) for tcoll to fill in. */
 tcoll_tensor_t t_empty(void);
 
+/* ---- heap ---- */
+
+/* Bytes of heap in use (mallinfo2). */
+size_t t_heap_in_use(void);
+/* Whether t_heap_in_use() sees allocations (not under valgrind or ASan, which replace malloc). */
+bool t_heap_measurable(void);
+
 #endif

@@ -6,7 +6,6 @@
 #include "harness.h"
 #include "mpi_count.h"
 
-#include <malloc.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,23 +15,6 @@
 
 static int ncases;
 
-static size_t heap_in_use(void) {
-  struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
-}
-
-/* Whether heap_in_use() sees allocations (not under valgrind, which replaces malloc). */
-static bool heap_measurable(void) {
-  static int known = -1;
-  if (known < 0) {
-    size_t h0 = heap_in_use();
-    char *volatile p = malloc(4096); /* volatile: the pair must not be optimized away */
-    if (p) p[0] = 1;
-    known = heap_in_use() >= h0 + 4096;
-    free(p);
-  }
-  return known;
-}
 
 /* One refused call. heap: also check that the heap in use did not change (not for calls that
  * get as far as the registry, whose pooled works may keep grown tables). */
@@ -40,16 +22,16 @@ static bool heap_measurable(void) {
   do {                                                                                                               \
     size_t t_p0_ = tcoll_pending_count();                                                                            \
     long t_m0_ = t_mpi_calls();                                                                                      \
-    size_t t_h0_ = heap_in_use();                                                                                    \
+    size_t t_h0_ = t_heap_in_use();                                                                                  \
     int t_rc_ = (call);                                                                                              \
-    size_t t_h1_ = heap_in_use();                                                                                    \
+    size_t t_h1_ = t_heap_in_use();                                                                                  \
     T_EXPECT(t_rc_ == TCOLL_ERR_INVALID_ARGUMENT, "%s returned %s (expected TCOLL_ERR_INVALID_ARGUMENT): %s", #call, \
              tcoll_status_string(t_rc_), tcoll_last_error());                                                        \
     T_EXPECT(t_contains(tcoll_last_error(), needle), "%s: message \"%s\" lacks \"%s\"", #call, tcoll_last_error(),    \
              needle);                                                                                                \
     T_EXPECT(tcoll_pending_count() == t_p0_, "%s left %zu buffer(s) pending", #call, tcoll_pending_count() - t_p0_); \
     T_EXPECT(t_mpi_calls() == t_m0_, "%s made %ld MPI call(s)", #call, t_mpi_calls() - t_m0_);                       \
-    if (heap && heap_measurable())                                                                                   \
+    if (heap && t_heap_measurable())                                                                                 \
       T_EXPECT(t_h1_ == t_h0_, "%s: the heap in use changed by %ld bytes", #call, (long)t_h1_ - (long)t_h0_);        \
     if (t_rc_ == TCOLL_SUCCESS) tcoll_wait_all();                                                                    \
     ncases++;                                                                                                        \
@@ -1081,7 +1063,7 @@ END_TEST
 
 START_TEST(report) {
   /* The instruments themselves: the heap measure sees an allocation, the MPI counter a call. */
-  if (!heap_measurable() && t_rank == 0)
+  if (!t_heap_measurable() && t_rank == 0)
     printf("argcheck: mallinfo2 does not see allocations here (valgrind?): heap checks skipped\n");
   long m0 = t_mpi_calls();
   tcoll_tensor_t in = t_alloc(F32, 1, (int64_t[]){4}), out = t_empty();

@@ -16,7 +16,6 @@
 #include "mpi_count.h"
 
 #include <limits.h>
-#include <malloc.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -29,23 +28,6 @@
 
 static int ncases;
 
-static size_t heap_in_use(void) {
-  struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
-}
-
-/* Whether heap_in_use() sees allocations (not under valgrind or ASan, which replace malloc). */
-static bool heap_measurable(void) {
-  static int known = -1;
-  if (known < 0) {
-    size_t h0 = heap_in_use();
-    char *volatile p = malloc(4096);
-    if (p) p[0] = 1;
-    known = heap_in_use() >= h0 + 4096;
-    free(p);
-  }
-  return known;
-}
 
 enum { CK_HEAP = 1, CK_MPI = 2 };
 
@@ -63,9 +45,9 @@ static void quiesce(void) {
     if ((flags)&CK_HEAP) quiesce();                                                                                   \
     size_t t_p0_ = tcoll_pending_count();                                                                             \
     long t_m0_ = t_mpi_calls_this_thread();                                                                                       \
-    size_t t_h0_ = heap_in_use();                                                                                     \
+    size_t t_h0_ = t_heap_in_use();                                                                                   \
     int t_rc_ = (call);                                                                                               \
-    size_t t_h1_ = heap_in_use();                                                                                     \
+    size_t t_h1_ = t_heap_in_use();                                                                                   \
     long t_m1_ = t_mpi_calls_this_thread();                                                                                       \
     T_EXPECT(t_rc_ == (status), "%s returned %s (expected %s): %s", #call, tcoll_status_string(t_rc_),                \
              tcoll_status_string(status), tcoll_last_error());                                                        \
@@ -75,7 +57,7 @@ static void quiesce(void) {
     T_EXPECT(tcoll_pending_count() == t_p0_, "%s left %ld buffer(s) pending", #call,                                  \
              (long)tcoll_pending_count() - (long)t_p0_);                                                              \
     if ((flags)&CK_MPI) T_EXPECT(t_m1_ == t_m0_, "%s made %ld MPI call(s)", #call, t_m1_ - t_m0_);                    \
-    if (((flags)&CK_HEAP) && heap_measurable())                                                                       \
+    if (((flags)&CK_HEAP) && t_heap_measurable())                                                                     \
       T_EXPECT(t_h1_ == t_h0_, "%s: the heap in use changed by %ld bytes", #call, (long)t_h1_ - (long)t_h0_);         \
     if (t_rc_ == TCOLL_SUCCESS && (status) != TCOLL_SUCCESS) tcoll_wait_all();                                        \
     ncases++;                                                                                                         \
@@ -95,13 +77,13 @@ static void quiesce(void) {
     quiesce();                                                                                                       \
     size_t t_p0_ = tcoll_pending_count();                                                                            \
     long t_m0_ = t_mpi_calls_this_thread();                                                                                      \
-    size_t t_h0_ = heap_in_use();                                                                                    \
+    size_t t_h0_ = t_heap_in_use();                                                                                  \
     type v = (expr);                                                                                                 \
-    size_t t_h1_ = heap_in_use();                                                                                    \
+    size_t t_h1_ = t_heap_in_use();                                                                                  \
     T_EXPECT(cond, "%s gave " fmt " (expected %s)", #expr, v, #cond);                                                \
     T_EXPECT(tcoll_pending_count() == t_p0_, "%s left buffers pending", #expr);                                     \
     T_EXPECT(t_mpi_calls_this_thread() == t_m0_, "%s made MPI calls", #expr);                                                   \
-    if (heap_measurable()) T_EXPECT(t_h1_ == t_h0_, "%s: the heap in use changed by %ld bytes", #expr,              \
+    if (t_heap_measurable()) T_EXPECT(t_h1_ == t_h0_, "%s: the heap in use changed by %ld bytes", #expr,            \
                                     (long)t_h1_ - (long)t_h0_);                                                      \
     ncases++;                                                                                                        \
   } while (0)
@@ -1405,7 +1387,7 @@ START_TEST(lifetime) {
 END_TEST
 
 START_TEST(report) {
-  if (!heap_measurable() && t_rank == 0)
+  if (!t_heap_measurable() && t_rank == 0)
     printf("badinput: mallinfo2 does not see allocations here (valgrind or ASan?): heap checks skipped\n");
   int lo = 0, hi = 0;
   MPI_Allreduce(&ncases, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
