@@ -520,6 +520,77 @@ START_TEST(zero_size_null_data) {
 }
 END_TEST
 
+/* ---- large outputs along a dim other than 0 ----
+ * On host buffers these go through the host pipeline (chunks of rows gathered and interleaved
+ * one by one, their MPI calls posted as earlier chunks complete); on devices through the
+ * staging pipeline or a strided datatype. */
+
+START_TEST(large_other_dims) {
+  static const struct {
+    tcoll_dtype_t dt;
+    int ndim;
+    int64_t shape[3];
+    int dim;
+  } cases[] = {
+      {TCOLL_FLOAT32, 2, {601, 257}, 1},   /* chunks end inside runs */
+      {TCOLL_INT16, 3, {5, 200, 101}, 1},  /* an inner dim; one chunk at 1 rank, pipelined from 2 */
+      {TCOLL_FLOAT64, 2, {2, 90001}, -1},  /* runs longer than a chunk */
+      {TCOLL_BFLOAT16, 3, {700, 3, 131}, 2},
+      {TCOLL_UINT8, 2, {1, 700001}, 1},    /* leading 1: one contiguous block, not pipelined */
+  };
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
+    gather_and_check(cases[i].dt, cases[i].ndim, cases[i].shape, cases[i].dim, NULL, NULL, t_rank, i % 2 == 0);
+}
+END_TEST
+
+/* Pipelined gathers interleaved with other collectives on the same communicator, completed in
+ * an order that differs between ranks (and partly by tcoll_test): every rank still posts the
+ * chunks' MPI calls in the same order, and every result is right. */
+START_TEST(large_pipelines_any_completion_order) {
+  enum { N = 3 };
+  int64_t s[2] = {640, 301}, as[1] = {4096};
+  tcoll_tensor_t in[N], out[N];
+  int tags[N][8];
+  for (int k = 0; k < N; k++) {
+    in[k] = t_alloc(TCOLL_FLOAT32, 2, s);
+    mv_fill(&in[k], 10 * k + t_rank, 0);
+    out[k] = t_empty();
+    for (int r = 0; r < t_size; r++) tags[k][r] = 10 * k + r;
+  }
+  tcoll_tensor_t sum = t_alloc(TCOLL_FLOAT64, 1, as);
+  mv_fill_const(&sum, t_rank + 1.0);
+  T_OK(tcoll_all_gather(&in[0], 1, NULL, &out[0]));
+  T_OK(tcoll_all_reduce(&sum, TCOLL_SUM, NULL, &sum));
+  T_OK(tcoll_all_gather(&in[1], -1, NULL, &out[1]));
+  T_OK(tcoll_all_gather(&in[2], 1, NULL, &out[2]));
+  if (t_rank % 2 == 0) {
+    T_OK(tcoll_wait(out[2].data));
+    T_OK(tcoll_wait(sum.data));
+    T_OK(tcoll_wait(out[1].data));
+    T_OK(tcoll_wait(out[0].data));
+  } else {
+    int rc;
+    while ((rc = tcoll_test(out[1].data)) == TCOLL_IN_PROGRESS) {}
+    T_OK(rc);
+    T_OK(tcoll_wait(out[0].data));
+    T_OK(tcoll_wait(out[2].data));
+    T_OK(tcoll_wait(sum.data));
+  }
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending after every wait", tcoll_pending_count());
+  double want = t_size * (t_size + 1) / 2.0;
+  t_check_all("all_reduce between pipelined gathers", &sum, mv_const_fn, &want, 0);
+  for (int k = 0; k < N; k++) {
+    char what[64];
+    snprintf(what, sizeof what, "pipelined all_gather %d of %d", k, N);
+    mv_ag_ctx c = {TCOLL_FLOAT32, 2, 1, t_size, s, tags[k]};
+    t_check_all(what, &out[k], mv_ag_expect, &c, 0);
+    tcoll_tensor_free(&in[k]);
+    tcoll_tensor_free(&out[k]);
+  }
+  tcoll_tensor_free(&sum);
+}
+END_TEST
+
 /* Outputs with pending work are refused (TCOLL_ERR_BUSY) and nothing starts; outputs of one call
  * may not overlap each other. */
 START_TEST(busy_and_overlapping_outputs) {
@@ -594,6 +665,8 @@ Suite *t_suite(void) {
   tcase_add_test(tc, zero_size_null_data);
   tcase_add_test(tc, busy_and_overlapping_outputs);
   tcase_add_test(tc, coalesced_mixed_outputs);
+  tcase_add_test(tc, large_other_dims);
+  tcase_add_test(tc, large_pipelines_any_completion_order);
   suite_add_tcase(s, tc);
   return s;
 }

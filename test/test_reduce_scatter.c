@@ -11,6 +11,12 @@ static int local_rank(const rc_t *c) {
   return -1;
 }
 
+static double b_const(int64_t i, void *v) {
+  (void)i;
+  return *(double *)v;
+}
+static void mv_fill_b(tcoll_tensor_t *t, double v) { t_set_all(t, b_const, &v); }
+
 /* One reduce_scatter of c's data (input shape `shape`) along dim, checked. */
 static void rs_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, bool alloc, int ndim, const int64_t *shape,
                     int dim) {
@@ -83,6 +89,74 @@ START_TEST(every_dim) {
 END_TEST
 
 /* Zero-size tensors: along an empty dim, and an empty tensor scattered along a non-empty dim. */
+/* Inputs of 1 MiB and more along a dim other than 0: on host buffers the host pipeline (chunks
+ * packed rank-major, each reduced with MPI_Ireduce_scatter_block straight into the output), on
+ * devices the staging pipeline or the slabs. Chunks end inside runs; runs longer than a chunk. */
+START_TEST(large_other_dims) {
+  tcoll_redop_t premul;
+  T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
+  int G = t_size;
+  const struct {
+    tcoll_dtype_t d;
+    int k;
+    int64_t shape[3];
+    int dim;
+  } cases[] = {
+      {TCOLL_FLOAT32, K_SUM, {5, 401, 131}, 1},
+      {TCOLL_BFLOAT16, K_AVG, {300, 20, 90}, -2},
+      {TCOLL_INT32, K_MIN, {33, 7, 1200}, 2},
+      {TCOLL_FLOAT64, K_PREMUL, {2, 70001, 1}, 1},
+      {TCOLL_FLOAT16, K_MAX, {300, 3, 601}, -1},
+  };
+  for (size_t i = 0; i < T_LEN(cases); i++) {
+    int64_t shape[3] = {cases[i].shape[0], cases[i].shape[1], cases[i].shape[2]};
+    shape[cases[i].dim < 0 ? cases[i].dim + 3 : cases[i].dim] *= G;
+    rs_case(rc_world(cases[i].d, cases[i].k, 0.5), kop(cases[i].k, premul), NULL, i % 2, 3, shape, cases[i].dim);
+  }
+  T_OK(tcoll_redop_destroy(premul));
+}
+END_TEST
+
+/* Pipelined reduce_scatters with a broadcast between them on the same communicator, completed
+ * in an order that differs between ranks: the chunks' MPI calls still match. */
+START_TEST(large_pipelines_any_completion_order) {
+  enum { N = 3 };
+  int64_t shape[3] = {64, 130 * (int64_t)t_size, 33}, bs[1] = {5000};
+  const int ks[N] = {K_SUM, K_MAX, K_SUM};
+  const tcoll_dtype_t ds[N] = {TCOLL_FLOAT32, TCOLL_INT32, TCOLL_FLOAT64};
+  rc_t c[N];
+  tcoll_tensor_t in[N], out[N];
+  for (int i = 0; i < N; i++) {
+    c[i] = rc_world(ds[i], ks[i], 1.0);
+    in[i] = t_alloc(ds[i], 3, shape);
+    t_set_all(&in[i], rc_fill, &c[i]);
+    out[i] = t_empty();
+  }
+  tcoll_tensor_t b = t_alloc(TCOLL_INT64, 1, bs);
+  mv_fill_b(&b, t_rank == t_size - 1 ? 7.0 : -1.0);
+  T_OK(tcoll_reduce_scatter(&in[0], (tcoll_redop_t)ks[0], 1, NULL, &out[0]));
+  T_OK(tcoll_broadcast(&b, t_size - 1, NULL, &b));
+  T_OK(tcoll_reduce_scatter(&in[1], (tcoll_redop_t)ks[1], -2, NULL, &out[1]));
+  T_OK(tcoll_reduce_scatter(&in[2], (tcoll_redop_t)ks[2], 1, NULL, &out[2]));
+  const void *order[2][N + 1] = {{out[2].data, b.data, out[1].data, out[0].data},
+                                 {out[1].data, out[0].data, out[2].data, b.data}};
+  for (int i = 0; i <= N; i++) T_OK(tcoll_wait(order[t_rank % 2][i]));
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending after every wait", tcoll_pending_count());
+  double seven = 7.0;
+  t_check_all("broadcast between pipelined reduce_scatters", &b, b_const, &seven, 0);
+  for (int i = 0; i < N; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "pipelined reduce_scatter %d of %d", i, N);
+    rc_t want = c[i];
+    rc_scatter(&want, shape, 3, 1, local_rank(&c[i]));
+    t_check_all(what, &out[i], rc_want, &want, 0);
+    tcoll_tensor_free(&in[i]);
+    tcoll_tensor_free(&out[i]);
+  }
+  tcoll_tensor_free(&b);
+}
+END_TEST
+
 START_TEST(zero_size) {
   int64_t a[2] = {0, 3}, b[2] = {2 * t_size, 0}, c3[3] = {t_size, 0, 2}, c4[3] = {1, 0, 2 * t_size};
   rs_case(rc_world(TCOLL_FLOAT32, K_SUM, 1), TCOLL_SUM, NULL, true, 2, a, 0);
@@ -493,6 +567,8 @@ Suite *t_suite(void) {
   TCase *tc = t_tcase("reduce_scatter");
   tcase_add_test(tc, matrix_dim0);
   tcase_add_test(tc, every_dim);
+  tcase_add_test(tc, large_other_dims);
+  tcase_add_test(tc, large_pipelines_any_completion_order);
   tcase_add_test(tc, zero_size);
   tcase_add_test(tc, refusals);
   tcase_add_test(tc, shape_rule);

@@ -6,6 +6,7 @@
 #include "../comm.h"
 #include "../dtype.h"
 #include "../mpi/mpi_glue.h"
+#include "../scratch.h"
 #include "device.h"
 #include "staging.h"
 
@@ -59,13 +60,12 @@ TC_PRIV_FITS(pipe_priv_t);
 
 static pthread_mutex_t eng_mu = PTHREAD_MUTEX_INITIALIZER;
 static tc_pipe_t *active_head, *active_tail;
-static tc_pipe_t *free_pipes[TC_MAX_DEVICES];
+static tc_pipe_t *free_pipes[TC_MAX_DEVICES + 1]; /* the last: host pipelines */
 static int keyval = MPI_KEYVAL_INVALID;
 
 /* ------------------------------------------------------------------ sizes */
 
-static int64_t chunk_elems(tc_pipe_kind_t kind, size_t es, int size) {
-  size_t bytes = tc_cfg.staging_chunk;
+static int64_t chunk_elems(tc_pipe_kind_t kind, size_t es, int size, size_t bytes) {
   /* all_gather / reduce_scatter slots hold size pieces of a chunk: keep a slot near one chunk */
   int64_t c = (int64_t)(bytes / es);
   if (kind == TC_PIPE_ALL_GATHER || kind == TC_PIPE_REDUCE_SCATTER) c /= size;
@@ -76,7 +76,7 @@ static int64_t chunk_elems(tc_pipe_kind_t kind, size_t es, int size) {
 
 bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int64_t run, int size) {
   if (!tc_stage_needed(t) || n <= 0) return false;
-  int64_t C = chunk_elems(kind, tcoll_dtype_size(t->dtype), size);
+  int64_t C = chunk_elems(kind, tcoll_dtype_size(t->dtype), size, tc_cfg.staging_chunk);
   if (n <= C) return false;
   return run >= n || run * 64 >= C; /* at most ~64 copies per rank per chunk */
 }
@@ -129,9 +129,36 @@ static int pipe_comm_of(tcoll_comm_t *comm, pipe_comm_t **out) {
   return TCOLL_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ device or host */
+
+/* A host pipeline (dev == TCOLL_HOST) copies with memcpy on the thread that advances it and has
+ * no streams or events: each step is complete when it returns. */
+static bool on_host(const tc_pipe_t *p) { return p->dev == TCOLL_HOST; }
+static int pool_of(int dev) { return dev == TCOLL_HOST ? TC_MAX_DEVICES : dev; }
+
+static int copy(tc_pipe_t *p, void *dst, const void *src, size_t nb, void *stream) {
+  if (!on_host(p)) return tc_dev()->copy_async(dst, src, nb, p->dev, stream);
+  memcpy(dst, src, nb);
+  return TCOLL_SUCCESS;
+}
+
+static int record(tc_pipe_t *p, void *ev, void *stream) {
+  return on_host(p) ? TCOLL_SUCCESS : tc_dev()->event_record(p->dev, ev, stream);
+}
+
+static int stream_wait(tc_pipe_t *p, void *stream, void *ev) {
+  return on_host(p) ? TCOLL_SUCCESS : tc_dev()->stream_wait_event(p->dev, stream, ev);
+}
+
+static int query(tc_pipe_t *p, void *ev) { return on_host(p) ? TCOLL_SUCCESS : tc_dev()->event_query(p->dev, ev); }
+
 /* ------------------------------------------------------------------ pipeline objects */
 
 static void pipe_destroy(tc_pipe_t *p) {
+  if (on_host(p)) {
+    free(p);
+    return;
+  }
   const tc_device_ops_t *ops = tc_dev();
   for (int i = 0; i < TC_PIPE_SLOTS; i++) {
     if (p->slots[i].fill_ev) ops->event_destroy(p->dev, p->slots[i].fill_ev);
@@ -144,15 +171,19 @@ static void pipe_destroy(tc_pipe_t *p) {
 
 /* A pipeline object with its events, from the pool of dev (eng_mu held). */
 static int pipe_get(int dev, tc_pipe_t **out) {
-  tc_pipe_t *p = free_pipes[dev];
+  tc_pipe_t *p = free_pipes[pool_of(dev)];
   if (p) {
-    free_pipes[dev] = p->next_free;
+    free_pipes[pool_of(dev)] = p->next_free;
     *out = p;
     return TCOLL_SUCCESS;
   }
   p = calloc(1, sizeof *p);
   if (!p) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a staging pipeline");
   p->dev = dev;
+  if (on_host(p)) {
+    *out = p;
+    return TCOLL_SUCCESS;
+  }
   const tc_device_ops_t *ops = tc_dev();
   int rc = ops->event_create(dev, &p->ev_in);
   if (!rc) rc = ops->event_create(dev, &p->ev_done);
@@ -230,14 +261,13 @@ static void fifo_remove(tc_pipe_t *p) {
 /* Rank r's strided piece, logical elements [k0, k0 + c): one copy per run, between it and the
  * contiguous host buffer `host`. */
 static int copy_strided(tc_pipe_t *p, bool to_device, char *host, char *devbase, int r, int64_t k0, int64_t c) {
-  const tc_device_ops_t *ops = tc_dev();
   int64_t run = p->d.run, stride = p->d.stride, e = k0, end = k0 + c;
   while (e < end) {
     int64_t off = e % run, len = run - off < end - e ? run - off : end - e;
     char *dptr = devbase + (size_t)((e / run) * stride + (int64_t)r * run + off) * p->es;
     char *hptr = host + (size_t)(e - k0) * p->es;
     size_t nb = (size_t)len * p->es;
-    int rc = to_device ? ops->copy_async(dptr, hptr, nb, p->dev, p->h2d) : ops->copy_async(hptr, dptr, nb, p->dev, p->d2h);
+    int rc = to_device ? copy(p, dptr, hptr, nb, p->h2d) : copy(p, hptr, dptr, nb, p->d2h);
     if (rc) return rc;
     e += len;
   }
@@ -251,15 +281,25 @@ static int64_t chunk_len(const tc_pipe_t *p, int64_t k) {
 
 static bool fills(const tc_pipe_t *p) { return p->d.kind != TC_PIPE_BROADCAST || p->rank == p->d.root; }
 
+/* On the host MPI can read and write the caller's buffers directly: an all_gather sends
+ * straight from its input, a reduce_scatter receives straight into its output (both contiguous
+ * per chunk), and only the strided side goes through a slot. */
+static bool sends_from_input(const tc_pipe_t *p) { return on_host(p) && p->d.kind == TC_PIPE_ALL_GATHER; }
+static bool receives_into_output(const tc_pipe_t *p) { return on_host(p) && p->d.kind == TC_PIPE_REDUCE_SCATTER; }
+
+static char *slot_recv(const tc_pipe_t *p, const slot_t *s) {
+  if (receives_into_output(p)) return (char *)p->d.out + (size_t)(s->chunk * p->C) * p->es;
+  return s->buf + p->recv_off;
+}
+
 /* Queues chunk k's device-to-host copies into slot s. */
 static int start_fill(tc_pipe_t *p, slot_t *s, int64_t k) {
-  const tc_device_ops_t *ops = tc_dev();
   int64_t k0 = k * p->C, c = chunk_len(p, k);
   s->chunk = k;
   s->state = SLOT_FILLING;
-  if (!fills(p)) return TCOLL_SUCCESS; /* MPI fills it; SLOT_FILLING waits for the drain */
+  if (!fills(p) || sends_from_input(p)) return TCOLL_SUCCESS; /* MPI fills it; SLOT_FILLING waits for the drain */
   int rc = TCOLL_SUCCESS;
-  if (s->drained) rc = ops->stream_wait_event(p->dev, p->d2h, s->drain_ev); /* the slot's last drain read it */
+  if (s->drained) rc = stream_wait(p, p->d2h, s->drain_ev); /* the slot's last drain read it */
   s->drained = false;
   char *send = s->buf + p->send_off;
   const char *src = p->d.kind == TC_PIPE_ALL_REDUCE && p->d.inplace ? p->d.out : p->d.in;
@@ -267,23 +307,22 @@ static int start_fill(tc_pipe_t *p, slot_t *s, int64_t k) {
   case TC_PIPE_ALL_REDUCE:
   case TC_PIPE_BROADCAST:
   case TC_PIPE_ALL_GATHER:
-    if (!rc) rc = ops->copy_async(send, src + (size_t)k0 * p->es, (size_t)c * p->es, p->dev, p->d2h);
+    if (!rc) rc = copy(p, send, src + (size_t)k0 * p->es, (size_t)c * p->es, p->d2h);
     break;
   case TC_PIPE_REDUCE_SCATTER:
     for (int r = 0; r < p->size && !rc; r++)
       rc = copy_strided(p, false, send + (size_t)r * (size_t)c * p->es, (char *)p->d.in, r, k0, c);
     break;
   }
-  if (!rc) rc = ops->event_record(p->dev, s->fill_ev, p->d2h);
+  if (!rc) rc = record(p, s->fill_ev, p->d2h);
   return rc;
 }
 
 /* Slot s holds chunk s->chunk for MPI: checks the fill (or, without one, the last drain). */
 static int check_ready(tc_pipe_t *p, slot_t *s) {
-  const tc_device_ops_t *ops = tc_dev();
   int q = TCOLL_SUCCESS;
-  if (fills(p)) q = ops->event_query(p->dev, s->fill_ev);
-  else if (s->drained) q = ops->event_query(p->dev, s->drain_ev);
+  if (fills(p)) q = query(p, s->fill_ev);
+  else if (s->drained) q = query(p, s->drain_ev);
   if (q != TCOLL_SUCCESS) return q;
   if (!fills(p)) s->drained = false;
   if (p->d.premul != 1.0) {
@@ -299,7 +338,8 @@ static int check_ready(tc_pipe_t *p, slot_t *s) {
 static int post_chunk(tc_pipe_t *p, slot_t *s) {
   int64_t c = chunk_len(p, s->chunk);
   int n = (int)c, rc = MPI_SUCCESS;
-  char *send = s->buf + p->send_off, *recv = s->buf + p->recv_off;
+  char *send = s->buf + p->send_off, *recv = slot_recv(p, s);
+  if (sends_from_input(p)) send = (char *)p->d.in + (size_t)(s->chunk * p->C) * p->es;
   MPI_Comm comm = p->pc->mpi;
   const char *call = "";
   switch (p->d.kind) {
@@ -330,24 +370,23 @@ static int post_chunk(tc_pipe_t *p, slot_t *s) {
 
 /* MPI finished chunk s->chunk: divide, queue its host-to-device copies, free the slot. */
 static int drain(tc_pipe_t *p, slot_t *s) {
-  const tc_device_ops_t *ops = tc_dev();
   int64_t k0 = s->chunk * p->C, c = chunk_len(p, s->chunk);
-  char *recv = s->buf + p->recv_off;
+  char *recv = slot_recv(p, s);
   int rc = TCOLL_SUCCESS;
   if (p->d.divisor != 1.0) tc_host_divide(recv, p->d.dtype, c, p->d.divisor);
   if (!p->h2d_after_in) { /* out is written after the caller's stream is done with it */
-    rc = ops->stream_wait_event(p->dev, p->h2d, p->ev_in);
+    rc = stream_wait(p, p->h2d, p->ev_in);
     p->h2d_after_in = true;
   }
   char *out = p->d.out;
   switch (p->d.kind) {
   case TC_PIPE_ALL_REDUCE:
   case TC_PIPE_REDUCE_SCATTER:
-    if (!rc) rc = ops->copy_async(out + (size_t)k0 * p->es, recv, (size_t)c * p->es, p->dev, p->h2d);
+    if (!rc && !receives_into_output(p)) rc = copy(p, out + (size_t)k0 * p->es, recv, (size_t)c * p->es, p->h2d);
     break;
   case TC_PIPE_BROADCAST:
     if (!rc && !(p->rank == p->d.root && p->d.inplace))
-      rc = ops->copy_async(out + (size_t)k0 * p->es, recv, (size_t)c * p->es, p->dev, p->h2d);
+      rc = copy(p, out + (size_t)k0 * p->es, recv, (size_t)c * p->es, p->h2d);
     break;
   case TC_PIPE_ALL_GATHER:
     for (int r = 0; r < p->size && !rc; r++) {
@@ -356,7 +395,7 @@ static int drain(tc_pipe_t *p, slot_t *s) {
     }
     break;
   }
-  if (!rc) rc = ops->event_record(p->dev, s->drain_ev, p->h2d);
+  if (!rc) rc = record(p, s->drain_ev, p->h2d);
   s->drained = true;
   s->state = SLOT_FREE;
   p->ndrained++;
@@ -365,7 +404,7 @@ static int drain(tc_pipe_t *p, slot_t *s) {
 
 static void finish(tc_pipe_t *p) {
   if (p->status == TCOLL_SUCCESS) {
-    int rc = tc_dev()->event_record(p->dev, p->ev_done, p->h2d);
+    int rc = record(p, p->ev_done, p->h2d);
     if (rc) fail(p, rc, tcoll_last_error());
   }
   p->done = true;
@@ -451,6 +490,7 @@ static int pipe_progress(tc_work_t *w, bool block, double deadline) {
     pthread_mutex_unlock(&eng_mu);
     if (done) {
       if (status) return tc_error(status, "%s", p->err);
+      if (on_host(p)) return TCOLL_SUCCESS;
       /* Device semantics: every thread that pops an output waits for the drains on its current
        * stream (tc_work_ready_wait); the host does not. The event lives as long as the work. */
       return tc_work_ready(w, p->dev, p->ev_done, false);
@@ -461,6 +501,13 @@ static int pipe_progress(tc_work_t *w, bool block, double deadline) {
 }
 
 static void release_slots(tc_pipe_t *p) {
+  if (on_host(p)) {
+    for (int i = 0; i < TC_PIPE_SLOTS; i++) {
+      if (p->slots[i].buf) tc_scratch_put(p->slots[i].buf);
+      p->slots[i].buf = NULL;
+    }
+    return;
+  }
   int devs[2] = {p->dev, p->dev};
   void *streams[2] = {p->d2h, p->h2d};
   for (int i = 0; i < TC_PIPE_SLOTS; i++) {
@@ -482,13 +529,12 @@ void tc_pipe_release(void *pipe) {
   pthread_mutex_unlock(&eng_mu);
   release_slots(p);
   pthread_mutex_lock(&eng_mu);
-  p->next_free = free_pipes[p->dev];
-  free_pipes[p->dev] = p;
+  p->next_free = free_pipes[pool_of(p->dev)];
+  free_pipes[pool_of(p->dev)] = p;
   pthread_mutex_unlock(&eng_mu);
 }
 
 int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
-  const tc_device_ops_t *ops = tc_dev();
   size_t es = tcoll_dtype_size(d->dtype);
   int size = w->comm->size;
   tc_pipe_t *p = NULL;
@@ -503,7 +549,7 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
   p->size = size;
   p->es = es;
   p->pc = pc;
-  p->C = chunk_elems(d->kind, es, size);
+  p->C = chunk_elems(d->kind, es, size, d->device == TCOLL_HOST ? TC_PIPE_HOST_CHUNK : tc_cfg.staging_chunk);
   p->K = (d->n + p->C - 1) / p->C;
   size_t cb = (size_t)p->C * es;
   switch (d->kind) {
@@ -524,13 +570,19 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
     s->buf = NULL;
   }
   for (int i = 0; i < TC_PIPE_SLOTS && !rc; i++) {
-    if (!(p->slots[i].buf = tc_pinned_get(p->slot_bytes)))
-      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of pinned staging memory", p->slot_bytes);
+    p->slots[i].buf = on_host(p) ? tc_scratch_get(p->slot_bytes) : tc_pinned_get(p->slot_bytes);
+    if (!p->slots[i].buf)
+      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of %s memory for the pipeline", p->slot_bytes,
+                    on_host(p) ? "scratch" : "pinned staging");
   }
-  if (!rc) rc = tc_dev_copy_streams(d->device, &p->d2h, &p->h2d);
-  /* Inputs are ready, and outputs free to write, once the caller's stream reaches this point. */
-  if (!rc) rc = ops->event_record(d->device, p->ev_in, tc_dev_current_stream(d->device));
-  if (!rc) rc = ops->stream_wait_event(d->device, p->d2h, p->ev_in);
+  if (on_host(p)) p->d2h = p->h2d = NULL;
+  else {
+    const tc_device_ops_t *ops = tc_dev();
+    if (!rc) rc = tc_dev_copy_streams(d->device, &p->d2h, &p->h2d);
+    /* Inputs are ready, and outputs free to write, once the caller's stream reaches this point. */
+    if (!rc) rc = ops->event_record(d->device, p->ev_in, tc_dev_current_stream(d->device));
+    if (!rc) rc = ops->stream_wait_event(d->device, p->d2h, p->ev_in);
+  }
   if (!rc) rc = tc_work_hold(w, p, TC_HELD_PIPE);
   if (rc) {
     p->done = true;
@@ -548,6 +600,7 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
     else p->next_fill++;
   }
   if (rc) finish(p);
+  else if (on_host(p)) advance(p); /* the fills are done: post the first chunks now */
   pthread_mutex_unlock(&eng_mu);
   return TCOLL_SUCCESS; /* a failed fill is reported by the wait */
 }
@@ -557,7 +610,7 @@ void tc_pipe_cleanup(void) {
   for (int d = 0; d < tc_dev_count(); d++)
     if (tc_dev()->device_sync) tc_dev()->device_sync(d);
   pthread_mutex_lock(&eng_mu);
-  for (int d = 0; d < TC_MAX_DEVICES; d++) {
+  for (int d = 0; d <= TC_MAX_DEVICES; d++) {
     while (free_pipes[d]) {
       tc_pipe_t *p = free_pipes[d];
       free_pipes[d] = p->next_free;

@@ -17,13 +17,20 @@
  * Chunk MPI calls are posted lazily, so they go on a duplicate of the communicator reserved for
  * them (made with MPI_Comm_idup the first time), in the order the pipelines were started: every
  * rank posts the same calls in the same order, whatever order the works are waited in. Ranks
- * must agree on whether a collective's buffers are device buffers when it is pipelined. */
+ * must agree on whether a collective's buffers are device buffers when it is pipelined.
+ *
+ * A host pipeline (device TCOLL_HOST) runs the same engine on host buffers, with memcpy for
+ * copies and chunks of TC_PIPE_HOST_CHUNK bytes: a gather along a dim other than 0 interleaves
+ * each chunk while it is still in cache, instead of MPI unpacking a strided datatype or one
+ * interleave of the whole output afterwards. Its first chunks are posted by tc_pipe_start. */
 #ifndef TC_PIPELINE_H
 #define TC_PIPELINE_H
 
 #include "../work.h"
 
 #define TC_PIPE_SLOTS 4
+/* Bytes of output per chunk of a host pipeline: 4 slots of it stay within a core's L2 cache. */
+#define TC_PIPE_HOST_CHUNK (256 << 10)
 
 typedef enum {
   TC_PIPE_ALL_REDUCE,
@@ -47,8 +54,8 @@ typedef struct tc_pipe_desc {
   double premul;   /* each rank's contribution is multiplied by it first (1: none) */
   double divisor;  /* the result is divided by it (AVG; 1: none) */
   int root;        /* broadcast */
-  const void *in;  /* device memory */
-  void *out;       /* device memory */
+  const void *in;  /* device memory (host memory for a host pipeline) */
+  void *out;       /* device memory (host memory for a host pipeline) */
   bool inplace;    /* all_reduce / broadcast: in == out; all_gather: in is out's own piece */
   int64_t n, run, stride;
 } tc_pipe_desc_t;

@@ -5,7 +5,9 @@
  * traffic as the reduce_scatter itself), and the owner reduces the slabs it received with
  * MPI_Reduce_local at completion. premul_sum, which scales each contribution first, packs (the
  * scaling pass doubles as the packing), and so do small inputs, where building the strided
- * datatypes costs more than the packing pass (SLABS_MIN_BYTES). */
+ * datatypes costs more than the packing pass (SLABS_MIN_BYTES). Large host inputs go through the
+ * host pipeline instead: chunk by chunk, packed in cache and reduced with
+ * MPI_Ireduce_scatter_block straight into the output (HOST_PIPE_MIN_BYTES). */
 #include "../argcheck.h"
 #include "../cuda/pipeline.h"
 #include "../cuda/staging.h"
@@ -75,6 +77,13 @@ static int post_slabs(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_te
  * faster than the slabs (measured with tcoll-bench at 2 ranks: slabs 1.2x dim 0 at 32-256 B,
  * 0.8x from 4 KiB). */
 #define SLABS_MIN_BYTES (4 << 10)
+/* From this input size a host input goes through the host pipeline: each chunk is packed
+ * rank-major while the chunk's MPI_Ireduce_scatter_block of the one before is in flight. */
+#define HOST_PIPE_MIN_BYTES (1 << 20)
+
+static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
+  return in->device == TCOLL_HOST && v.outer > 1 && tcoll_tensor_nbytes(in) >= HOST_PIPE_MIN_BYTES;
+}
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, const tc_redop_t *op) {
   int size = w->comm->size;
@@ -82,7 +91,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
   /* Rank r's piece of the input: runs of len / size * inner elements, len * inner apart. */
   int64_t run = v.outer == 1 ? nper : v.len / size * v.inner;
-  if (tc_pipe_wanted(in, TC_PIPE_REDUCE_SCATTER, nper, run, size)) {
+  if (tc_pipe_wanted(in, TC_PIPE_REDUCE_SCATTER, nper, run, size) || host_chunked(in, v)) {
     tc_pipe_desc_t d = {.kind = TC_PIPE_REDUCE_SCATTER, .device = in->device, .dtype = in->dtype,
                         .mpi_dtype = tc_mpi_dtype(in->dtype), .mpi_op = tc_mpi_op(op, in->dtype),
                         .premul = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0,
