@@ -15,8 +15,8 @@ static tc_ptrmap_t comms_live; /* the same communicators, for an O(1) check on e
 /* Bumped whenever a communicator goes away: a thread may trust the last communicator it found
  * live for as long as the generation has not moved, without taking the lock. */
 static uint64_t comms_generation;
-static _Thread_local const tcoll_comm_t *recent_comm;
-static _Thread_local uint64_t recent_generation;
+static _Thread_local TC_TLS_HOT const tcoll_comm_t *recent_comm;
+static _Thread_local TC_TLS_HOT uint64_t recent_generation;
 
 void tc_comms_lock(void) { pthread_mutex_lock(&comms_lock); }
 void tc_comms_unlock(void) { pthread_mutex_unlock(&comms_lock); }

@@ -76,12 +76,14 @@ static void compact_reads(void) {
   dead_reads = 0;
 }
 
-/* Forgets w's reads: each is found by its base (w keeps them) and marked dead; the dead are
- * dropped together once they are half the table, so forgetting costs O(log n) amortized. */
+/* Forgets w's reads: each is found by its base (w keeps them) and marked dead; dead entries at
+ * the end go at once (the common post-wait cycle leaves no trace), the others are dropped
+ * together once they are half the table, so forgetting costs O(log n) amortized. Among reads of
+ * one base the newest come last, so the search runs backwards from there. */
 static void remove_reads_of(tc_work_t *w) {
   for (size_t k = 0; k < w->nread_bases; k++) {
     uintptr_t p = w->read_bases[k];
-    for (size_t i = reads_upper_bound(p - 1); i < nreads && reads[i].base == p; i++) {
+    for (size_t i = reads_upper_bound(p); i-- > 0 && reads[i].base == p;) {
       if (reads[i].work == w) {
         reads[i].work = NULL;
         dead_reads++;
@@ -90,6 +92,11 @@ static void remove_reads_of(tc_work_t *w) {
     }
   }
   w->nread_bases = 0;
+  while (nreads > 0 && !reads[nreads - 1].work) {
+    nreads--;
+    dead_reads--;
+  }
+  if (nreads == 0) longest_read = 0;
   if (dead_reads > 32 && 2 * dead_reads > nreads) compact_reads();
 }
 

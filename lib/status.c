@@ -8,7 +8,7 @@
 
 static _Thread_local char last_error[TC_ERRMSG_LEN];
 static _Thread_local char last_message[TC_ERRMSG_LEN]; /* the same without the "fn: " prefix */
-static _Thread_local const char *current_fn = "tcoll";
+static _Thread_local TC_TLS_HOT const char *current_fn = "tcoll";
 
 const char *tcoll_status_string(int status) {
   switch (status) {

@@ -32,8 +32,8 @@ typedef struct thread_cache {
   tc_work_t *w[THREAD_KEEP];
   int n;
 } thread_cache_t;
-static _Thread_local thread_cache_t cache;
-static _Thread_local bool cache_registered;
+static _Thread_local TC_TLS_HOT thread_cache_t cache;
+static _Thread_local TC_TLS_HOT bool cache_registered;
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static _Thread_local int completing; /* > 0 inside tcoll's own completion calls */
+static _Thread_local TC_TLS_HOT int completing; /* > 0 inside tcoll's own completion calls */
 static MPI_Errhandler installed = MPI_ERRHANDLER_NULL;
 
 static void world_errors(MPI_Comm *comm, int *code, ...) {
