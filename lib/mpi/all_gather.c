@@ -45,12 +45,13 @@ typedef struct interleave {
 } interleave_t;
 TC_PRIV_FITS(interleave_t);
 
+/* Writes the output in order, reading from the size gathered blocks. */
 static int interleave(tc_work_t *w) {
   interleave_t *il = TC_WORK_PRIV(w, interleave_t);
-  for (int r = 0; r < il->size; r++)
-    for (int64_t o = 0; o < il->outer; o++)
-      memcpy(il->out + ((size_t)o * (size_t)il->size + (size_t)r) * il->block_bytes,
-             il->gathered + ((size_t)r * (size_t)il->outer + (size_t)o) * il->block_bytes, il->block_bytes);
+  char *dst = il->out;
+  for (int64_t o = 0; o < il->outer; o++)
+    for (int r = 0; r < il->size; r++, dst += il->block_bytes)
+      memcpy(dst, il->gathered + ((size_t)r * (size_t)il->outer + (size_t)o) * il->block_bytes, il->block_bytes);
   return TCOLL_SUCCESS;
 }
 
