@@ -558,6 +558,8 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
   case TC_PIPE_ALL_GATHER: p->send_off = 0, p->recv_off = cb, p->slot_bytes = cb * (size_t)(size + 1); break;
   case TC_PIPE_REDUCE_SCATTER: p->send_off = 0, p->recv_off = cb * (size_t)size, p->slot_bytes = cb * (size_t)(size + 1); break;
   }
+  if (sends_from_input(p) || receives_into_output(p)) /* the slot holds only the strided side */
+    p->send_off = p->recv_off = 0, p->slot_bytes = cb * (size_t)size;
   p->next_fill = p->next_post = p->ndrained = 0;
   p->h2d_after_in = p->done = p->active = false;
   p->status = TCOLL_SUCCESS;
