@@ -53,6 +53,27 @@ static int cmp_base(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Sorts by base. One call's buffers are usually allocated one after another, so they come in
+ * address order or in reverse: one pass, and no qsort (which allocates above 1 KiB). */
+static void sort_by_base(entry_t *v, size_t m) {
+  if (m < 2) return;
+  size_t rising = 0, falling = 0;
+  for (size_t i = 1; i < m; i++) {
+    rising += v[i - 1].base <= v[i].base;
+    falling += v[i - 1].base > v[i].base;
+  }
+  if (rising == m - 1) return;
+  if (falling == m - 1) {
+    for (size_t i = 0, j = m - 1; i < j; i++, j--) {
+      entry_t t = v[i];
+      v[i] = v[j];
+      v[j] = t;
+    }
+    return;
+  }
+  qsort(v, m, sizeof *v, cmp_base);
+}
+
 /* Merges the m sorted entries at fresh into the na sorted entries at dst, giving dst[0, na + m),
  * from the back; fresh must not lie inside dst[0, na + m). Equal bases: fresh after dst's. */
 static void merge_sorted(entry_t *dst, size_t na, const entry_t *fresh, size_t m) {
@@ -81,7 +102,14 @@ static void compact_reads(void) {
  * together once they are half the table, so forgetting costs O(log n) amortized. Among reads of
  * one base the newest come last, so the search runs backwards from there. */
 static void remove_reads_of(tc_work_t *w) {
-  for (size_t k = 0; k < w->nread_bases; k++) {
+  /* Mostly w's reads are the last entries (its inputs, the only ones or the highest addresses):
+   * those and dead ones go from the end in one pass; the rest are searched by base below. */
+  size_t popped = 0;
+  for (; nreads > 0 && (reads[nreads - 1].work == w || !reads[nreads - 1].work); nreads--) {
+    if (reads[nreads - 1].work) popped++;
+    else dead_reads--;
+  }
+  for (size_t k = 0; k < w->nread_bases && popped < w->nread_bases; k++) {
     uintptr_t p = w->read_bases[k];
     for (size_t i = reads_upper_bound(p); i-- > 0 && reads[i].base == p;) {
       if (reads[i].work == w) {
@@ -209,7 +237,7 @@ int tc_registry_add(tc_work_t *w) {
     fresh[k] = (entry_t){b, e, w};
   }
   if (!rc && m > 1) {
-    qsort(fresh, m, sizeof *fresh, cmp_base);
+    sort_by_base(fresh, m);
     for (size_t j = 1; j < m && !rc; j++) {
       if (fresh[j].base >= fresh[j - 1].end) continue;
       int k = 0;
@@ -286,7 +314,7 @@ static void settle_reads(size_t sorted) {
   size_t m = nreads - sorted;
   for (size_t i = sorted; i < nreads; i++)
     if (reads[i].end - reads[i].base > longest_read) longest_read = reads[i].end - reads[i].base;
-  if (m > 1) qsort(&reads[sorted], m, sizeof *reads, cmp_base);
+  if (m > 1) sort_by_base(&reads[sorted], m);
   if (m == 0 || sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
   if (grow_reads(nreads + m)) { /* no room to merge: sort everything in place */
     qsort(reads, nreads, sizeof *reads, cmp_base);
