@@ -78,6 +78,11 @@ int tc_timeout_diagnose(bool loud);
 
 /* ---- time ---- */
 double tc_now(void); /* seconds, monotonic */
+/* A work's post and completion times (seconds, same clock as tc_now): the coarse clock (a few
+ * ms, a fifth of the cost) unless a trace file or INFO logs will show durations. */
+double tc_stamp(void);
+/* Resolution of tc_stamp now, in seconds (0 when it is tc_now's). */
+double tc_stamp_resolution(void);
 
 /* ---- checked arithmetic ---- */
 static inline bool tc_mul_overflows(int64_t a, int64_t b, int64_t *out) {

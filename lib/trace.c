@@ -166,7 +166,7 @@ static void write_json(FILE *f, const record_t *recs, int n, const char *reason)
             ",\n{\"name\":\"%s\",\"cat\":\"tcoll\",\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
             "\"args\":{\"seq\":%llu,\"comm_seq\":%llu,\"comm\":\"%s\",\"comm_size\":%d,\"dtype\":\"%s\","
             "\"shape\":\"%s\",\"bytes\":%zu,\"device\":%d,\"state\":\"%s\",\"status\":\"%s\"}}",
-            r->op, rank, r->comm_id, (r->t_post + shift) * 1e6, (end - r->t_post) * 1e6, (unsigned long long)r->seq,
+            r->op, rank, r->comm_id, (r->t_post + shift) * 1e6, (end > r->t_post ? end - r->t_post : 0.0) * 1e6, (unsigned long long)r->seq,
             (unsigned long long)r->comm_seq, comm_label(r, label, sizeof label), r->comm_size, tcoll_dtype_name(r->dtype),
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, r->device, state_name(r->state),
             tcoll_status_string(r->status));
@@ -177,8 +177,11 @@ static void write_json(FILE *f, const record_t *recs, int n, const char *reason)
 static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
   if (n == 0) return;
   int from = n > 8 ? n - 8 : 0;
-  double now = tc_now();
-  tc_warn("flight recorder (%s): last %d of %d ops", reason, n - from, n);
+  double now = tc_now(), res = tc_stamp_resolution();
+  char precision[96] = "";
+  if (res > 0)
+    snprintf(precision, sizeof precision, "; times to %.0f ms (TCOLL_TRACE or TCOLL_DEBUG=INFO: to 1 us)", res * 1e3);
+  tc_warn("flight recorder (%s): last %d of %d ops%s", reason, n - from, n, precision);
   for (int i = from; i < n; i++) {
     const record_t *r = &recs[i];
     char shape[96], label[80];
@@ -186,7 +189,7 @@ static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
     tc_warn("  seq %llu %s on comm %s (seq %llu) %s %s %zu bytes: %s after %.3f ms", (unsigned long long)r->seq, r->op,
             comm_label(r, label, sizeof label), (unsigned long long)r->comm_seq, tcoll_dtype_name(r->dtype),
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, state_name(r->state),
-            1e3 * (end - r->t_post));
+            1e3 * (end > r->t_post ? end - r->t_post : 0.0));
   }
 }
 

@@ -359,7 +359,7 @@ int tc_work_end(tc_work_t *w, int rc) {
   }
   if (rc == TCOLL_SUCCESS) {
     w->posted = true;
-    w->t_post = tc_now();
+    w->t_post = tc_stamp();
     w->nalloc = 0;
     log_posted(w);
     tc_trace_posted(w);
@@ -380,7 +380,7 @@ int tc_work_end(tc_work_t *w, int rc) {
   w->status = rc;
   snprintf(w->err, sizeof w->err, "%s", tc_last_message());
   w->nalloc = 0;
-  w->t_post = tc_now();
+  w->t_post = tc_stamp();
   tc_trace_posted(w);
   pthread_mutex_unlock(&w->lock);
   return rc;
@@ -437,7 +437,7 @@ int tc_work_progress(tc_work_t *w, bool block, double deadline) {
     w->status = rc;
     snprintf(w->err, sizeof w->err, "%s", tc_last_message());
   }
-  w->t_done = tc_now();
+  w->t_done = tc_stamp();
   /* Its inputs are read no more: the registry ignores reads of done work (no lock needed here)
    * and forgets them when the work is recycled. */
   __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);

@@ -32,6 +32,9 @@ never-abort)  # a rank never joins: TCOLL_ON_TIMEOUT=abort ends the job with a d
   expect "all_reduce #1 on comm 'world' (seq 1, 8192 bytes) did not complete within 2 s"
   expect "pending on this rank: all_reduce #1"
   expect "flight recorder (timeout)"
+  # Stamps from the coarse clock by default: the resolution is said, the waits are still timed.
+  expect "times to [0-9]* ms (TCOLL_TRACE or TCOLL_DEBUG=INFO: to 1 us)"
+  expect "all_reduce on comm 'world' (seq 1) .*pending after [2-9][0-9][0-9][0-9]\.[0-9]* ms"
   expect "TCOLL_ON_TIMEOUT=abort: aborting the job"
   ;;
 never-return) # the same with TCOLL_ON_TIMEOUT=return: the caller gets TCOLL_ERR_TIMEOUT
