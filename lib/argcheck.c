@@ -19,7 +19,7 @@ int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name) {
     return INVALID("%s->dtype is %d (expected a tcoll_dtype_t, 0..%d)", name, (int)t->dtype, TCOLL_NUM_DTYPES - 1);
   if (t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS)
     return INVALID("%s->ndim is %d (expected 0..%d)", name, t->ndim, TCOLL_MAX_DIMS);
-  int64_t bytes = (int64_t)tcoll_dtype_size(t->dtype);
+  int64_t bytes = (int64_t)tc_dtype_size(t->dtype);
   bool empty = false;
   for (int i = 0; i < t->ndim; i++) {
     if (t->shape[i] < 0) return INVALID("%s->shape[%d] is %lld (expected >= 0)", name, i, (long long)t->shape[i]);

@@ -1,20 +1,15 @@
 /* Data type sizes, names and element-wise host helpers. */
 #include "dtype.h"
 
-static const struct {
-  const char *name;
-  size_t size;
-} dtype_info[TCOLL_NUM_DTYPES] = {
-    [TCOLL_BOOL] = {"bool", 1},       [TCOLL_INT8] = {"int8", 1},
-    [TCOLL_UINT8] = {"uint8", 1},     [TCOLL_INT16] = {"int16", 2},
-    [TCOLL_INT32] = {"int32", 4},     [TCOLL_INT64] = {"int64", 8},
-    [TCOLL_FLOAT16] = {"float16", 2}, [TCOLL_BFLOAT16] = {"bfloat16", 2},
-    [TCOLL_FLOAT32] = {"float32", 4}, [TCOLL_FLOAT64] = {"float64", 8},
+static const char *const dtype_name[TCOLL_NUM_DTYPES] = {
+    [TCOLL_BOOL] = "bool",       [TCOLL_INT8] = "int8",        [TCOLL_UINT8] = "uint8",     [TCOLL_INT16] = "int16",
+    [TCOLL_INT32] = "int32",     [TCOLL_INT64] = "int64",      [TCOLL_FLOAT16] = "float16", [TCOLL_BFLOAT16] = "bfloat16",
+    [TCOLL_FLOAT32] = "float32", [TCOLL_FLOAT64] = "float64",
 };
 
-size_t tcoll_dtype_size(tcoll_dtype_t d) { return tc_dtype_valid(d) ? dtype_info[d].size : 0; }
+size_t tcoll_dtype_size(tcoll_dtype_t d) { return tc_dtype_size(d); }
 
-const char *tcoll_dtype_name(tcoll_dtype_t d) { return tc_dtype_valid(d) ? dtype_info[d].name : "invalid"; }
+const char *tcoll_dtype_name(tcoll_dtype_t d) { return tc_dtype_valid(d) ? dtype_name[d] : "invalid"; }
 
 double tc_load_double(const void *buf, tcoll_dtype_t d, int64_t i) {
   switch (d) {

@@ -7,6 +7,14 @@
 #include <string.h>
 
 static inline bool tc_dtype_valid(int d) { return d >= TCOLL_BOOL && d <= TCOLL_FLOAT64; }
+/* tcoll_dtype_size, inlined: every call asks it several times. 0 for an invalid dtype. */
+static inline size_t tc_dtype_size(int d) {
+  static const unsigned char size[TCOLL_NUM_DTYPES] = {
+      [TCOLL_BOOL] = 1,    [TCOLL_INT8] = 1,    [TCOLL_UINT8] = 1,   [TCOLL_INT16] = 2,    [TCOLL_INT32] = 4,
+      [TCOLL_INT64] = 8,   [TCOLL_FLOAT16] = 2, [TCOLL_BFLOAT16] = 2, [TCOLL_FLOAT32] = 4, [TCOLL_FLOAT64] = 8,
+  };
+  return tc_dtype_valid(d) ? size[d] : 0;
+}
 static inline bool tc_dtype_is_float(tcoll_dtype_t d) {
   return d == TCOLL_FLOAT16 || d == TCOLL_BFLOAT16 || d == TCOLL_FLOAT32 || d == TCOLL_FLOAT64;
 }

@@ -1,5 +1,6 @@
 /* Tensor descriptors, tcoll-owned storage and copies. */
 #include "tensor.h"
+#include "dtype.h"
 
 #include "argcheck.h"
 #include "cuda/device.h"
@@ -68,7 +69,7 @@ size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
   if (!t) return 0;
   size_t n;
   /* 0, as numel gives for an invalid shape, rather than a byte count wrapped around */
-  if (__builtin_mul_overflow((size_t)tcoll_tensor_numel(t), tcoll_dtype_size(t->dtype), &n)) return 0;
+  if (__builtin_mul_overflow((size_t)tcoll_tensor_numel(t), tc_dtype_size(t->dtype), &n)) return 0;
   return n;
 }
 

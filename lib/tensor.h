@@ -3,6 +3,7 @@
 #define TC_TENSOR_H
 
 #include "core.h"
+#include "dtype.h"
 
 /* Product of shape[from..to) (1 for an empty range). Validated shapes have fewer than 2^63 bytes,
  * except empty tensors, whose other sizes may be anything: a partial product that overflows
@@ -16,7 +17,7 @@ static inline int64_t tc_shape_prod(const int64_t *shape, int from, int to) {
 
 /* Bytes of a tensor that passed the argument checks (no overflow or validity checks). */
 static inline size_t tc_nbytes(const tcoll_tensor_t *t) {
-  size_t n = tcoll_dtype_size(t->dtype);
+  size_t n = tc_dtype_size(t->dtype);
   for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
   return n;
 }

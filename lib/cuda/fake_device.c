@@ -69,7 +69,7 @@ static void run_op(op_t *o) {
   case OP_MEMSET: memset(o->dst, o->byte, o->n); break;
   case OP_SCALE:
     if (o->div != 1.0) {
-      if (o->dst != o->src) memmove(o->dst, o->src, o->n * tcoll_dtype_size(o->dt));
+      if (o->dst != o->src) memmove(o->dst, o->src, o->n * tc_dtype_size(o->dt));
       tc_host_divide(o->dst, o->dt, (int64_t)o->n, o->div);
     } else {
       tc_host_scale_copy(o->dst, o->src, o->dt, (int64_t)o->n, o->mul);

@@ -437,7 +437,7 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
     return rc;
   }
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, d0);
-  size_t es = tcoll_dtype_size(in->dtype);
+  size_t es = tc_dtype_size(in->dtype);
   outs_t al = {0};
   session_t s;
   memset(&s, 0, sizeof s);
@@ -506,7 +506,7 @@ int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_devi
     tc_warn("Was asked to gather along dimension 0, but all input tensors were scalars; will instead unsqueeze and "
             "return a vector.");
   tc_dimview_t v = tc_dimview(shape, ndim, d0);
-  size_t es = tcoll_dtype_size(in[0].dtype);
+  size_t es = tc_dtype_size(in[0].dtype);
   outs_t al = {0};
   session_t s;
   memset(&s, 0, sizeof s);

@@ -225,7 +225,7 @@ static int store(const mop_t *m, int i, void *dst, int dev, const char *src, siz
 static int x_allreduce(const mop_t *m, void *buf, int64_t count) {
   MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
   MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
-  size_t es = tcoll_dtype_size(m->in[0].dtype);
+  size_t es = tc_dtype_size(m->in[0].dtype);
   int64_t L = tc_mpi_limit();
   for (int64_t off = 0; off < count; off += L) {
     int c = (int)(count - off < L ? count - off : L);
@@ -238,7 +238,7 @@ static int x_allreduce(const mop_t *m, void *buf, int64_t count) {
 static int x_reduce(const mop_t *m, void *buf, int64_t count, int root) {
   MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
   MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
-  size_t es = tcoll_dtype_size(m->in[0].dtype);
+  size_t es = tc_dtype_size(m->in[0].dtype);
   int64_t L = tc_mpi_limit();
   for (int64_t off = 0; off < count; off += L) {
     int c = (int)(count - off < L ? count - off : L);
@@ -277,7 +277,7 @@ static int x_reduce_scatter(const mop_t *m, const void *send, void *recv, int64_
     int rc = MPI_Reduce_scatter_block(send, recv, (int)nper, dt, op, m->c->mpi);
     return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "MPI_Reduce_scatter_block");
   }
-  size_t es = tcoll_dtype_size(m->in[0].dtype);
+  size_t es = tc_dtype_size(m->in[0].dtype);
   for (int64_t off = 0; off < nper; off += L) {
     int c = (int)(nper - off < L ? nper - off : L);
     for (int q = 0; q < m->P; q++) {
@@ -299,7 +299,7 @@ static void local_reduce(const mop_t *m, char *stage, int64_t count, size_t nb) 
 
 static int run(mop_t *m) {
   const tcoll_tensor_t *x0 = &m->in[0];
-  size_t nb = tcoll_tensor_nbytes(x0), es = tcoll_dtype_size(x0->dtype);
+  size_t nb = tcoll_tensor_nbytes(x0), es = tc_dtype_size(x0->dtype);
   int64_t count = tcoll_tensor_numel(x0);
   int n = m->n, total = n * m->P;
   size_t bytes = nb * (size_t)n;

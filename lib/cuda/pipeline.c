@@ -76,7 +76,7 @@ static int64_t chunk_elems(tc_pipe_kind_t kind, size_t es, int size, size_t byte
 
 bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int64_t run, int size) {
   if (!tc_stage_needed(t) || n <= 0) return false;
-  int64_t C = chunk_elems(kind, tcoll_dtype_size(t->dtype), size, tc_cfg.staging_chunk);
+  int64_t C = chunk_elems(kind, tc_dtype_size(t->dtype), size, tc_cfg.staging_chunk);
   if (n <= C) return false;
   return run >= n || run * 64 >= C; /* at most ~64 copies per rank per chunk */
 }
@@ -535,7 +535,7 @@ void tc_pipe_release(void *pipe) {
 }
 
 int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
-  size_t es = tcoll_dtype_size(d->dtype);
+  size_t es = tc_dtype_size(d->dtype);
   int size = w->comm->size;
   tc_pipe_t *p = NULL;
   pipe_comm_t *pc = NULL;

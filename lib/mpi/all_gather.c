@@ -3,6 +3,7 @@
  * per chunk of rows, each chunk interleaved while in cache); a large output MPI reads on a
  * device is received through a strided datatype straight into place. */
 #include "../argcheck.h"
+#include "../dtype.h"
 #include "../cuda/pipeline.h"
 #include "../cuda/staging.h"
 #include "../tensor.h"
@@ -61,7 +62,7 @@ static int post_interleaved(tc_work_t *w, const void *sbuf, void *rbuf, const tc
   char *gathered = tc_work_scratch(w, nb * (size_t)w->comm->size);
   if (!gathered) return TCOLL_ERR_NO_MEMORY;
   *TC_WORK_PRIV(w, interleave_t) = (interleave_t){gathered, rbuf, v.outer,
-                                                  (size_t)(v.len * v.inner) * tcoll_dtype_size(in->dtype),
+                                                  (size_t)(v.len * v.inner) * tc_dtype_size(in->dtype),
                                                   w->comm->size};
   w->finish = interleave;
   return tc_post_allgather(w, sbuf, gathered, tcoll_tensor_numel(in), in->dtype);

@@ -1,5 +1,6 @@
 /* all_to_all_single -> MPI_Ialltoallv in rows of dim 0 (MPI_Ialltoallw above the limits). */
 #include "../argcheck.h"
+#include "../dtype.h"
 #include "../cuda/staging.h"
 #include "../detail.h"
 #include "../tensor.h"
@@ -34,7 +35,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   int64_t row = tc_shape_prod(in->shape, 1, in->ndim);
   /* Rows of zero elements, or rows of 2^63 bytes and more, which no rank can hold one of (every
    * rank's tensors are empty; the row is the same on all ranks): nothing moves. */
-  if (row == 0 || row > INT64_MAX / (int64_t)tcoll_dtype_size(in->dtype)) return TCOLL_SUCCESS;
+  if (row == 0 || row > INT64_MAX / (int64_t)tc_dtype_size(in->dtype)) return TCOLL_SUCCESS;
   return tc_post_alltoallv(w, sbuf, v, v + size, rbuf, v + 2 * size, v + 3 * size, in->dtype, row);
 }
 

@@ -68,7 +68,7 @@ int tcoll_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tcoll
 static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor_t *outs) {
   int size = w->comm->size;
   tcoll_dtype_t d = ins[0].dtype;
-  size_t es = tcoll_dtype_size(d);
+  size_t es = tc_dtype_size(d);
   int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   if (!v) return TCOLL_ERR_NO_MEMORY;
   int64_t stotal = 0, rtotal = 0;

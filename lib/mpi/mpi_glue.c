@@ -111,14 +111,14 @@ static int repeat(MPI_Datatype unit, MPI_Aint step, int64_t count, int64_t L, MP
 }
 
 static int build_contig(tcoll_dtype_t d, int64_t n, int64_t L, MPI_Datatype *out) {
-  MPI_Aint es = (MPI_Aint)tcoll_dtype_size(d);
+  MPI_Aint es = (MPI_Aint)tc_dtype_size(d);
   if (n <= L) return MPI_Type_contiguous((int)n, tc_mpi_dtype(d), out);
   return repeat(tc_mpi_dtype(d), es, n, L, out);
 }
 
 static int build_vector(tcoll_dtype_t d, int64_t nblocks, int64_t block, int64_t stride, int64_t extent, int64_t L,
                         MPI_Datatype *out) {
-  MPI_Aint es = (MPI_Aint)tcoll_dtype_size(d);
+  MPI_Aint es = (MPI_Aint)tc_dtype_size(d);
   MPI_Datatype blk, vec;
   int rc = build_contig(d, block, L, &blk);
   if (rc) return rc;

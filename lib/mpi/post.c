@@ -15,7 +15,7 @@ static const void *at_const(const void *p, int64_t elems, size_t es) {
 
 int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op) {
   int64_t L = tc_mpi_limit(), k = nchunks(n);
-  size_t es = tcoll_dtype_size(d);
+  size_t es = tc_dtype_size(d);
   int rc = tc_work_reserve(w, (int)k);
   for (int64_t off = 0; off < n && !rc; off += L) {
     int c = (int)(n - off < L ? n - off : L);
@@ -28,7 +28,7 @@ int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
 
 int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op, int root) {
   int64_t L = tc_mpi_limit(), k = nchunks(n);
-  size_t es = tcoll_dtype_size(d);
+  size_t es = tc_dtype_size(d);
   bool is_root = w->comm->rank == root;
   int rc = tc_work_reserve(w, (int)k);
   for (int64_t off = 0; off < n && !rc; off += L) {
@@ -54,7 +54,7 @@ int tc_post_reduce_scatter_block(tc_work_t *w, const void *sbuf, void *rbuf, int
   /* The send blocks of one call must be contiguous and a reduction cannot take a strided
    * datatype, so each owner's block is reduced to it piece by piece. */
   int size = w->comm->size;
-  size_t es = tcoll_dtype_size(d);
+  size_t es = tc_dtype_size(d);
   int rc = tc_work_reserve(w, (int)(nchunks(nper) * size));
   for (int64_t off = 0; off < nper && !rc; off += L) {
     int c = (int)(nper - off < L ? nper - off : L);
@@ -105,7 +105,7 @@ static int peer_type(tcoll_dtype_t d, int64_t unit, int64_t count, int64_t disp,
   int rc = tc_mpi_contig(d, count * unit, &block);
   if (rc) return rc;
   int one = 1;
-  MPI_Aint bytes = (MPI_Aint)(disp * unit) * (MPI_Aint)tcoll_dtype_size(d);
+  MPI_Aint bytes = (MPI_Aint)(disp * unit) * (MPI_Aint)tc_dtype_size(d);
   rc = MPI_Type_create_hindexed(1, &one, &bytes, block.type, t);
   if (rc == MPI_SUCCESS) rc = MPI_Type_commit(t);
   tc_mpi_type_put(&block);
@@ -180,7 +180,7 @@ int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const i
 }
 
 int tc_reduce_local(const void *x, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op) {
-  size_t es = tcoll_dtype_size(d);
+  size_t es = tc_dtype_size(d);
   int64_t L = tc_mpi_limit();
   for (int64_t off = 0; off < n; off += L) {
     int c = (int)(n - off < L ? n - off : L);
@@ -194,7 +194,7 @@ int tc_reduce_local(const void *x, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op
 
 void tc_pack_rank_major(void *y, const void *x, int64_t outer, int size, int64_t block, tcoll_dtype_t d,
                         double scale) {
-  size_t es = tcoll_dtype_size(d), bb = (size_t)block * es;
+  size_t es = tc_dtype_size(d), bb = (size_t)block * es;
   for (int r = 0; r < size; r++) {
     for (int64_t o = 0; o < outer; o++) {
       char *dst = (char *)y + ((size_t)r * (size_t)outer + (size_t)o) * bb;

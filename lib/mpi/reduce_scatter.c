@@ -31,7 +31,7 @@ TC_PRIV_FITS(slabs_t);
 
 static int reduce_slabs(tc_work_t *w) {
   slabs_t *s = TC_WORK_PRIV(w, slabs_t);
-  size_t es = tcoll_dtype_size(s->dtype);
+  size_t es = tc_dtype_size(s->dtype);
   memcpy(s->out, s->recv, (size_t)s->n * es);
   for (int r = 1; r < s->size; r++) {
     int rc = tc_reduce_local(s->recv + (size_t)r * (size_t)s->n * es, s->out, s->n, s->dtype, s->op);
