@@ -19,15 +19,40 @@
 
 #define INVALID(...) tc_error(TCOLL_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
-static int check_node_arg(tcoll_grad_node_t **node) {
+/* The start of every forward: the node argument checked and cleared, tcoll initialized. */
+static int begin_forward(tcoll_grad_node_t **node) {
   if (!node) return INVALID("node is NULL (expected where to store the new grad node)");
   *node = NULL;
+  return tc_require_init();
+}
+
+/* The end of every forward, given the plain op's status: on success the node records its
+ * n_in inputs and n_out outputs and is handed out; on failure it is destroyed. */
+static int end_forward(tcoll_grad_node_t *nd, int rc, const tcoll_tensor_t *in, const tcoll_tensor_t *out,
+                       tcoll_grad_node_t **node) {
+  if (rc) {
+    tg_node_destroy(nd);
+    return rc;
+  }
+  for (int i = 0; i < nd->n_in; i++) nd->in_desc[i] = tg_desc(&in[i]);
+  for (int k = 0; k < nd->n_out; k++) nd->out_desc[k] = tg_desc(&out[k]);
+  *node = nd;
   return TCOLL_SUCCESS;
 }
 
 static int expect_count(int got, int want, const char *what, const tcoll_grad_node_t *n) {
   if (got != want) return INVALID("%s is %d (expected %d for %s)", what, got, want, tg_kind_name(n->kind));
   return TCOLL_SUCCESS;
+}
+
+/* The start of every backward: the counts the node expects, then the tensors themselves. */
+static int check_backward(const tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, int want_ng,
+                          const tcoll_tensor_t *gin, int ngin, int want_ngin) {
+  int rc = expect_count(ng, want_ng, "n_grad_outputs", n);
+  if (!rc) rc = expect_count(ngin, want_ngin, "n_grad_inputs", n);
+  if (!rc) rc = tg_check_gouts(n, g, ng, 0);
+  if (!rc) rc = tg_check_gins(n, gin, ngin, 0, g, ng);
+  return rc;
 }
 
 /* n_groups groups of n tensors: refused where the total does not fit an int. */
@@ -60,22 +85,14 @@ int tcoll_grad_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const 
                                          tcoll_tensor_t *out, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_broadcast_coalesced");
   tcoll_grad_node_t *nd;
-  int rc = check_node_arg(node);
-  if (!rc) rc = tc_require_init();
+  int rc = begin_forward(node);
   if (rc) return rc;
   if (n < 0) return INVALID("n is %d (expected >= 0)", n);
   /* The plain op accepts no device at all; its gradient would then be zero from nowhere. */
   if (n_devices < 1) return INVALID("n_devices is %d (expected >= 1 for the differentiable form)", n_devices);
   if ((rc = check_total(n_devices, n, "n_devices * n"))) return rc;
   if ((rc = tg_node_new(TG_LOCAL_BROADCAST_COALESCED, NULL, n, n_devices * n, &nd))) return rc;
-  if ((rc = tcoll_local_broadcast_coalesced(in, n, devices, n_devices, out))) {
-    tg_node_destroy(nd);
-    return rc;
-  }
-  for (int i = 0; i < n; i++) nd->in_desc[i] = tg_desc(&in[i]);
-  for (int k = 0; k < n_devices * n; k++) nd->out_desc[k] = tg_desc(&out[k]);
-  *node = nd;
-  return TCOLL_SUCCESS;
+  return end_forward(nd, tcoll_local_broadcast_coalesced(in, n, devices, n_devices, out), in, out, node);
 }
 
 /* out[d*n + i] = in[i] on devices[d]: grad_in[i] = sum_d g[d*n + i] on in[i]'s device, a
@@ -84,10 +101,7 @@ int tcoll_grad_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const 
 int tg_backward_local_broadcast_coalesced(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
                                           int ngin) {
   int nin = n->n_in, ndev = nin ? n->n_out / nin : 0;
-  int rc = expect_count(ng, n->n_out, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, nin, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, ng, 0);
-  if (!rc) rc = tg_check_gins(n, gin, ngin, 0, g, ng);
+  int rc = check_backward(n, g, ng, n->n_out, gin, ngin, nin);
   if (rc || nin == 0) return rc;
   int *idx = malloc((size_t)nin * sizeof *idx);
   bool *done = calloc((size_t)nin, sizeof *done), *mine = note_allocs(gin, nin);
@@ -123,21 +137,13 @@ int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_device
                                           tcoll_tensor_t *out, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_reduce_add_coalesced");
   tcoll_grad_node_t *nd;
-  int rc = check_node_arg(node);
-  if (!rc) rc = tc_require_init();
+  int rc = begin_forward(node);
   if (rc) return rc;
   if (n_devices < 1) return INVALID("n_devices is %d (expected >= 1)", n_devices);
   if (n < 0) return INVALID("n is %d (expected >= 0)", n);
   if ((rc = check_total(n_devices, n, "n_devices * n"))) return rc;
   if ((rc = tg_node_new(TG_LOCAL_REDUCE_ADD_COALESCED, NULL, n_devices * n, n, &nd))) return rc;
-  if ((rc = tcoll_local_reduce_add_coalesced(in, n_devices, n, destination, out))) {
-    tg_node_destroy(nd);
-    return rc;
-  }
-  for (int k = 0; k < n_devices * n; k++) nd->in_desc[k] = tg_desc(&in[k]);
-  for (int i = 0; i < n; i++) nd->out_desc[i] = tg_desc(&out[i]);
-  *node = nd;
-  return TCOLL_SUCCESS;
+  return end_forward(nd, tcoll_local_reduce_add_coalesced(in, n_devices, n, destination, out), in, out, node);
 }
 
 /* out[i] = sum_d in[d*n + i]: grad_in[d*n + i] = g[i] on group d's device, a
@@ -145,10 +151,7 @@ int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_device
 int tg_backward_local_reduce_add_coalesced(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
                                            int ngin) {
   int nout = n->n_out, ndev = nout ? n->n_in / nout : 0;
-  int rc = expect_count(ng, nout, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, n->n_in, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, ng, 0);
-  if (!rc) rc = tg_check_gins(n, gin, ngin, 0, g, ng);
+  int rc = check_backward(n, g, ng, nout, gin, ngin, n->n_in);
   if (rc || nout == 0) return rc;
   int *devs = malloc((size_t)ndev * sizeof *devs);
   if (!devs) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d devices", ndev);
@@ -164,29 +167,19 @@ int tcoll_grad_local_scatter(const tcoll_tensor_t *in, const int *devices, int n
                              int dim, tcoll_tensor_t *out, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_scatter");
   tcoll_grad_node_t *nd;
-  int rc = check_node_arg(node);
-  if (!rc) rc = tc_require_init();
+  int rc = begin_forward(node);
   if (rc) return rc;
   if (n_devices < 1) return INVALID("n_devices is %d (expected >= 1)", n_devices);
   if ((rc = tg_node_new(TG_LOCAL_SCATTER, NULL, 1, n_devices, &nd))) return rc;
-  if ((rc = tcoll_local_scatter(in, devices, n_devices, chunk_sizes, dim, out))) {
-    tg_node_destroy(nd);
-    return rc;
-  }
-  nd->dim = dim < 0 ? dim + in->ndim : dim; /* checked by the scatter */
-  nd->in_desc[0] = tg_desc(in);
-  for (int i = 0; i < n_devices; i++) nd->out_desc[i] = tg_desc(&out[i]);
-  *node = nd;
-  return TCOLL_SUCCESS;
+  rc = tcoll_local_scatter(in, devices, n_devices, chunk_sizes, dim, out);
+  if (!rc) nd->dim = dim < 0 ? dim + in->ndim : dim; /* checked by the scatter */
+  return end_forward(nd, rc, in, out, node);
 }
 
 /* out[i] = chunk i of in along dim: grad_in = cat_dim(g[0], ..., g[n-1]) on in's device, a
  * gather of the grads. */
 int tg_backward_local_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
-  int rc = expect_count(ng, n->n_out, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, 1, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, ng, 0);
-  if (!rc) rc = tg_check_gins(n, gin, 1, 0, g, ng);
+  int rc = check_backward(n, g, ng, n->n_out, gin, ngin, 1);
   if (rc) return rc;
   return tcoll_local_gather(g, ng, n->dim, n->in_desc[0].device, &gin[0]);
 }
@@ -197,8 +190,7 @@ int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim, int target
                             tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_gather");
   tcoll_grad_node_t *nd;
-  int rc = check_node_arg(node);
-  if (!rc) rc = tc_require_init();
+  int rc = begin_forward(node);
   if (rc) return rc;
   if (n < 1) return INVALID("n is %d (expected >= 1)", n);
   if ((rc = tg_node_new(TG_LOCAL_GATHER, NULL, n, 1, &nd))) return rc;
@@ -207,21 +199,14 @@ int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim, int target
     return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the node's %d chunk sizes", n);
   }
   nd->naux = n;
-  if ((rc = tcoll_local_gather(in, n, dim, target_device, out))) {
-    tg_node_destroy(nd);
-    return rc;
+  if (!(rc = tcoll_local_gather(in, n, dim, target_device, out))) {
+    /* Scalars gathered along dim 0 became a vector (the gather warned); otherwise dim was
+     * checked against the inputs' ndim. */
+    bool unsqueezed = in[0].ndim == 0;
+    nd->dim = unsqueezed ? 0 : dim < 0 ? dim + in[0].ndim : dim;
+    for (int i = 0; i < n; i++) nd->aux[i] = unsqueezed ? 1 : in[i].shape[nd->dim];
   }
-  /* Scalars gathered along dim 0 became a vector (the gather warned); otherwise dim was checked
-   * against the inputs' ndim. */
-  bool unsqueezed = in[0].ndim == 0;
-  nd->dim = unsqueezed ? 0 : dim < 0 ? dim + in[0].ndim : dim;
-  for (int i = 0; i < n; i++) {
-    nd->in_desc[i] = tg_desc(&in[i]);
-    nd->aux[i] = unsqueezed ? 1 : in[i].shape[nd->dim];
-  }
-  nd->out_desc[0] = tg_desc(out);
-  *node = nd;
-  return TCOLL_SUCCESS;
+  return end_forward(nd, rc, in, out, node);
 }
 
 /* out = cat_dim(in[0], ..., in[n-1]): grad_in[i] = the slab of g along dim that in[i] filled,
@@ -229,10 +214,7 @@ int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim, int target
  * scalars get scalars back: the scatter writes [1]-shaped views of them. */
 int tg_backward_local_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
   int nin = n->n_in;
-  int rc = expect_count(ng, 1, "n_grad_outputs", n);
-  if (!rc) rc = expect_count(ngin, nin, "n_grad_inputs", n);
-  if (!rc) rc = tg_check_gouts(n, g, 1, 0);
-  if (!rc) rc = tg_check_gins(n, gin, ngin, 0, g, 1);
+  int rc = check_backward(n, g, ng, 1, gin, ngin, nin);
   if (rc) return rc;
   int *devs = malloc((size_t)nin * sizeof *devs);
   tcoll_tensor_t *parts = malloc((size_t)nin * sizeof *parts);
