@@ -141,6 +141,13 @@ static int ordered(record_t *out) {
   return n;
 }
 
+/* How long r took, or has been pending at `now`. Stamps may come from the coarse clock, which
+ * lags the precise one: never negative. */
+static double elapsed(const record_t *r, double now) {
+  double end = r->state == REC_POSTED ? now : r->t_done;
+  return end > r->t_post ? end - r->t_post : 0.0;
+}
+
 static void write_json(FILE *f, const record_t *recs, int n, const char *reason) {
   /* Timestamps are monotonic; shift them to wall-clock microseconds so ranks line up. */
   struct timespec rt;
@@ -161,12 +168,11 @@ static void write_json(FILE *f, const record_t *recs, int n, const char *reason)
   for (int i = 0; i < n; i++) {
     const record_t *r = &recs[i];
     char shape[128], label[80];
-    double end = r->state == REC_POSTED ? now : r->t_done;
     fprintf(f,
             ",\n{\"name\":\"%s\",\"cat\":\"tcoll\",\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
             "\"args\":{\"seq\":%llu,\"comm_seq\":%llu,\"comm\":\"%s\",\"comm_size\":%d,\"dtype\":\"%s\","
             "\"shape\":\"%s\",\"bytes\":%zu,\"device\":%d,\"state\":\"%s\",\"status\":\"%s\"}}",
-            r->op, rank, r->comm_id, (r->t_post + shift) * 1e6, (end > r->t_post ? end - r->t_post : 0.0) * 1e6, (unsigned long long)r->seq,
+            r->op, rank, r->comm_id, (r->t_post + shift) * 1e6, elapsed(r, now) * 1e6, (unsigned long long)r->seq,
             (unsigned long long)r->comm_seq, comm_label(r, label, sizeof label), r->comm_size, tcoll_dtype_name(r->dtype),
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, r->device, state_name(r->state),
             tcoll_status_string(r->status));
@@ -185,11 +191,10 @@ static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
   for (int i = from; i < n; i++) {
     const record_t *r = &recs[i];
     char shape[96], label[80];
-    double end = r->state == REC_POSTED ? now : r->t_done;
     tc_warn("  seq %llu %s on comm %s (seq %llu) %s %s %zu bytes: %s after %.3f ms", (unsigned long long)r->seq, r->op,
             comm_label(r, label, sizeof label), (unsigned long long)r->comm_seq, tcoll_dtype_name(r->dtype),
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, state_name(r->state),
-            1e3 * (end > r->t_post ? end - r->t_post : 0.0));
+            1e3 * elapsed(r, now));
   }
 }
 
