@@ -658,6 +658,68 @@ START_TEST(batch_below_pending) {
 }
 END_TEST
 
+/* Slot k of an order of n slots: forward, reverse, or scrambled (n coprime with 7). */
+static int64_t slot_of(int order, int64_t k, int64_t n) { return order == 0 ? k : order == 1 ? n - 1 - k : k * 7 % n; }
+
+START_TEST(batch_in_any_address_order) {
+  /* One call's buffers keyed and read in address order, in reverse or scrambled: each element
+   * of each is refused while pending, and the reads are forgotten exactly when waited, also
+   * while a second call's reads lie between them. Even slots go to call A, odd ones to B. */
+  enum { N = 150, E = 3 };
+  int64_t bshape[1] = {2 * N * E};
+  for (int order = 0; order < 3; order++) {
+    tcoll_tensor_t outs = t_alloc(F32, 1, bshape), ins = t_alloc(F32, 1, bshape), src = input_1d(1);
+    t_set_all(&ins, rank_val, NULL);
+    tcoll_tensor_t in_a[N], out_a[N], in_b[N], out_b[N], one = view_1d(&src, 0, 1);
+    for (int k = 0; k < N; k++) {
+      int64_t a = 2 * slot_of(order, k, N), b = 2 * slot_of(2 - order, k, N) + 1;
+      in_a[k] = view_1d(&ins, a * E, E);
+      out_a[k] = view_1d(&outs, a * E, E);
+      in_b[k] = view_1d(&ins, b * E, E);
+      out_b[k] = view_1d(&outs, b * E, E);
+    }
+    T_OK(tcoll_all_reduce_coalesced(in_a, N, TCOLL_SUM, NULL, out_a));
+    T_OK(tcoll_all_reduce_coalesced(in_b, N, TCOLL_SUM, NULL, out_b));
+    PENDING_IS(2 * N);
+    for (int64_t slot = 0; slot < 2 * N; slot++) {
+      tcoll_tensor_t o = view_1d(&outs, slot * E + slot % E, 1), i = view_1d(&ins, slot * E + 2 - slot % E, 1);
+      T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &o), TCOLL_ERR_BUSY, "pending work");
+      T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i), TCOLL_ERR_BUSY, "the input of pending work");
+    }
+    /* B first: its read of the top slot is the table's last entry, its other reads lie between
+     * A's. */
+    for (int k = 0; k < N; k++) T_OK(tcoll_wait(out_b[(k * 11) % N].data));
+    PENDING_IS(N);
+    /* Pending meanwhile, most likely on B's recycled work: a read of B's left behind would
+     * name it and refuse the writes below. */
+    tcoll_tensor_t other_in = input_1d(2), other_out = t_empty();
+    T_OK(tcoll_all_reduce(&other_in, TCOLL_SUM, NULL, &other_out));
+    for (int64_t slot = 0; slot < 2 * N; slot++) { /* B's inputs are free, A's still read */
+      tcoll_tensor_t i = view_1d(&ins, slot * E + 1, 1);
+      if (slot % 2 == 0) {
+        T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i), TCOLL_ERR_BUSY, "the input of pending work");
+      } else {
+        T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i));
+        T_OK(tcoll_wait(i.data));
+      }
+    }
+    T_OK(tcoll_wait(other_out.data));
+    T_OK(tcoll_wait_all());
+    PENDING_IS(0);
+    int64_t off = 0;
+    t_check_all(order == 0 ? "forward order" : order == 1 ? "reverse order" : "scrambled order", &outs, sum_val, &off, 0);
+    tcoll_tensor_t free_in = view_1d(&ins, 1, 1); /* slot 0 (A's): writable again */
+    T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &free_in));
+    T_OK(tcoll_wait(free_in.data));
+    tcoll_tensor_free(&other_in);
+    tcoll_tensor_free(&other_out);
+    tcoll_tensor_free(&src);
+    tcoll_tensor_free(&outs);
+    tcoll_tensor_free(&ins);
+  }
+}
+END_TEST
+
 START_TEST(forgotten_reads) {
   /* The inputs of waited work are forgotten in bulk; the input of the one work still pending
    * must stay protected through that, wherever it lies among the others. */
@@ -706,6 +768,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, many_pending);
   tcase_add_test(tc, ends_churn);
   tcase_add_test(tc, batch_below_pending);
+  tcase_add_test(tc, batch_in_any_address_order);
   tcase_add_test(tc, forgotten_reads);
   tcase_add_test(tc, concurrent_waits);
   suite_add_tcase(s, tc);
