@@ -3,6 +3,16 @@
 #include "trace.h"
 
 #include <stdio.h>
+#include <time.h>
+
+/* MPI_Abort kills every rank at once, and mpiexec may not forward what was still in flight: a
+ * pause lets this rank's diagnosis, and those of ranks that timed out at the same moment, reach
+ * the user first (as PyTorch's watchdog waits for the ranks' dumps before it kills). */
+static void grace_before_abort(void) {
+  fflush(NULL);
+  struct timespec pause = {0, 300 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+}
 
 int tc_timeout_diagnose(bool loud) {
   loud = loud || tc_cfg.abort_on_timeout || tc_cfg.debug >= TCOLL_LOG_INFO;
@@ -15,6 +25,7 @@ int tc_timeout_diagnose(bool loud) {
   tc_trace_dump("timeout");
   if (tc_cfg.abort_on_timeout) {
     tc_warn("TCOLL_ON_TIMEOUT=abort: aborting the job");
+    grace_before_abort();
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return TCOLL_ERR_TIMEOUT;
