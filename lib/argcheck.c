@@ -1,8 +1,8 @@
 #include "argcheck.h"
 
 #include "comm.h"
-#include "cuda/device.h"
-#include "dtype.h"
+#include "device/device.h"
+#include "base/dtype.h"
 #include "tensor.h"
 
 #include <stdio.h>

@@ -4,8 +4,8 @@
 #ifndef TC_ARGCHECK_H
 #define TC_ARGCHECK_H
 
-#include "core.h"
-#include "redop.h"
+#include "base/base.h"
+#include "base/redop.h"
 
 /* ---- building blocks ---- */
 

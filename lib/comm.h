@@ -2,7 +2,7 @@
 #ifndef TC_COMM_H
 #define TC_COMM_H
 
-#include "core.h"
+#include "base/base.h"
 
 #define TC_COMM_MAGIC 0x74636f6du /* "tcom": catches freed or foreign pointers */
 #define TC_COMM_NAME_LEN 64
@@ -39,6 +39,8 @@ int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out)
 int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out);
 /* Completes the communicator's pending work, then frees it (no checks). */
 void tc_comm_destroy(tcoll_comm_t *comm);
+/* What completes a communicator's pending work before it is destroyed (init sets it). */
+void tc_comm_set_drain(void (*drain)(const tcoll_comm_t *));
 /* Next collective sequence number on comm (1-based). */
 uint64_t tc_comm_next_seq(tcoll_comm_t *comm);
 /* "'name'" or "#id" for messages. */

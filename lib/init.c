@@ -1,17 +1,19 @@
 /* Library lifetime: tcoll_init / tcoll_finalize and the version. */
-#include "core.h"
+#include "base/base.h"
 
+#include "base/redop.h"
+#include "base/scratch.h"
+#include "bootstrap.h"
 #include "comm.h"
-#include "cuda/device.h"
-#include "cuda/nccl.h"
-#include "cuda/pipeline.h"
-#include "cuda/staging.h"
-#include "mpi/mpi_glue.h"
-#include "progress.h"
-#include "redop.h"
-#include "registry.h"
-#include "scratch.h"
-#include "trace.h"
+#include "device/device.h"
+#include "device/pinned.h"
+#include "local/local.h"
+#include "sched/mpi_glue.h"
+#include "sched/placement.h"
+#include "work/pipeline.h"
+#include "work/progress.h"
+#include "work/registry.h"
+#include "work/trace.h"
 
 #include <stdio.h>
 
@@ -53,7 +55,7 @@ static void teardown(void) {
   tc_mpi_errors_fini();
   tc_pipe_cleanup();
   tc_local_cleanup();
-  tc_stage_cleanup();
+  tc_pinned_cleanup();
   tc_dev_fini();
   tc_scratch_cleanup();
   tc_work_pool_cleanup();
@@ -105,6 +107,8 @@ static int start_library(void) {
   if ((rc = tc_mpi_glue_init())) return rc;
   tc_mpi_errors_init();
   if ((rc = tc_dev_init())) return rc;
+  tc_placement_init();
+  tc_comm_set_drain(tc_wait_comm);
   if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;
   rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);

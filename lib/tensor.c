@@ -1,13 +1,14 @@
-/* Tensor descriptors, tcoll-owned storage and copies. */
+/* Tensor descriptors and tcoll-owned storage (freeing and copying, which wait for pending work,
+ * are in work/release.c). */
 #include "tensor.h"
-#include "dtype.h"
+#include "base/dtype.h"
 
 #include "argcheck.h"
-#include "cuda/device.h"
-#include "ptrmap.h"
-#include "registry.h"
+#include "device/device.h"
+#include "base/ptrmap.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Storage tcoll allocated: address -> device + 2 (the host, -1, is stored as 1: never NULL). */
@@ -73,15 +74,27 @@ size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
   return n;
 }
 
+/* Host memory, 64-byte aligned and zero-filled. */
+static int host_alloc(size_t n, void **p) {
+  if (posix_memalign(p, 64, n)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of host memory", n);
+  memset(*p, 0, n);
+  return TCOLL_SUCCESS;
+}
+
+static void storage_free(int device, void *p) {
+  if (device == TCOLL_HOST) free(p);
+  else tc_dev_free(device, p);
+}
+
 /* Storage for a tensor: never NULL, also for zero elements, so the registry can key it. */
 int tc_tensor_storage(tcoll_tensor_t *t) {
   size_t n = tcoll_tensor_nbytes(t);
   void *p = NULL;
-  int rc = tc_dev_alloc(t->device, n ? n : 1, &p);
+  int rc = t->device == TCOLL_HOST ? host_alloc(n ? n : 1, &p) : tc_dev_alloc(t->device, n ? n : 1, &p);
   if (rc) return rc;
   rc = alloc_record(p, t->device);
   if (rc) {
-    tc_dev_free(t->device, p);
+    storage_free(t->device, p);
     return tc_error(rc, "cannot record a new allocation");
   }
   t->data = p;
@@ -109,39 +122,9 @@ void tc_tensor_release(tcoll_tensor_t *t) {
   int device;
   if (tc_alloc_owned(t->data, &device)) {
     alloc_forget(t->data);
-    tc_dev_free(device, t->data);
+    storage_free(device, t->data);
   } else {
     tc_warn("tcoll_tensor_free: %p was not allocated by tcoll; not freed", t->data);
   }
   t->data = NULL;
-}
-
-void tcoll_tensor_free(tcoll_tensor_t *t) {
-  TC_ENTER("tcoll_tensor_free");
-  if (!t || !t->data) return;
-  /* A pending buffer is never freed under MPI: neither a pending output nor an input that
-   * pending work still reads. */
-  size_t n = tcoll_tensor_nbytes(t);
-  tc_wait_writers(t->data, n);
-  tc_wait_readers(t->data, n);
-  tc_tensor_release(t);
-}
-
-int tc_copy_prepare(tcoll_tensor_t *dst, const tcoll_tensor_t *src, size_t *n) {
-  int rc = tc_check_copy(dst, src);
-  if (rc) return rc;
-  *n = tcoll_tensor_nbytes(src);
-  /* Pending work writing either buffer completes first; so does work still reading dst. */
-  rc = tc_wait_writers(src->data, *n);
-  if (!rc) rc = tc_wait_writers(dst->data, *n);
-  if (!rc) tc_wait_readers(dst->data, *n);
-  return rc;
-}
-
-int tcoll_tensor_copy(tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
-  TC_ENTER("tcoll_tensor_copy");
-  size_t n;
-  int rc = tc_copy_prepare(dst, src, &n);
-  if (rc || n == 0 || dst->data == src->data) return rc;
-  return tc_dev_copy_sync(dst->data, dst->device, src->data, src->device, n);
 }

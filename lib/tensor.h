@@ -2,8 +2,8 @@
 #ifndef TC_TENSOR_H
 #define TC_TENSOR_H
 
-#include "core.h"
-#include "dtype.h"
+#include "base/base.h"
+#include "base/dtype.h"
 
 /* Product of shape[from..to) (1 for an empty range). Validated shapes have fewer than 2^63 bytes,
  * except empty tensors, whose other sizes may be anything: a partial product that overflows
@@ -50,9 +50,6 @@ int tc_tensor_storage(tcoll_tensor_t *t);
 
 /* Frees storage tcoll owns (nothing pending on it) and NULLs t->data. */
 void tc_tensor_release(tcoll_tensor_t *t);
-
-/* The checks and waits a copy needs before it moves anything; *n gets the bytes to move. */
-int tc_copy_prepare(tcoll_tensor_t *dst, const tcoll_tensor_t *src, size_t *n);
 
 /* Allocation bookkeeping: whether tcoll allocated p, and on which device. */
 bool tc_alloc_owned(const void *p, int *device);

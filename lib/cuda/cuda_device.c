@@ -1,6 +1,6 @@
 /* The CUDA runtime backend. Every call makes its device current on this thread for its
  * duration and restores the caller's current device afterwards (a device guard). */
-#include "device.h"
+#include "../device/device.h"
 
 #include "kernels.h"
 

@@ -2,7 +2,7 @@
  * collectives, then runs local math (see grad.h). */
 #include "grad.h"
 
-#include "../registry.h"
+#include "../work/registry.h"
 #include "../tensor.h"
 
 #include <string.h>

@@ -12,9 +12,9 @@
 #ifndef TG_GRAD_H
 #define TG_GRAD_H
 
-#include "../core.h"
-#include "../redop.h"
-#include "../work.h"
+#include "../base/base.h"
+#include "../base/redop.h"
+#include "../work/work.h"
 
 #define TG_NODE_MAGIC 0x74676e64u /* "tgnd" */
 

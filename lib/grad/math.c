@@ -2,7 +2,7 @@
  * copy). The nonlinear rules compute in float64 and round once into the output dtype. */
 #include "grad.h"
 
-#include "../dtype.h"
+#include "../base/dtype.h"
 
 #include <string.h>
 

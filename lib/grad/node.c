@@ -4,8 +4,8 @@
 
 #include "../argcheck.h"
 #include "../comm.h"
-#include "../ptrmap.h"
-#include "../registry.h"
+#include "../base/ptrmap.h"
+#include "../work/registry.h"
 #include "../tensor.h"
 
 #include <stdio.h>

@@ -8,8 +8,8 @@
 
 #include "../argcheck.h"
 #include "../comm.h"
-#include "../dtype.h"
-#include "../registry.h"
+#include "../base/dtype.h"
+#include "../work/registry.h"
 #include "../tensor.h"
 
 #include <ctype.h>

@@ -3,9 +3,9 @@
  * per chunk of rows, each chunk interleaved while in cache); a large output MPI reads on a
  * device is received through a strided datatype straight into place. */
 #include "../argcheck.h"
-#include "../dtype.h"
-#include "../cuda/pipeline.h"
-#include "../cuda/staging.h"
+#include "../base/dtype.h"
+#include "../work/pipeline.h"
+#include "../work/staging.h"
 #include "../tensor.h"
 #include "post.h"
 

@@ -1,8 +1,8 @@
 /* all_reduce -> MPI_Iallreduce (in place on the output; chunked above the per-call limit). */
 #include "../argcheck.h"
-#include "../cuda/pipeline.h"
-#include "../cuda/staging.h"
-#include "../dtype.h"
+#include "../work/pipeline.h"
+#include "../work/staging.h"
+#include "../base/dtype.h"
 #include "post.h"
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,

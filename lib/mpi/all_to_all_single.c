@@ -1,8 +1,8 @@
 /* all_to_all_single -> MPI_Ialltoallv in rows of dim 0 (MPI_Ialltoallw above the limits). */
 #include "../argcheck.h"
-#include "../dtype.h"
-#include "../cuda/staging.h"
-#include "../detail.h"
+#include "../base/dtype.h"
+#include "../work/staging.h"
+#include "../work/detail.h"
 #include "../tensor.h"
 #include "post.h"
 

@@ -1,8 +1,8 @@
 /* broadcast -> MPI_Ibcast on the output (src first copies its input there). */
 #include "../argcheck.h"
-#include "../cuda/device.h"
-#include "../cuda/pipeline.h"
-#include "../cuda/staging.h"
+#include "../device/device.h"
+#include "../work/pipeline.h"
+#include "../work/staging.h"
 #include "post.h"
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int src) {

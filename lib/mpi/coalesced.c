@@ -4,9 +4,9 @@
  *   all_gather_coalesced     -> MPI_Iallgather of the packed bytes
  *   reduce_scatter_coalesced -> MPI_Ireduce_scatter_block of the rank-major packed buffer */
 #include "../argcheck.h"
-#include "../cuda/device.h"
-#include "../cuda/staging.h"
-#include "../dtype.h"
+#include "../device/device.h"
+#include "../work/staging.h"
+#include "../base/dtype.h"
 #include "../tensor.h"
 #include "post.h"
 

@@ -1,8 +1,8 @@
 /* gather -> MPI_Igather into scratch on dst, unpacked into the list at completion;
  * scatter -> MPI_Iscatter from the list packed into scratch on src. */
 #include "../argcheck.h"
-#include "../cuda/device.h"
-#include "../cuda/staging.h"
+#include "../device/device.h"
+#include "../work/staging.h"
 #include "post.h"
 
 static int post_gather(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *outs, int dst) {

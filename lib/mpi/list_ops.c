@@ -2,9 +2,9 @@
  * unpacked at completion; reduce_scatter_list -> MPI_Ireduce_scatter_block from the list
  * packed into scratch; all_to_all -> MPI_Ialltoallv between packed scratch buffers. */
 #include "../argcheck.h"
-#include "../cuda/device.h"
-#include "../cuda/staging.h"
-#include "../dtype.h"
+#include "../device/device.h"
+#include "../work/staging.h"
+#include "../base/dtype.h"
 #include "post.h"
 
 static int post_all_gather_list(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *outs) {

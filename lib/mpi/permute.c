@@ -1,7 +1,7 @@
 /* permute -> MPI_Ialltoallv with one non-empty send (to src_dst[me]) and one non-empty receive
  * (from the rank m with src_dst[m] == me). */
 #include "../argcheck.h"
-#include "../cuda/staging.h"
+#include "../work/staging.h"
 #include "post.h"
 
 #include <string.h>

@@ -1,7 +1,7 @@
 #include "post.h"
 
 #include "../comm.h"
-#include "../dtype.h"
+#include "../base/dtype.h"
 
 #include <limits.h>
 #include <stdlib.h>

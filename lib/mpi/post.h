@@ -5,8 +5,8 @@
 #define TC_POST_H
 
 #include "../comm.h"
-#include "../work.h"
-#include "mpi_glue.h"
+#include "../work/work.h"
+#include "../sched/mpi_glue.h"
 
 /* Reductions cannot use derived datatypes with MPI's built-in ops, so counts above the limit
  * become several calls on consecutive pieces. sbuf may be MPI_IN_PLACE. */

@@ -1,7 +1,7 @@
 /* reduce -> MPI_Ireduce (chunked above the per-call limit); out is written on dst only. */
 #include "../argcheck.h"
-#include "../cuda/staging.h"
-#include "../dtype.h"
+#include "../work/staging.h"
+#include "../base/dtype.h"
 #include "post.h"
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {

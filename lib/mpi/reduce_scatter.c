@@ -9,9 +9,9 @@
  * host pipeline instead: chunk by chunk, packed in cache and reduced with
  * MPI_Ireduce_scatter_block straight into the output (HOST_PIPE_MIN_BYTES). */
 #include "../argcheck.h"
-#include "../cuda/pipeline.h"
-#include "../cuda/staging.h"
-#include "../dtype.h"
+#include "../work/pipeline.h"
+#include "../work/staging.h"
+#include "../base/dtype.h"
 #include "../tensor.h"
 #include "post.h"
 

@@ -2,7 +2,7 @@
  * input along shard_dim goes to rank j, and rank i's chunk lands as the i-th slab of the output
  * along gather_dim, with no packing. */
 #include "../argcheck.h"
-#include "../cuda/staging.h"
+#include "../work/staging.h"
 #include "../tensor.h"
 #include "post.h"
 

@@ -1,0 +1,86 @@
+/* Internal declarations shared by every part of the library (never installed). */
+#ifndef TC_CORE_H
+#define TC_CORE_H
+
+#define TCOLL_BUILDING_LIBRARY 1
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* recursive mutex initializer, strdup */
+#endif
+#include "tcoll.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define TC_UNUSED(x) ((void)(x))
+#define TC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define TC_PRINTF(f, a) __attribute__((format(printf, f, a)))
+/* Small thread-locals read on every call: the initial-exec model reads them with one instruction
+ * instead of a __tls_get_addr call per access. They total under 128 bytes, well inside the static
+ * TLS room glibc keeps for a library loaded with dlopen. */
+#define TC_TLS_HOT __attribute__((tls_model("initial-exec")))
+
+#ifndef TCOLL_VERSION_SUFFIX
+#define TCOLL_VERSION_SUFFIX "" /* meson sets it for development builds */
+#endif
+
+/* ---- errors (status.c) ---- */
+
+/* Every public entry point names itself first, so that messages say where they come from. */
+void tc_enter(const char *fn);
+#define TC_ENTER(fn) tc_enter(fn)
+const char *tc_current_fn(void);
+/* Records "fn: message" as this thread's last error and returns status. */
+int tc_error(int status, const char *fmt, ...) TC_PRINTF(2, 3);
+/* This thread's last error without the "fn: " prefix (to be reported again by another call). */
+const char *tc_last_message(void);
+/* Puts back a last-error text saved earlier (no logging). */
+void tc_restore_error(const char *saved);
+/* For an MPI return code: TCOLL_ERR_MPI with MPI's own error string. */
+int tc_mpi_error(int mpi_rc, const char *what);
+
+/* ---- logging (log.c) ---- */
+
+void tc_log(tcoll_log_level_t level, const char *fmt, ...) TC_PRINTF(2, 3);
+#define tc_warn(...) tc_log(TCOLL_LOG_WARN, __VA_ARGS__)
+#define tc_info(...) tc_log(TCOLL_LOG_INFO, __VA_ARGS__)
+
+/* ---- configuration (config.c) ---- */
+
+extern tcoll_config_t tc_cfg;
+/* Reads TCOLL_* into tc_cfg; a malformed value is an error naming the variable. */
+int tc_config_load(void);
+#define TC_DEFAULT_STAGING_CHUNK ((size_t)4 << 20)
+
+/* ---- process state (init.c) ---- */
+
+typedef struct tc_state {
+  int init_count;   /* tcoll_init calls not yet matched by tcoll_finalize */
+  int mpi_owned;    /* tcoll_init called MPI_Init_thread */
+  int thread_level; /* what MPI provided */
+  int world_rank;
+  int world_size;
+  tcoll_comm_t *world;
+} tc_state_t;
+extern tc_state_t tc_g;
+/* TCOLL_ERR_STATE unless tcoll is initialized (and MPI not yet finalized). */
+int tc_require_init(void);
+
+/* ---- time ---- */
+double tc_now(void); /* seconds, monotonic */
+/* A work's post and completion times (seconds, same clock as tc_now): the coarse clock (a few
+ * ms, a fifth of the cost) unless a trace file or INFO logs will show durations. */
+double tc_stamp(void);
+/* Resolution of tc_stamp now, in seconds (0 when it is tc_now's). */
+double tc_stamp_resolution(void);
+
+/* ---- checked arithmetic ---- */
+static inline bool tc_mul_overflows(int64_t a, int64_t b, int64_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+#endif

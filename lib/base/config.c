@@ -1,0 +1,145 @@
+/* TCOLL_* environment variables and the tcoll_config_t that mirrors them. */
+#include "base.h"
+
+#include <limits.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+tcoll_config_t tc_cfg = {
+    .debug = TCOLL_LOG_WARN,
+    .timeout = 0.0,
+    .abort_on_timeout = 0,
+    .max_count = INT_MAX,
+    .staging_chunk = TC_DEFAULT_STAGING_CHUNK,
+    .cuda_aware = -1,
+    .fake_devices = 0,
+    .progress_thread = 0,
+    .trace_path = "",
+};
+
+static int bad_env(const char *name, const char *value, const char *expected) {
+  return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is invalid (expected %s)",
+                  name, value, expected);
+}
+
+static int parse_int64(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end != '\0' || x < lo || x > hi) {
+    char expected[96];
+    snprintf(expected, sizeof expected, "an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+    return bad_env(name, v, expected);
+  }
+  *out = x;
+  return TCOLL_SUCCESS;
+}
+
+static int load_debug(const char *v) {
+  if (!strcasecmp(v, "WARN")) tc_cfg.debug = TCOLL_LOG_WARN;
+  else if (!strcasecmp(v, "INFO")) tc_cfg.debug = TCOLL_LOG_INFO;
+  else if (!strcasecmp(v, "DETAIL")) tc_cfg.debug = TCOLL_LOG_DETAIL;
+  else return bad_env("TCOLL_DEBUG", v, "WARN, INFO or DETAIL");
+  return TCOLL_SUCCESS;
+}
+
+static int load_timeout(const char *v) {
+  char *end = NULL;
+  double t = strtod(v, &end);
+  if (end == v || *end != '\0' || !isfinite(t) || t < 0)
+    return bad_env("TCOLL_TIMEOUT", v, "a number of seconds >= 0");
+  tc_cfg.timeout = t;
+  return TCOLL_SUCCESS;
+}
+
+static int load_on_timeout(const char *v) {
+  if (!strcasecmp(v, "return")) tc_cfg.abort_on_timeout = 0;
+  else if (!strcasecmp(v, "abort")) tc_cfg.abort_on_timeout = 1;
+  else return bad_env("TCOLL_ON_TIMEOUT", v, "return or abort");
+  return TCOLL_SUCCESS;
+}
+
+static int load_cuda_aware(const char *v) {
+  if (!strcasecmp(v, "auto")) tc_cfg.cuda_aware = -1;
+  else if (!strcmp(v, "0")) tc_cfg.cuda_aware = 0;
+  else if (!strcmp(v, "1")) tc_cfg.cuda_aware = 1;
+  else return bad_env("TCOLL_CUDA_AWARE", v, "auto, 0 or 1");
+  return TCOLL_SUCCESS;
+}
+
+static int load_progress(const char *v) {
+  if (!strcasecmp(v, "none")) tc_cfg.progress_thread = 0;
+  else if (!strcasecmp(v, "thread")) tc_cfg.progress_thread = 1;
+  else return bad_env("TCOLL_PROGRESS", v, "none or thread");
+  return TCOLL_SUCCESS;
+}
+
+int tc_config_load(void) {
+  const char *v;
+  int64_t x;
+  int rc;
+  if ((v = getenv("TCOLL_DEBUG")) && *v && (rc = load_debug(v))) return rc;
+  if ((v = getenv("TCOLL_TIMEOUT")) && *v && (rc = load_timeout(v))) return rc;
+  if ((v = getenv("TCOLL_ON_TIMEOUT")) && *v && (rc = load_on_timeout(v))) return rc;
+  if ((v = getenv("TCOLL_CUDA_AWARE")) && *v && (rc = load_cuda_aware(v))) return rc;
+  if ((v = getenv("TCOLL_PROGRESS")) && *v && (rc = load_progress(v))) return rc;
+  if ((v = getenv("TCOLL_MAX_COUNT")) && *v) {
+    if ((rc = parse_int64("TCOLL_MAX_COUNT", v, 1, INT_MAX, &x))) return rc;
+    tc_cfg.max_count = x;
+  }
+  if ((v = getenv("TCOLL_STAGING_CHUNK")) && *v) {
+    if ((rc = parse_int64("TCOLL_STAGING_CHUNK", v, 256, (int64_t)1 << 40, &x))) return rc;
+    tc_cfg.staging_chunk = (size_t)x;
+  }
+  if ((v = getenv("TCOLL_FAKE_DEVICES")) && *v) {
+    if ((rc = parse_int64("TCOLL_FAKE_DEVICES", v, 0, 64, &x))) return rc;
+    tc_cfg.fake_devices = (int)x;
+  }
+  if ((v = getenv("TCOLL_TRACE")) && *v) {
+    if (strlen(v) >= sizeof tc_cfg.trace_path)
+      return bad_env("TCOLL_TRACE", v, "a path shorter than 512 bytes");
+    strcpy(tc_cfg.trace_path, v);
+  }
+  return TCOLL_SUCCESS;
+}
+
+int tcoll_get_config(tcoll_config_t *config) {
+  TC_ENTER("tcoll_get_config");
+  if (!config) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config is NULL (expected a pointer)");
+  *config = tc_cfg;
+  return TCOLL_SUCCESS;
+}
+
+static bool fixed_fields_equal(const tcoll_config_t *a, const tcoll_config_t *b) {
+  return a->cuda_aware == b->cuda_aware && a->fake_devices == b->fake_devices &&
+         a->progress_thread == b->progress_thread && !strcmp(a->trace_path, b->trace_path);
+}
+
+int tcoll_set_config(const tcoll_config_t *c) {
+  TC_ENTER("tcoll_set_config");
+  if (!c) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config is NULL (expected a pointer)");
+  if (c->debug < TCOLL_LOG_WARN || c->debug > TCOLL_LOG_DETAIL)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->debug is %d (expected 0..2)", (int)c->debug);
+  if (!isfinite(c->timeout) || c->timeout < 0)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->timeout is %g (expected seconds >= 0)", c->timeout);
+  if (c->max_count < 1 || c->max_count > INT_MAX)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->max_count is %lld (expected 1..%d)",
+                    (long long)c->max_count, INT_MAX);
+  if (c->staging_chunk < 256)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->staging_chunk is %zu (expected >= 256 bytes)",
+                    c->staging_chunk);
+  if (!fixed_fields_equal(c, &tc_cfg))
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "cuda_aware, fake_devices, progress_thread and trace_path are fixed at tcoll_init "
+                    "(set them through the environment)");
+  tc_cfg.debug = c->debug;
+  tc_cfg.timeout = c->timeout;
+  tc_cfg.abort_on_timeout = c->abort_on_timeout ? 1 : 0;
+  tc_cfg.max_count = c->max_count;
+  tc_cfg.staging_chunk = c->staging_chunk;
+  return TCOLL_SUCCESS;
+}

@@ -1,0 +1,22 @@
+/* Reduce ops as the library sees them once resolved and checked against a dtype. */
+#ifndef TC_REDOP_H
+#define TC_REDOP_H
+
+#include "base.h"
+
+#define TC_REDOP_PREMUL_SUM TCOLL_NUM_BUILTIN_REDOPS /* kind of a premul_sum handle */
+
+typedef struct tc_redop {
+  int kind;      /* TCOLL_SUM..TCOLL_BXOR or TC_REDOP_PREMUL_SUM */
+  double scalar; /* premul_sum's factor */
+} tc_redop_t;
+
+/* Resolves op (a built-in value or a live premul handle) and checks that it accepts dtype.
+ * argname names the op argument in messages. */
+int tc_redop_resolve(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out);
+/* Resolves op without a dtype (for checks that come before the dtype is known). */
+int tc_redop_lookup(tcoll_redop_t op, const char *argname, tc_redop_t *out);
+const char *tc_redop_kind_name(int kind);
+void tc_redop_cleanup(void);
+
+#endif

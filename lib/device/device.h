@@ -1,0 +1,89 @@
+/* The device backend interface: everything above it is device-agnostic.
+ *
+ * Implementations: "cuda" (CUDA runtime, when built and a device exists) and "fake"
+ * (TCOLL_FAKE_DEVICES=N: host memory standing in for N devices, copies done asynchronously on
+ * a queue). With neither, the backend "none" serves zero devices.
+ *
+ * Streams are opaque (void *; NULL is the device's default stream). Events likewise.
+ *
+ * Stream model (see tcoll.h, "streams"): every thread has a current stream per device
+ * (tcoll_set_stream; NULL = default stream). Work tcoll does on a device is ordered after what
+ * the caller queued on that stream before the call, and results on a device are ready for work
+ * the waiter queues on its current stream after the wait. tcoll's own copies run on its own
+ * streams (tc_dev_copy_streams), ordered against the caller's stream with events. */
+#ifndef TC_DEVICE_H
+#define TC_DEVICE_H
+
+#include "../base/base.h"
+
+#define TC_MAX_DEVICES 64
+
+typedef struct tc_device_ops {
+  const char *name;
+  int (*init)(void);
+  void (*fini)(void);
+  int (*count)(void);
+  /* Device memory, zero-filled by tc_dev_alloc via memset_async + sync. */
+  int (*alloc)(int dev, size_t n, void **p);
+  void (*free)(int dev, void *p);
+  /* Page-locked host memory for staging. */
+  int (*host_alloc)(size_t n, void **p);
+  void (*host_free)(void *p);
+  /* Asynchronous on `stream` of the device that owns it (dev >= 0); either side may be host. */
+  int (*copy_async)(void *dst, const void *src, size_t n, int dev, void *stream);
+  int (*memset_async)(void *p, int byte, size_t n, int dev, void *stream);
+  int (*stream_create)(int dev, void **stream);
+  void (*stream_destroy)(int dev, void *stream);
+  int (*stream_sync)(int dev, void *stream);
+  int (*event_create)(int dev, void **event);
+  void (*event_destroy)(int dev, void *event);
+  int (*event_record)(int dev, void *event, void *stream);
+  int (*event_sync)(int dev, void *event);
+  int (*event_query)(int dev, void *event); /* TCOLL_SUCCESS done, TCOLL_IN_PROGRESS, error */
+  int (*stream_wait_event)(int dev, void *stream, void *event);
+  /* Which device owns p: its ordinal, or TCOLL_HOST for host memory. */
+  int (*pointer_device)(const void *p, int *dev);
+  /* Kernels on device memory, asynchronous on stream. */
+  int (*scale)(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n,
+               double mul, double div);
+  int (*add)(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n);
+  /* Waits for everything queued on any stream of dev. */
+  int (*device_sync)(int dev);
+} tc_device_ops_t;
+
+/* Chooses the backend at tcoll_init (TCOLL_FAKE_DEVICES, then CUDA, then none). */
+int tc_dev_init(void);
+void tc_dev_fini(void);
+const tc_device_ops_t *tc_dev(void);
+int tc_dev_count(void);
+
+/* TCOLL_SUCCESS if device is TCOLL_HOST or an existing device; else an error naming argname. */
+int tc_dev_check(int device, const char *argname);
+/* Zero-filled memory on a device (dev >= 0). */
+int tc_dev_alloc(int device, size_t nbytes, void **p);
+void tc_dev_free(int device, void *p);
+/* Synchronous copy where at least one side is a device, ordered after the calling thread's
+ * current streams of the devices involved (the copy runs on the source device's current
+ * stream). */
+int tc_dev_copy_sync(void *dst, int dst_dev, const void *src, int src_dev, size_t n);
+
+/* ---- streams and events ---- */
+
+/* The calling thread's current stream on dev (NULL: the default stream), and setting it. */
+void *tc_dev_current_stream(int dev);
+void tc_dev_set_current_stream(int dev, void *stream);
+/* Waits on the host for what the calling thread queued on its current stream of dev. */
+int tc_dev_sync_current(int dev);
+/* tcoll's own streams on dev, created on first use: device-to-host and host-to-device staging
+ * copies (two streams so that both directions overlap), and the background stream of the
+ * single-process multi-device ops. */
+int tc_dev_copy_streams(int dev, void **d2h, void **h2d);
+int tc_dev_local_stream(int dev, void **bg);
+/* Pooled events. An event taken from the pool is not being waited on by anything any more
+ * (events are only handed out again once their last record completed). */
+int tc_dev_event_get(int dev, void **ev);
+void tc_dev_event_put(int dev, void *ev);
+/* Makes `stream` of dev wait for what is queued on `after` of dev2 now (an event in between). */
+int tc_dev_stream_after(int dev, void *stream, int dev2, void *after);
+
+#endif

@@ -1,0 +1,479 @@
+#include "work.h"
+
+#include "../comm.h"
+#include "../base/dtype.h"
+#include "../device/device.h"
+#include "pipeline.h"
+#include "staging.h"
+#include "registry.h"
+#include "../base/scratch.h"
+#include "../tensor.h"
+#include "trace.h"
+#include "detail.h"
+#include "../sched/mpi_glue.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define POOL_KEEP 1024
+#define THREAD_KEEP 8
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static tc_work_t *pool;
+static int pool_size;
+static uint64_t next_seq;
+
+/* Each thread keeps a few works of its own, so that the common post-wait cycle takes no pool
+ * lock; a thread's works go back to the shared pool when it exits. */
+typedef struct thread_cache {
+  tc_work_t *w[THREAD_KEEP];
+  int n;
+} thread_cache_t;
+static _Thread_local TC_TLS_HOT thread_cache_t cache;
+static _Thread_local TC_TLS_HOT bool cache_registered;
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void free_work(tc_work_t *w);
+
+static void flush_cache(void *arg) {
+  thread_cache_t *c = arg;
+  pthread_mutex_lock(&pool_lock);
+  while (c->n > 0) {
+    tc_work_t *w = c->w[--c->n];
+    w->next_free = pool;
+    pool = w;
+    pool_size++;
+  }
+  pthread_mutex_unlock(&pool_lock);
+}
+
+static void make_cache_key(void) { pthread_key_create(&cache_key, flush_cache); }
+
+static tc_work_t *cache_pop(void) { return cache.n > 0 ? cache.w[--cache.n] : NULL; }
+
+static bool cache_push(tc_work_t *w) {
+  if (cache.n == THREAD_KEEP) return false;
+  if (!cache_registered) { /* so that an exiting thread returns its works */
+    pthread_once(&cache_once, make_cache_key);
+    pthread_setspecific(cache_key, &cache);
+    cache_registered = true;
+  }
+  cache.w[cache.n++] = w;
+  return true;
+}
+
+uint64_t tc_work_count_posted(void) { return __atomic_load_n(&next_seq, __ATOMIC_RELAXED); }
+
+/* Grows *arr (of elem bytes each) to hold at least need entries. */
+static int grow(void **arr, int *cap, int need, size_t elem) {
+  if (need <= *cap) return TCOLL_SUCCESS;
+  int c = *cap ? *cap : 4;
+  while (c < need) c *= 2;
+  void *p = realloc(*arr, (size_t)c * elem);
+  if (!p) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow a work's table to %d entries", c);
+  *arr = p;
+  *cap = c;
+  return TCOLL_SUCCESS;
+}
+
+static uint64_t hash_shapes(const tcoll_tensor_t *t, int n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int i = 0; i < n; i++) {
+    int64_t v[TCOLL_MAX_DIMS + 2] = {t[i].dtype, t[i].ndim};
+    for (int d = 0; d < t[i].ndim && d < TCOLL_MAX_DIMS; d++) v[d + 2] = t[i].shape[d];
+    for (int k = 0; k < TCOLL_MAX_DIMS + 2; k++) {
+      h ^= (uint64_t)v[k];
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
+static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
+  const tcoll_tensor_t *t = sig && sig->t ? sig->t : NULL;
+  w->dtype = t ? t->dtype : TCOLL_UINT8;
+  w->ndim = t ? t->ndim : 0;
+  w->device = t ? t->device : TCOLL_HOST;
+  memset(w->shape, 0, sizeof w->shape);
+  if (t) memcpy(w->shape, t->shape, sizeof w->shape);
+  w->ntensors = t ? sig->n : 0;
+  w->root = sig ? sig->root : -1;
+  w->redop = sig && sig->op ? sig->op->kind : -1;
+  w->scalar = sig && sig->op ? sig->op->scalar : 0.0;
+  w->dim = sig ? sig->dim : -1;
+  w->agree = sig ? sig->agree : TC_AGREE_SHAPE;
+  w->local = sig ? sig->local : false;
+  /* Only DETAIL compares it across ranks; skip the hashing otherwise. */
+  w->shapes_hash = t && w->agree == TC_AGREE_SHAPE && tc_cfg.debug >= TCOLL_LOG_DETAIL ? hash_shapes(t, sig->n) : 0;
+}
+
+int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
+  tc_work_t *w = cache_pop();
+  if (!w) {
+    pthread_mutex_lock(&pool_lock);
+    w = pool;
+    if (w) {
+      pool = w->next_free;
+      pool_size--;
+    }
+    pthread_mutex_unlock(&pool_lock);
+  }
+  if (!w) {
+    w = calloc(1, sizeof *w);
+    if (!w) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a work");
+    pthread_mutex_init(&w->lock, NULL);
+  }
+  w->op = op;
+  w->comm = comm;
+  w->seq = w->comm_seq = 0;
+  w->bytes = 0;
+  w->refs = 0;
+  w->posted = w->done = w->host_math = false;
+  w->status = TCOLL_SUCCESS;
+  w->err[0] = '\0';
+  w->t_post = w->t_done = 0.0;
+  set_signature(w, sig);
+  w->nreq = w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = w->nready = 0;
+  w->divisor = 1.0;
+  w->finish = NULL;
+  w->progress = NULL;
+  w->next_free = NULL;
+  pthread_mutex_lock(&w->lock);
+  *out = w;
+  return TCOLL_SUCCESS;
+}
+
+static int add_buf(tc_work_t *w, void *base, size_t nbytes, bool written) {
+  if (!base) return TCOLL_SUCCESS; /* an empty buffer without storage: nothing to key or wait for */
+  int rc = grow((void **)&w->bufs, &w->buf_cap, w->nbuf + 1, sizeof *w->bufs);
+  if (rc) return rc;
+  w->bufs[w->nbuf++] = (tc_wbuf_t){base, nbytes, written};
+  w->bytes += nbytes;
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_key(tc_work_t *w, void *base, size_t nbytes) { return add_buf(w, base, nbytes, false); }
+
+int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                   int device) {
+  int rc = grow((void **)&w->allocated, &w->alloc_cap, w->nalloc + 1, sizeof *w->allocated);
+  if (rc) return rc;
+  if (!out->data) {
+    *out = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
+    if ((rc = tc_tensor_storage(out))) return rc;
+    w->allocated[w->nalloc++] = out;
+  }
+  return add_buf(w, out->data, tc_nbytes(out), true);
+}
+
+int tc_work_register(tc_work_t *w) {
+  int rc = tc_registry_add(w);
+  w->seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
+  if (w->local) return rc;
+  w->comm_seq = tc_comm_next_seq(w->comm);
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL) {
+    /* Every rank that reached this point takes part, also one that failed locally. */
+    int checked = tc_detail_check(w, rc);
+    if (!rc && checked) {
+      tc_registry_remove_entries(w);
+      rc = checked;
+    }
+  }
+  return rc;
+}
+
+int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
+  if (rc && comm && tc_cfg.debug >= TCOLL_LOG_DETAIL) {
+    tc_work_t w = {.op = op, .comm = comm, .dtype = TCOLL_UINT8, .root = -1, .redop = -1, .dim = -1};
+    w.comm_seq = tc_comm_next_seq(comm);
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", tcoll_last_error());
+    tc_detail_check(&w, rc);
+    tc_restore_error(saved); /* the caller learns of its own failure, not of the others' reaction */
+  }
+  return rc;
+}
+
+int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
+  int next = 0, rc = TCOLL_SUCCESS;
+  void *base;
+  tc_work_t *other;
+  /* Like PyTorch's AsyncCollectiveTensor: using a pending result waits for it. */
+  while ((other = tc_registry_claim_inputs(w, in, n, &next, &base, &rc))) {
+    tc_registry_release(other, base, false);
+    if ((rc = tc_wait_ptr(base, 0.0, true))) return rc;
+  }
+  return rc;
+}
+
+int tc_work_reserve(tc_work_t *w, int n) {
+  return grow((void **)&w->reqs, &w->req_cap, w->nreq + n, sizeof *w->reqs);
+}
+
+MPI_Request *tc_work_req(tc_work_t *w) {
+  if (tc_work_reserve(w, 1)) return NULL;
+  MPI_Request *r = &w->reqs[w->nreq++];
+  *r = MPI_REQUEST_NULL;
+  return r;
+}
+
+int tc_work_hold(tc_work_t *w, void *p, int kind) {
+  int rc = grow((void **)&w->held, &w->held_cap, w->nheld + 1, sizeof *w->held);
+  if (rc) return rc;
+  w->held[w->nheld++] = (tc_held_t){p, kind};
+  return TCOLL_SUCCESS;
+}
+
+void *tc_work_scratch(tc_work_t *w, size_t nbytes) {
+  void *p = tc_scratch_get(nbytes ? nbytes : 1);
+  if (!p) {
+    tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch memory", nbytes);
+    return NULL;
+  }
+  if (tc_work_hold(w, p, TC_HELD_SCRATCH)) {
+    tc_scratch_put(p);
+    return NULL;
+  }
+  return p;
+}
+
+int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, int device) {
+  int rc = grow((void **)&w->cbs, &w->cb_cap, w->ncb + 1, sizeof *w->cbs);
+  if (rc) return rc;
+  /* Whichever thread completes the work, the copy into dst follows what the posting thread had
+   * queued on its stream when it posted (dst may still be in use there). */
+  void *ev = NULL;
+  if (device != TCOLL_HOST) {
+    if ((rc = tc_dev_event_get(device, &ev))) return rc;
+    if ((rc = tc_dev()->event_record(device, ev, tc_dev_current_stream(device)))) {
+      tc_dev_event_put(device, ev);
+      return rc;
+    }
+  }
+  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, ev};
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled) {
+  if (w->nready == TC_MAX_READY) { /* more devices than that: settle the oldest on the host */
+    int rc = tc_dev()->event_sync(w->ready[0].device, w->ready[0].event);
+    if (w->ready[0].pooled) tc_dev_event_put(w->ready[0].device, w->ready[0].event);
+    memmove(&w->ready[0], &w->ready[1], (TC_MAX_READY - 1) * sizeof w->ready[0]);
+    w->nready--;
+    if (rc) return rc;
+  }
+  w->ready[w->nready++] = (tc_ready_t){device, event, pooled};
+  return TCOLL_SUCCESS;
+}
+
+void tc_work_ready_wait(const tc_work_t *w) {
+  for (int i = 0; i < w->nready; i++)
+    tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
+}
+
+int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor) {
+  if (w->ndivide == TC_MAX_DIVIDE) return tc_error(TCOLL_ERR_INTERNAL, "too many regions to divide");
+  w->divide[w->ndivide++] = (tc_divide_t){buf, n, dtype};
+  w->divisor = divisor;
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes) {
+  int rc = grow((void **)&w->pieces, &w->piece_cap, w->npiece + 1, sizeof *w->pieces);
+  if (rc) return rc;
+  w->pieces[w->npiece++] = (tc_piece_t){dst, src, nbytes, dst_device};
+  return TCOLL_SUCCESS;
+}
+
+static void release_held(tc_work_t *w) {
+  for (int i = 0; i < w->nheld; i++) {
+    if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_PIPE) tc_pipe_release(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_MPI_TYPES) {
+      for (MPI_Datatype *t = w->held[i].p; *t != MPI_DATATYPE_NULL; t++) MPI_Type_free(t);
+      free(w->held[i].p);
+    }
+    else tc_pinned_put(w->held[i].p);
+  }
+  w->nheld = 0;
+}
+
+void tc_work_recycle(tc_work_t *w) {
+  release_held(w);
+  for (int i = 0; i < w->ncb; i++) /* copy-backs never run (a failed work): their events */
+    if (w->cbs[i].posted_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
+  for (int i = 0; i < w->nready; i++)
+    if (w->ready[i].pooled) tc_dev_event_put(w->ready[i].device, w->ready[i].event);
+  w->nready = 0;
+  w->nreq = w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0;
+  if (cache_push(w)) return;
+  pthread_mutex_lock(&pool_lock);
+  if (pool_size < POOL_KEEP) {
+    w->next_free = pool;
+    pool = w;
+    pool_size++;
+    w = NULL;
+  }
+  pthread_mutex_unlock(&pool_lock);
+  if (w) free_work(w);
+}
+
+static void free_work(tc_work_t *w) {
+  free(w->reqs);
+  free(w->bufs);
+  free(w->read_bases);
+  free(w->allocated);
+  free(w->held);
+  free(w->cbs);
+  free(w->pieces);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+}
+
+
+static void undo_outputs(tc_work_t *w) {
+  for (int i = 0; i < w->nalloc; i++) tc_tensor_release(w->allocated[i]);
+  w->nalloc = 0;
+}
+
+static void log_posted(const tc_work_t *w) {
+  if (tc_cfg.debug < TCOLL_LOG_INFO || !w->comm) return;
+  char shape[96], comm[80];
+  tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d", (unsigned long long)w->seq, w->op,
+          tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
+          tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->comm->size, w->bytes,
+          w->device);
+}
+
+int tc_work_end(tc_work_t *w, int rc) {
+  if (rc == TCOLL_SUCCESS && w->nbuf == 0 && w->nreq == 0 && !w->progress) {
+    /* Nothing to key and nothing posted (an empty gather off its root): already complete. */
+    w->done = true;
+    pthread_mutex_unlock(&w->lock);
+    tc_registry_remove_work(w);
+    return TCOLL_SUCCESS;
+  }
+  if (rc == TCOLL_SUCCESS) {
+    w->posted = true;
+    w->t_post = tc_stamp();
+    w->nalloc = 0;
+    log_posted(w);
+    tc_trace_posted(w);
+    pthread_mutex_unlock(&w->lock);
+    return TCOLL_SUCCESS;
+  }
+  bool started = w->nreq > 0 || w->posted;
+  if (!started) {
+    undo_outputs(w);
+    w->status = rc; /* a waiter that found it meanwhile sees a finished work */
+    w->done = true;
+    snprintf(w->err, sizeof w->err, "%s", tc_last_message());
+    pthread_mutex_unlock(&w->lock);
+    tc_registry_remove_work(w);
+    return rc;
+  }
+  /* Some requests are in flight: keep the work so that a wait completes and reports it. */
+  w->status = rc;
+  snprintf(w->err, sizeof w->err, "%s", tc_last_message());
+  w->nalloc = 0;
+  w->t_post = tc_stamp();
+  tc_trace_posted(w);
+  pthread_mutex_unlock(&w->lock);
+  return rc;
+}
+
+static void pause_briefly(int *spins) {
+  /* MPI only progresses nonblocking collectives inside MPI calls: test often at first, then
+   * back off so that a long wait does not burn a core another rank may need. */
+  if (++*spins < 1000) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, 50 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static int requests_progress(tc_work_t *w, bool block, double deadline) {
+  if (w->nreq == 0) return TCOLL_SUCCESS;
+  char what[160];
+  if (block && deadline <= 0) {
+    int rc = tc_mpi_waitall(w->nreq, w->reqs);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
+    return TCOLL_SUCCESS;
+  }
+  int spins = 0;
+  for (;;) {
+    int flag = 0;
+    int rc = tc_mpi_testall(w->nreq, w->reqs, &flag);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
+    if (flag) return TCOLL_SUCCESS;
+    if (!block || tc_now() >= deadline) return TCOLL_IN_PROGRESS;
+    pause_briefly(&spins);
+  }
+}
+
+/* The completion steps, in order (see work.h). */
+static int complete_steps(tc_work_t *w) {
+  for (int i = 0; i < w->ndivide; i++) tc_host_divide(w->divide[i].buf, w->divide[i].dtype, w->divide[i].n, w->divisor);
+  int rc = w->finish ? w->finish(w) : TCOLL_SUCCESS;
+  for (int i = 0; i < w->npiece && !rc; i++) {
+    tc_piece_t *p = &w->pieces[i];
+    rc = tc_stage_write(p->dst, p->dst_device, p->src, p->nbytes);
+  }
+  if (!rc && w->ncb) rc = tc_stage_copy_backs(w); /* device-async, on tcoll's streams */
+  return rc;
+}
+
+int tc_work_progress(tc_work_t *w, bool block, double deadline) {
+  if (w->done) return w->status;
+  int rc = w->progress ? w->progress(w, block, deadline) : requests_progress(w, block, deadline);
+  if (rc == TCOLL_IN_PROGRESS) return block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
+  if (rc == TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) rc = complete_steps(w);
+  if (rc != TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) {
+    w->status = rc;
+    snprintf(w->err, sizeof w->err, "%s", tc_last_message());
+  }
+  w->t_done = tc_stamp();
+  /* Its inputs are read no more: the registry ignores reads of done work (no lock needed here)
+   * and forgets them when the work is recycled. */
+  __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
+  release_held(w);
+  tc_trace_done(w);
+  if (tc_cfg.debug >= TCOLL_LOG_INFO) {
+    char what[160];
+    tc_info("%s completed in %.3f ms: %s", tc_work_describe(w, what, sizeof what), 1e3 * (w->t_done - w->t_post),
+            tcoll_status_string(w->status));
+  }
+  return w->status;
+}
+
+const char *tc_work_describe(const tc_work_t *w, char *buf, size_t len) {
+  char comm[80] = "none";
+  if (!w->comm) {
+    snprintf(buf, len, "%s #%llu (local, %zu bytes)", w->op, (unsigned long long)w->seq, w->bytes);
+    return buf;
+  }
+  snprintf(buf, len, "%s #%llu on comm %s (seq %llu, %zu bytes)", w->op, (unsigned long long)w->seq,
+           tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->bytes);
+  return buf;
+}
+
+void tc_work_pool_cleanup(void) {
+  /* Only this thread's cache is reachable here; other threads return theirs when they exit
+   * (to the pool, freed at the next cleanup or kept for a later tcoll_init). */
+  while (cache.n > 0) free_work(cache.w[--cache.n]);
+  pthread_mutex_lock(&pool_lock);
+  tc_work_t *w = pool;
+  pool = NULL;
+  pool_size = 0;
+  pthread_mutex_unlock(&pool_lock);
+  while (w) {
+    tc_work_t *next = w->next_free;
+    free_work(w);
+    w = next;
+  }
+}

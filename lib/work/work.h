@@ -1,0 +1,199 @@
+/* A work: one posted collective, its MPI requests and what must happen when they complete.
+ *
+ * Life of a work (every collective follows it):
+ *   tc_work_begin    take a work from the pool, locked by the posting thread, with the call's
+ *                    signature (tc_sig_t)
+ *   tc_work_output   name each output (allocating it if out->data == NULL)
+ *   tc_work_register put the outputs in the registry (TCOLL_ERR_BUSY if one is pending); with
+ *                    TCOLL_DEBUG=DETAIL, check the signature across ranks first
+ *   tc_work_inputs   wait for inputs that are pending outputs of earlier work
+ *   ...post MPI_I* calls into tc_work_req() slots, set w->finish...
+ *   tc_work_end      unlock; on failure before anything was posted, undo everything
+ * A waiter completes the requests, then runs the completion steps in this order: divide (AVG),
+ * finish (op-specific), pieces (unpacking), copy-backs (staged outputs to device memory); then it
+ * pops its buffer. The work returns to the pool when its last buffer is popped. */
+#ifndef TC_WORK_H
+#define TC_WORK_H
+
+#include "../base/base.h"
+#include "../base/redop.h"
+
+typedef struct tc_work tc_work_t;
+
+/* What ranks must agree on for a collective: DETAIL mode compares it across ranks before
+ * posting, and logs and traces describe the call with it. */
+enum {
+  TC_AGREE_SHAPE, /* dtype and whole shape (most collectives) */
+  TC_AGREE_ROW,   /* dtype and shape[1:] (all_to_all_single: row counts differ per rank) */
+  TC_AGREE_DTYPE  /* dtype only (list all_to_all: per-peer shapes) */
+};
+typedef struct tc_sig {
+  const tcoll_tensor_t *t; /* the tensor(s) that describe the call */
+  int n;                   /* how many (coalesced calls hash all of them) */
+  int root;                /* -1: none */
+  const tc_redop_t *op;    /* NULL: none */
+  int dim;                 /* -1: none */
+  int agree;               /* TC_AGREE_* */
+  bool local;              /* no communication of its own (e.g. the gradient module's composite
+                              works): not numbered on the communicator, not DETAIL-checked */
+} tc_sig_t;
+#define TC_SIG(...) (&(tc_sig_t){.n = 1, .root = -1, .dim = -1, __VA_ARGS__})
+/* Runs once, after the requests completed, on the posting-side buffers (host or staging). */
+typedef int (*tc_finish_fn)(tc_work_t *w);
+/* A custom engine (the staging pipeline): advances the work; TCOLL_SUCCESS when everything is
+ * complete, TCOLL_IN_PROGRESS when not yet, or an error. block: may wait until deadline
+ * (0 = none). Such a work posts no requests of its own (nreq == 0): it completes only through
+ * tc_work_progress (the progress thread drives it like any other work). */
+typedef int (*tc_progress_fn)(tc_work_t *w, bool block, double deadline);
+
+typedef struct tc_wbuf {
+  void *base;
+  size_t nbytes;
+  bool written; /* an output; false for a key that only names the work (gather off its root) */
+} tc_wbuf_t;
+
+/* A host staging buffer whose content goes to device memory once the work completes. */
+typedef struct tc_copyback {
+  void *dst;
+  const void *src;
+  size_t nbytes;
+  int device;
+  void *posted_ev; /* recorded on the posting thread's current stream: the copy waits for it */
+} tc_copyback_t;
+
+/* An event after which an output of the work is ready on a device: whoever pops the output
+ * (in any thread, also after the progress thread completed the work) makes its current stream
+ * of that device wait for it. */
+#define TC_MAX_READY 8
+typedef struct tc_ready {
+  int device;
+  void *event;
+  bool pooled; /* taken from the event pool: returned when the work is recycled */
+} tc_ready_t;
+
+/* A copy made at completion: packed results to their output (host or device memory). */
+typedef struct tc_piece {
+  void *dst;
+  const void *src;
+  size_t nbytes;
+  int dst_device;
+} tc_piece_t;
+
+/* A host region divided at completion (AVG). */
+#define TC_MAX_DIVIDE TCOLL_NUM_DTYPES
+typedef struct tc_divide {
+  void *buf;
+  int64_t n;
+  tcoll_dtype_t dtype;
+} tc_divide_t;
+
+/* A block of memory the work returns when it is recycled. */
+typedef struct tc_held {
+  void *p;
+  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE or TC_HELD_MPI_TYPES */
+} tc_held_t;
+enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda/pipeline.h) */,
+       TC_HELD_MPI_TYPES /* a malloc'd array of MPI datatypes ended by MPI_DATATYPE_NULL: all freed */ };
+
+#define TC_WORK_PRIV_BYTES 256
+#define TC_WORK_ERR_LEN 512
+
+struct tc_work {
+  pthread_mutex_t lock; /* held while posting and while completing */
+  const char *op;
+  tcoll_comm_t *comm;
+  uint64_t seq;      /* process-wide */
+  uint64_t comm_seq; /* on comm */
+  size_t bytes;      /* payload, for logs and traces */
+  int refs;          /* registry entries + waiters holding it (registry lock) */
+  bool posted;       /* at least one request was posted */
+  bool host_math;    /* the op computes on its buffers on the host (AVG, premul, packing...):
+                        staging then hands it host buffers even where MPI takes device ones */
+  bool done;
+  int status;
+  char err[TC_WORK_ERR_LEN];
+  double t_post, t_done;
+  /* The call's signature (see tc_sig_t), for logs, traces and cross-rank checks. */
+  tcoll_dtype_t dtype;
+  int ndim;
+  int64_t shape[TCOLL_MAX_DIMS];
+  int device;
+  int ntensors, root, redop, dim, agree;
+  bool local;
+  double scalar;
+  uint64_t shapes_hash; /* every tensor's dtype and shape */
+
+  MPI_Request *reqs;
+  int nreq, req_cap;
+  tc_wbuf_t *bufs; /* outputs, keyed in the registry */
+  int nbuf, buf_cap;
+  uintptr_t *read_bases; /* the inputs it registered as read (registry lock), to forget them fast */
+  size_t nread_bases, read_bases_cap;
+  tcoll_tensor_t **allocated; /* outputs this call allocated: freed if the call fails */
+  int nalloc, alloc_cap;
+  tc_held_t *held;
+  int nheld, held_cap;
+  tc_copyback_t *cbs;
+  int ncb, cb_cap;
+  tc_piece_t *pieces;
+  int npiece, piece_cap;
+  tc_ready_t ready[TC_MAX_READY];
+  int nready;
+  tc_divide_t divide[TC_MAX_DIVIDE];
+  int ndivide;
+  double divisor;
+
+  tc_finish_fn finish;
+  tc_progress_fn progress;
+  _Alignas(16) unsigned char priv[TC_WORK_PRIV_BYTES]; /* op-specific completion data */
+  tc_work_t *next_free;
+};
+
+/* Op-specific completion data lives inside the work (no allocation per call). */
+#define TC_WORK_PRIV(w, type) ((type *)(void *)(w)->priv)
+#define TC_PRIV_FITS(type) _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
+
+int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig);
+/* Prepares an output: with out->data == NULL allocates it (dtype, ndim, shape, device given),
+ * otherwise it was already checked. Records it as a buffer of the work. */
+int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                   int device);
+/* Records a buffer to key the work under without it being an output tensor. */
+int tc_work_key(tc_work_t *w, void *base, size_t nbytes);
+int tc_work_register(tc_work_t *w);
+/* For a call that failed its argument checks on this rank: with TCOLL_DEBUG=DETAIL, still takes
+ * part in the cross-rank check (so that the other ranks learn of it instead of hanging).
+ * Returns rc. comm may be NULL (not resolved). */
+int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc);
+/* Waits for pending work on each input (skipping this work's own buffers). */
+int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n);
+/* Space for n more requests (so that posting never fails half-way for lack of memory). */
+int tc_work_reserve(tc_work_t *w, int n);
+MPI_Request *tc_work_req(tc_work_t *w);
+/* Pooled host scratch memory held until the work is recycled. */
+void *tc_work_scratch(tc_work_t *w, size_t nbytes);
+int tc_work_hold(tc_work_t *w, void *p, int kind);
+int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, int device);
+/* An event the work's outputs on device are ready after (see tc_ready_t). */
+int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled);
+/* The calling thread's current streams wait for the work's ready events (at every pop). */
+void tc_work_ready_wait(const tc_work_t *w);
+/* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst. */
+int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor);
+int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes);
+/* Finishes posting: returns rc. If rc is an error and nothing was posted, the work is undone
+ * (unregistered, allocated outputs freed, recycled); if requests were posted, the work stays
+ * registered with the error so that a wait completes what was posted and reports it. */
+int tc_work_end(tc_work_t *w, int rc);
+
+/* Advances w (caller holds w->lock). Returns the work's status once done, TCOLL_IN_PROGRESS,
+ * or TCOLL_ERR_TIMEOUT when block and deadline passed. */
+int tc_work_progress(tc_work_t *w, bool block, double deadline);
+/* Returns w to the pool (nobody references it any more). */
+void tc_work_recycle(tc_work_t *w);
+/* "all_reduce #12 on comm 'tp' (seq 3, 4096 bytes)" */
+const char *tc_work_describe(const tc_work_t *w, char *buf, size_t len);
+void tc_work_pool_cleanup(void);
+uint64_t tc_work_count_posted(void);
+
+#endif
