@@ -10,6 +10,7 @@
 #include "local/local.h"
 #include "sched/mpi_glue.h"
 #include "sched/placement.h"
+#include "sched/schedule.h"
 #include "work/pipeline.h"
 #include "work/progress.h"
 #include "work/registry.h"
@@ -54,6 +55,7 @@ static void teardown(void) {
   tc_mpi_glue_fini();
   tc_mpi_errors_fini();
   tc_pipe_cleanup();
+  tc_sched_cleanup();
   tc_local_cleanup();
   tc_pinned_cleanup();
   tc_dev_fini();

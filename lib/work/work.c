@@ -137,7 +137,8 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   w->err[0] = '\0';
   w->t_post = w->t_done = 0.0;
   set_signature(w, sig);
-  w->nreq = w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = w->nready = 0;
+  tc_sched_reset(&w->sched, comm, 0);
+  w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = w->nready = 0;
   w->divisor = 1.0;
   w->finish = NULL;
   w->progress = NULL;
@@ -175,6 +176,7 @@ int tc_work_register(tc_work_t *w) {
   w->seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
   if (w->local) return rc;
   w->comm_seq = tc_comm_next_seq(w->comm);
+  tc_sched_set_seq(&w->sched, w->comm_seq);
   if (tc_cfg.debug >= TCOLL_LOG_DETAIL) {
     /* Every rank that reached this point takes part, also one that failed locally. */
     int checked = tc_detail_check(w, rc);
@@ -210,16 +212,9 @@ int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
   return rc;
 }
 
-int tc_work_reserve(tc_work_t *w, int n) {
-  return grow((void **)&w->reqs, &w->req_cap, w->nreq + n, sizeof *w->reqs);
-}
+int tc_work_reserve(tc_work_t *w, int n) { return tc_sched_reserve(&w->sched, n); }
 
-MPI_Request *tc_work_req(tc_work_t *w) {
-  if (tc_work_reserve(w, 1)) return NULL;
-  MPI_Request *r = &w->reqs[w->nreq++];
-  *r = MPI_REQUEST_NULL;
-  return r;
-}
+MPI_Request *tc_work_req(tc_work_t *w) { return tc_sched_posted(&w->sched); }
 
 int tc_work_hold(tc_work_t *w, void *p, int kind) {
   int rc = grow((void **)&w->held, &w->held_cap, w->nheld + 1, sizeof *w->held);
@@ -309,7 +304,8 @@ void tc_work_recycle(tc_work_t *w) {
   for (int i = 0; i < w->nready; i++)
     if (w->ready[i].pooled) tc_dev_event_put(w->ready[i].device, w->ready[i].event);
   w->nready = 0;
-  w->nreq = w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0;
+  w->sched.n = w->sched.first = 0;
+  w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0;
   if (cache_push(w)) return;
   pthread_mutex_lock(&pool_lock);
   if (pool_size < POOL_KEEP) {
@@ -323,7 +319,7 @@ void tc_work_recycle(tc_work_t *w) {
 }
 
 static void free_work(tc_work_t *w) {
-  free(w->reqs);
+  tc_sched_free(&w->sched);
   free(w->bufs);
   free(w->read_bases);
   free(w->allocated);
@@ -350,7 +346,11 @@ static void log_posted(const tc_work_t *w) {
 }
 
 int tc_work_end(tc_work_t *w, int rc) {
-  if (rc == TCOLL_SUCCESS && w->nbuf == 0 && w->nreq == 0 && !w->progress) {
+  if (rc == TCOLL_SUCCESS) {
+    tc_sched_start(&w->sched);
+    if (w->sched.status) rc = tc_error(w->sched.status, "%s", w->sched.err);
+  }
+  if (rc == TCOLL_SUCCESS && w->nbuf == 0 && w->sched.n == 0 && !w->progress) {
     /* Nothing to key and nothing posted (an empty gather off its root): already complete. */
     w->done = true;
     pthread_mutex_unlock(&w->lock);
@@ -366,7 +366,8 @@ int tc_work_end(tc_work_t *w, int rc) {
     pthread_mutex_unlock(&w->lock);
     return TCOLL_SUCCESS;
   }
-  bool started = w->nreq > 0 || w->posted;
+  bool started = w->posted || tc_sched_posted_any(&w->sched);
+  if (!started) tc_sched_abandon(&w->sched); /* out of the engine's lists */
   if (!started) {
     undo_outputs(w);
     w->status = rc; /* a waiter that found it meanwhile sees a finished work */
@@ -386,34 +387,12 @@ int tc_work_end(tc_work_t *w, int rc) {
   return rc;
 }
 
-static void pause_briefly(int *spins) {
-  /* MPI only progresses nonblocking collectives inside MPI calls: test often at first, then
-   * back off so that a long wait does not burn a core another rank may need. */
-  if (++*spins < 1000) {
-    sched_yield();
-    return;
-  }
-  struct timespec ts = {0, 50 * 1000};
-  nanosleep(&ts, NULL);
-}
-
-static int requests_progress(tc_work_t *w, bool block, double deadline) {
-  if (w->nreq == 0) return TCOLL_SUCCESS;
+/* The schedule's error, said with what the work is. */
+static int sched_progress(tc_work_t *w, bool block, double deadline) {
+  int rc = tc_sched_progress(&w->sched, block, deadline);
+  if (rc == TCOLL_SUCCESS || rc == TCOLL_IN_PROGRESS) return rc;
   char what[160];
-  if (block && deadline <= 0) {
-    int rc = tc_mpi_waitall(w->nreq, w->reqs);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
-    return TCOLL_SUCCESS;
-  }
-  int spins = 0;
-  for (;;) {
-    int flag = 0;
-    int rc = tc_mpi_testall(w->nreq, w->reqs, &flag);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, tc_work_describe(w, what, sizeof what));
-    if (flag) return TCOLL_SUCCESS;
-    if (!block || tc_now() >= deadline) return TCOLL_IN_PROGRESS;
-    pause_briefly(&spins);
-  }
+  return tc_error(rc, "%s: %s", tc_work_describe(w, what, sizeof what), w->sched.err);
 }
 
 /* The completion steps, in order (see work.h). */
@@ -430,7 +409,7 @@ static int complete_steps(tc_work_t *w) {
 
 int tc_work_progress(tc_work_t *w, bool block, double deadline) {
   if (w->done) return w->status;
-  int rc = w->progress ? w->progress(w, block, deadline) : requests_progress(w, block, deadline);
+  int rc = w->progress ? w->progress(w, block, deadline) : sched_progress(w, block, deadline);
   if (rc == TCOLL_IN_PROGRESS) return block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
   if (rc == TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) rc = complete_steps(w);
   if (rc != TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) {

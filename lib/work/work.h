@@ -17,6 +17,7 @@
 
 #include "../base/base.h"
 #include "../base/redop.h"
+#include "../sched/schedule.h"
 
 typedef struct tc_work tc_work_t;
 
@@ -42,7 +43,7 @@ typedef struct tc_sig {
 typedef int (*tc_finish_fn)(tc_work_t *w);
 /* A custom engine (the staging pipeline): advances the work; TCOLL_SUCCESS when everything is
  * complete, TCOLL_IN_PROGRESS when not yet, or an error. block: may wait until deadline
- * (0 = none). Such a work posts no requests of its own (nreq == 0): it completes only through
+ * (0 = none). Such a work posts no requests of its own (an empty schedule): it completes only through
  * tc_work_progress (the progress thread drives it like any other work). */
 typedef int (*tc_progress_fn)(tc_work_t *w, bool block, double deadline);
 
@@ -123,8 +124,7 @@ struct tc_work {
   double scalar;
   uint64_t shapes_hash; /* every tensor's dtype and shape */
 
-  MPI_Request *reqs;
-  int nreq, req_cap;
+  tc_sched_t sched; /* what the work does: its MPI requests and local steps */
   tc_wbuf_t *bufs; /* outputs, keyed in the registry */
   int nbuf, buf_cap;
   uintptr_t *read_bases; /* the inputs it registered as read (registry lock), to forget them fast */

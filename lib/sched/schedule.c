@@ -1,0 +1,554 @@
+/* The schedule engine (see sched.h). One lock, eng_mu, guards the driven schedules, the FIFOs
+ * and the schedule communicators; a schedule that is not driven belongs to its owner alone. */
+#include "schedule.h"
+
+#include "../base/dtype.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Messages of one collective between two ranks carry tag_base + (offset % TAG_SPAN): offsets
+ * only need to differ among the messages in flight at once. */
+#define TAG_SPAN 256
+
+struct tc_sched_comm {
+  MPI_Comm mpi;
+  MPI_Request dup_req;        /* MPI_Comm_idup in flight */
+  int tag_works;              /* collectives whose tags differ before they wrap */
+  tc_sched_t *fifo_head, *fifo_tail; /* schedules with COLL steps still to post, oldest first */
+};
+
+static pthread_mutex_t eng_mu = PTHREAD_MUTEX_INITIALIZER;
+static tc_sched_t *driven_head, *driven_tail;
+static int ndriven; /* atomic reads outside eng_mu */
+static int keyval = MPI_KEYVAL_INVALID;
+
+/* ------------------------------------------------------------------ building */
+
+void tc_sched_reset(tc_sched_t *s, tcoll_comm_t *comm, uint64_t seq) {
+  s->n = s->first = 0;
+  s->unstarted_comm = s->unposted_coll = 0;
+  s->status = TCOLL_SUCCESS;
+  s->starting = s->driven = s->in_fifo = false;
+  s->comm = comm;
+  s->sc = NULL;
+  s->tag_base = (int)(seq & INT_MAX); /* folded into the tag range when a message needs it */
+  s->err[0] = '\0';
+}
+
+int tc_sched_reserve(tc_sched_t *s, int n) {
+  if (s->n + n <= s->cap) return TCOLL_SUCCESS;
+  int cap = s->cap ? s->cap : 8;
+  while (cap < s->n + n) cap *= 2;
+  tc_step_t *p = realloc(s->steps, (size_t)cap * sizeof *p);
+  if (!p) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow a schedule to %d steps", cap);
+  s->steps = p;
+  s->cap = cap;
+  return TCOLL_SUCCESS;
+}
+
+static bool communicates(int kind) { return kind == TC_STEP_COLL || kind == TC_STEP_SEND || kind == TC_STEP_RECV; }
+
+static int delete_sched_comm(MPI_Comm comm, int kv, void *attr, void *extra) {
+  TC_UNUSED(comm);
+  TC_UNUSED(kv);
+  TC_UNUSED(extra);
+  tc_sched_comm_t *sc = attr;
+  if (sc->dup_req != MPI_REQUEST_NULL) MPI_Wait(&sc->dup_req, MPI_STATUS_IGNORE);
+  if (sc->mpi != MPI_COMM_NULL) MPI_Comm_free(&sc->mpi);
+  free(sc);
+  return MPI_SUCCESS;
+}
+
+/* The schedule communicator of comm, its duplication posted the first time (eng_mu held).
+ * Collective: every rank builds the same schedules, so every rank gets here in the same call. */
+static int sched_comm_of(tcoll_comm_t *comm, tc_sched_comm_t **out) {
+  int rc;
+  if (keyval == MPI_KEYVAL_INVALID) {
+    rc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_sched_comm, &keyval, NULL);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_create_keyval");
+  }
+  void *val = NULL;
+  int flag = 0;
+  rc = MPI_Comm_get_attr(comm->mpi, keyval, &val, &flag);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_get_attr");
+  if (flag) {
+    *out = val;
+    return TCOLL_SUCCESS;
+  }
+  tc_sched_comm_t *sc = calloc(1, sizeof *sc);
+  if (!sc) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a schedule communicator");
+  sc->mpi = MPI_COMM_NULL;
+  int *ub = NULL;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  sc->tag_works = (flag && ub ? *ub : 32767) / TAG_SPAN;
+  rc = MPI_Comm_idup(comm->mpi, &sc->mpi, &sc->dup_req);
+  if (rc != MPI_SUCCESS) {
+    free(sc);
+    return tc_mpi_error(rc, "MPI_Comm_idup (the schedule communicator)");
+  }
+  rc = MPI_Comm_set_attr(comm->mpi, keyval, sc);
+  if (rc != MPI_SUCCESS) {
+    MPI_Wait(&sc->dup_req, MPI_STATUS_IGNORE);
+    MPI_Comm_free(&sc->mpi);
+    free(sc);
+    return tc_mpi_error(rc, "MPI_Comm_set_attr");
+  }
+  *out = sc;
+  return TCOLL_SUCCESS;
+}
+
+tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
+  if (tc_sched_reserve(s, 1)) return NULL;
+  if (communicates(kind) && !s->sc) {
+    pthread_mutex_lock(&eng_mu);
+    int rc = sched_comm_of(s->comm, &s->sc);
+    pthread_mutex_unlock(&eng_mu);
+    if (rc) return NULL;
+    s->tag_base = (int)((unsigned)s->tag_base % (unsigned)s->sc->tag_works) * TAG_SPAN;
+  }
+  tc_step_t *st = &s->steps[s->n];
+  st->kind = (uint8_t)kind;
+  st->state = TC_STEP_WAITING;
+  st->ndeps = 0;
+  st->round = s->n == 0 ? 0 : s->steps[s->n - 1].round + (new_round ? 1 : 0);
+  st->req = MPI_REQUEST_NULL;
+  s->n++;
+  if (communicates(kind)) s->unstarted_comm++;
+  if (kind == TC_STEP_COLL) s->unposted_coll++;
+  return st;
+}
+
+bool tc_sched_posted_any(const tc_sched_t *s) {
+  for (int i = 0; i < s->n; i++)
+    if (s->steps[i].kind == TC_STEP_MPI || (communicates(s->steps[i].kind) && s->steps[i].state != TC_STEP_WAITING))
+      return true;
+  return false;
+}
+
+int tc_sched_after(tc_sched_t *s, int step, int dep) {
+  tc_step_t *st = &s->steps[step];
+  if (dep < 0 || dep >= step) return tc_error(TCOLL_ERR_INTERNAL, "step %d cannot wait for step %d", step, dep);
+  if (st->ndeps == TC_STEP_MAX_DEPS) return tc_error(TCOLL_ERR_INTERNAL, "step %d has too many dependencies", step);
+  st->deps[st->ndeps++] = dep;
+  return TCOLL_SUCCESS;
+}
+
+MPI_Request *tc_sched_posted(tc_sched_t *s) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_MPI, false);
+  if (!st) return NULL;
+  st->state = TC_STEP_POSTED;
+  return &st->req;
+}
+
+static int add_p2p(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag,
+                   bool new_round) {
+  int64_t L = tc_mpi_limit();
+  size_t es = tc_dtype_size(d);
+  int64_t pieces = n == 0 ? 1 : (n + L - 1) / L;
+  int rc = tc_sched_reserve(s, (int)pieces);
+  for (int64_t off = 0, k = 0; k < pieces && !rc; off += L, k++) {
+    tc_step_t *st = tc_sched_add(s, kind, new_round && k == 0);
+    if (!st) return TCOLL_ERR_NO_MEMORY;
+    st->u.p2p.buf = (char *)buf + (size_t)off * es;
+    st->u.p2p.count = (int)(n - off < L ? n - off : L);
+    st->u.p2p.dt = tc_mpi_dtype(d);
+    st->u.p2p.peer = peer;
+    st->u.p2p.tag = (int)(((int64_t)tag + k) % TAG_SPAN); /* pieces of one message stay in order */
+  }
+  return rc;
+}
+
+int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
+                  bool new_round) {
+  return add_p2p(s, TC_STEP_SEND, (void *)buf, n, d, peer, tag_offset, new_round);
+}
+
+int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset, bool new_round) {
+  return add_p2p(s, TC_STEP_RECV, buf, n, d, peer, tag_offset, new_round);
+}
+
+int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_REDUCE, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.reduce.in = in;
+  st->u.reduce.acc = acc;
+  st->u.reduce.n = n;
+  st->u.reduce.dtype = d;
+  st->u.reduce.op = op;
+  return TCOLL_SUCCESS;
+}
+
+int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_COPY, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.copy.dst = dst;
+  st->u.copy.src = src;
+  st->u.copy.nbytes = nbytes;
+  return TCOLL_SUCCESS;
+}
+
+int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,
+                   bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_SCALE, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.scale.dst = dst;
+  st->u.scale.src = src;
+  st->u.scale.n = n;
+  st->u.scale.dtype = d;
+  st->u.scale.mul = mul;
+  st->u.scale.div = div;
+  return TCOLL_SUCCESS;
+}
+
+int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_CALL, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.call.fn = fn;
+  st->u.call.arg = arg;
+  return TCOLL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ lists (eng_mu held) */
+
+static void driven_add(tc_sched_t *s) {
+  s->prev_driven = driven_tail;
+  s->next_driven = NULL;
+  if (driven_tail) driven_tail->next_driven = s;
+  else driven_head = s;
+  driven_tail = s;
+  __atomic_store_n(&s->driven, true, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&ndriven, 1, __ATOMIC_RELAXED);
+}
+
+static void driven_remove(tc_sched_t *s) {
+  if (!s->driven) return;
+  if (s->prev_driven) s->prev_driven->next_driven = s->next_driven;
+  else driven_head = s->next_driven;
+  if (s->next_driven) s->next_driven->prev_driven = s->prev_driven;
+  else driven_tail = s->prev_driven;
+  __atomic_sub_fetch(&ndriven, 1, __ATOMIC_RELAXED);
+  /* The owner reads it without the lock: everything before is visible once it reads false. */
+  __atomic_store_n(&s->driven, false, __ATOMIC_RELEASE);
+}
+
+static void fifo_add(tc_sched_t *s) {
+  tc_sched_comm_t *sc = s->sc;
+  s->next_fifo = NULL;
+  if (sc->fifo_tail) sc->fifo_tail->next_fifo = s;
+  else sc->fifo_head = s;
+  sc->fifo_tail = s;
+  s->in_fifo = true;
+}
+
+static void fifo_remove(tc_sched_t *s) {
+  if (!s->in_fifo) return;
+  tc_sched_comm_t *sc = s->sc;
+  tc_sched_t *prev = NULL;
+  for (tc_sched_t *q = sc->fifo_head; q; prev = q, q = q->next_fifo) {
+    if (q != s) continue;
+    if (prev) prev->next_fifo = q->next_fifo;
+    else sc->fifo_head = q->next_fifo;
+    if (sc->fifo_tail == q) sc->fifo_tail = prev;
+    break;
+  }
+  s->in_fifo = false;
+}
+
+/* ------------------------------------------------------------------ running steps */
+
+static void fail(tc_sched_t *s, int status, const char *fmt, ...) TC_PRINTF(3, 4);
+static void fail(tc_sched_t *s, int status, const char *fmt, ...) {
+  if (s->status != TCOLL_SUCCESS) return;
+  s->status = status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->err, sizeof s->err, fmt, ap);
+  va_end(ap);
+}
+
+static void fail_mpi(tc_sched_t *s, int mpi_rc, const char *call) {
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  MPI_Error_string(mpi_rc, msg, &len);
+  fail(s, TCOLL_ERR_MPI, "%s failed: %.200s", call, msg);
+}
+
+static const char *step_call_name(const tc_step_t *st) {
+  switch (st->kind) {
+  case TC_STEP_SEND: return "MPI_Isend";
+  case TC_STEP_RECV: return "MPI_Irecv";
+  case TC_STEP_COLL:
+    switch (st->u.coll.what) {
+    case TC_COLL_ALLGATHERV: return "MPI_Iallgatherv";
+    case TC_COLL_ALLTOALL: return "MPI_Ialltoall";
+    case TC_COLL_ALLREDUCE: return "MPI_Iallreduce";
+    case TC_COLL_ALLGATHER: return "MPI_Iallgather";
+    }
+    break;
+  default: break;
+  }
+  return "an MPI request";
+}
+
+static bool deps_done(const tc_sched_t *s, const tc_step_t *st) {
+  for (int i = 0; i < st->ndeps; i++)
+    if (s->steps[st->deps[i]].state != TC_STEP_DONE) return false;
+  return true;
+}
+
+/* Whether the schedule communicator can carry messages yet (eng_mu held when driven). */
+static bool sched_comm_ready(tc_sched_t *s) {
+  tc_sched_comm_t *sc = s->sc;
+  if (sc->dup_req == MPI_REQUEST_NULL) return true;
+  int flag = 0, rc = MPI_Test(&sc->dup_req, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    fail_mpi(s, rc, "MPI_Comm_idup (the schedule communicator)");
+    return false;
+  }
+  if (flag) MPI_Comm_set_errhandler(sc->mpi, MPI_ERRORS_RETURN);
+  return flag != 0;
+}
+
+static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
+  const typeof(st->u.coll) *c = &st->u.coll;
+  switch (c->what) {
+  case TC_COLL_ALLGATHERV:
+    return MPI_Iallgatherv(c->sbuf, c->count, c->dt, c->rbuf, c->counts, c->displs, c->dt, comm, &st->req);
+  case TC_COLL_ALLTOALL:
+    return MPI_Ialltoall(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
+  case TC_COLL_ALLREDUCE:
+    return MPI_Iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
+  case TC_COLL_ALLGATHER:
+    return MPI_Iallgather(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
+  }
+  TC_UNUSED(s);
+  return MPI_ERR_OTHER;
+}
+
+/* Starts a communication step if it may start now; whether it did. */
+static bool start_comm(tc_sched_t *s, tc_step_t *st) {
+  int rc;
+  if (st->kind == TC_STEP_COLL) {
+    /* While starting, a collective goes on the communicator itself, in program order like any
+     * other call; later ones go on the schedule communicator, in FIFO order. */
+    MPI_Comm comm = s->comm->mpi;
+    if (!s->starting) {
+      if (s->sc->fifo_head != s || !sched_comm_ready(s)) return false;
+      comm = s->sc->mpi;
+    }
+    rc = post_coll(s, st, comm);
+    if (--s->unposted_coll == 0) fifo_remove(s);
+  } else {
+    if (!sched_comm_ready(s)) return false;
+    const typeof(st->u.p2p) *p = &st->u.p2p;
+    int tag = s->tag_base + p->tag;
+    if (st->kind == TC_STEP_SEND) rc = MPI_Isend(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
+    else rc = MPI_Irecv(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
+  }
+  s->unstarted_comm--;
+  if (rc != MPI_SUCCESS) {
+    fail_mpi(s, rc, step_call_name(st));
+    st->state = TC_STEP_DONE; /* nothing was posted */
+    return true;
+  }
+  st->state = TC_STEP_POSTED;
+  return true;
+}
+
+static int reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op) {
+  size_t es = tc_dtype_size(d);
+  int64_t L = tc_mpi_limit();
+  for (int64_t off = 0; off < n; off += L) {
+    int c = (int)(n - off < L ? n - off : L);
+    int rc = MPI_Reduce_local((const char *)in + (size_t)off * es, (char *)acc + (size_t)off * es, c, tc_mpi_dtype(d),
+                              op);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
+}
+
+/* Runs a local step to its end. */
+static void run_local(tc_sched_t *s, tc_step_t *st) {
+  switch (st->kind) {
+  case TC_STEP_REDUCE: {
+    int rc = reduce_local(st->u.reduce.in, st->u.reduce.acc, st->u.reduce.n, st->u.reduce.dtype, st->u.reduce.op);
+    if (rc != MPI_SUCCESS) fail_mpi(s, rc, "MPI_Reduce_local");
+    break;
+  }
+  case TC_STEP_COPY:
+    if (st->u.copy.nbytes && st->u.copy.dst != st->u.copy.src) memcpy(st->u.copy.dst, st->u.copy.src, st->u.copy.nbytes);
+    break;
+  case TC_STEP_SCALE: {
+    const typeof(st->u.scale) *c = &st->u.scale;
+    if (c->mul != 1.0 || c->dst != c->src) tc_host_scale_copy(c->dst, c->src, c->dtype, c->n, c->mul);
+    if (c->div != 1.0) tc_host_divide(c->dst, c->dtype, c->n, c->div);
+    break;
+  }
+  case TC_STEP_CALL: {
+    int rc = st->u.call.fn(st->u.call.arg);
+    if (rc) fail(s, rc, "%s", tc_last_message());
+    break;
+  }
+  default: break;
+  }
+  st->state = TC_STEP_DONE;
+}
+
+/* Tests a posted step; whether it completed. */
+static bool test_posted(tc_sched_t *s, tc_step_t *st) {
+  int flag = 0, rc = tc_mpi_testall(1, &st->req, &flag);
+  if (rc != MPI_SUCCESS) {
+    fail_mpi(s, rc, step_call_name(st));
+    flag = 1; /* a request that failed is complete */
+  }
+  if (flag) st->state = TC_STEP_DONE;
+  return flag != 0;
+}
+
+static void after_comm_started(tc_sched_t *s) {
+  if (s->unstarted_comm == 0 || s->status != TCOLL_SUCCESS) {
+    fifo_remove(s);
+    driven_remove(s);
+  }
+}
+
+/* One pass over the steps that may run (eng_mu held if s is driven); whether anything moved. */
+static bool advance(tc_sched_t *s) {
+  bool moved = false, again = true;
+  while (again) {
+    again = false;
+    int round = s->first < s->n ? s->steps[s->first].round : INT_MAX;
+    for (int i = s->first; i < s->n; i++) {
+      tc_step_t *st = &s->steps[i];
+      if (st->round > round) break;
+      if (st->state == TC_STEP_DONE) continue;
+      if (st->state == TC_STEP_POSTED) {
+        if (!s->starting && test_posted(s, st)) again = true;
+        continue;
+      }
+      if (s->status != TCOLL_SUCCESS || !deps_done(s, st)) continue;
+      if (communicates(st->kind)) {
+        if (start_comm(s, st)) again = true;
+      } else {
+        run_local(s, st);
+        again = true;
+      }
+    }
+    while (s->first < s->n && s->steps[s->first].state == TC_STEP_DONE) s->first++;
+    moved |= again;
+  }
+  if (s->driven) after_comm_started(s);
+  return moved;
+}
+
+/* Done: every step ran, or after an error every posted request completed. */
+static bool finished(const tc_sched_t *s) {
+  if (s->first == s->n) return true;
+  if (s->status == TCOLL_SUCCESS) return false;
+  for (int i = s->first; i < s->n; i++)
+    if (s->steps[i].state == TC_STEP_POSTED) return false;
+  return true;
+}
+
+void tc_sched_start(tc_sched_t *s) {
+  s->starting = true;
+  if (s->unstarted_comm == 0) {
+    advance(s);
+    s->starting = false;
+    return;
+  }
+  pthread_mutex_lock(&eng_mu);
+  advance(s);
+  s->starting = false;
+  if (s->status == TCOLL_SUCCESS && s->unstarted_comm > 0) {
+    if (s->unposted_coll > 0) fifo_add(s);
+    driven_add(s);
+  }
+  pthread_mutex_unlock(&eng_mu);
+}
+
+static void drive_all_locked(void) {
+  for (tc_sched_t *s = driven_head, *next; s; s = next) {
+    next = s->next_driven;
+    advance(s);
+  }
+}
+
+void tc_sched_drive_all(void) {
+  if (!tc_sched_any_driven()) return;
+  pthread_mutex_lock(&eng_mu);
+  drive_all_locked();
+  pthread_mutex_unlock(&eng_mu);
+}
+
+bool tc_sched_any_driven(void) { return __atomic_load_n(&ndriven, __ATOMIC_RELAXED) > 0; }
+
+static bool is_driven(const tc_sched_t *s) { return __atomic_load_n(&s->driven, __ATOMIC_ACQUIRE); }
+
+/* Blocks in MPI for the first posted step, running what becomes startable in order: for a
+ * schedule nobody else needs driven (the common single-call case, no polling). */
+static void run_blocking(tc_sched_t *s) {
+  while (!finished(s)) {
+    tc_step_t *st = &s->steps[s->first];
+    if (st->state == TC_STEP_POSTED) {
+      int rc = tc_mpi_waitall(1, &st->req);
+      if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
+      st->state = TC_STEP_DONE;
+    }
+    if (!advance(s) && st->state != TC_STEP_DONE) return; /* cannot move alone: poll instead */
+  }
+}
+
+int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
+  for (;;) {
+    if (is_driven(s)) {
+      pthread_mutex_lock(&eng_mu);
+      drive_all_locked();
+      pthread_mutex_unlock(&eng_mu);
+    } else if (block && deadline <= 0 && !tc_sched_any_driven()) {
+      run_blocking(s);
+    } else {
+      advance(s);
+      tc_sched_drive_all(); /* others may wait for this rank's steps of their schedules */
+    }
+    if (finished(s)) break;
+    if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;
+    /* MPI advances transfers only inside MPI calls: test often, yielding the core between. */
+    sched_yield();
+  }
+  if (s->status != TCOLL_SUCCESS) return tc_error(s->status, "%s", s->err);
+  return TCOLL_SUCCESS;
+}
+
+void tc_sched_abandon(tc_sched_t *s) {
+  if (is_driven(s) || s->in_fifo) {
+    pthread_mutex_lock(&eng_mu);
+    fifo_remove(s);
+    driven_remove(s);
+    pthread_mutex_unlock(&eng_mu);
+  }
+  for (int i = s->first; i < s->n; i++)
+    if (s->steps[i].state == TC_STEP_POSTED) tc_mpi_waitall(1, &s->steps[i].req);
+  s->n = s->first = 0;
+}
+
+void tc_sched_free(tc_sched_t *s) {
+  free(s->steps);
+  s->steps = NULL;
+  s->n = s->cap = s->first = 0;
+}
+
+void tc_sched_cleanup(void) {
+  pthread_mutex_lock(&eng_mu);
+  if (keyval != MPI_KEYVAL_INVALID) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free_keyval(&keyval);
+    keyval = MPI_KEYVAL_INVALID;
+  }
+  pthread_mutex_unlock(&eng_mu);
+}

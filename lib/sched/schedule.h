@@ -1,0 +1,178 @@
+/* The schedule engine: what a work does, as data run by one executor.
+ *
+ * A schedule is an array of steps in rounds. A step starts once every step of an earlier round
+ * is done and the (at most TC_STEP_MAX_DEPS) steps it names as dependencies are done; steps of
+ * one round otherwise run in any order, so that transfers and local math overlap. Local steps
+ * (a reduction, a copy, a scaling, a call) complete when they start; MPI steps complete when
+ * their request does.
+ *
+ * Where MPI steps go:
+ *   TC_STEP_MPI   a request the builder posted itself at once, on the collective's own
+ *                 communicator (the literal mapping: one MPI_I* call per collective);
+ *   TC_STEP_COLL  an MPI_I* collective the engine posts when the step starts;
+ *   TC_STEP_SEND, TC_STEP_RECV  point-to-point, posted when the step starts.
+ * COLL, SEND and RECV steps run on the schedule communicator, a duplicate of the collective's
+ * communicator made for them (MPI_Comm_idup, the first time one is needed), so they never
+ * match the user's messages nor the literal calls. Point-to-point steps carry tags derived from
+ * the collective's sequence number on the communicator, which keeps concurrent collectives
+ * apart whatever the order in which ranks post and wait. Collective steps have no tags: every
+ * rank posts them in the same order because a schedule posts its COLL steps only once every
+ * schedule started before it on that communicator has posted all of its own (a FIFO per
+ * communicator), as in MPI's own rule that collectives are called in the same order.
+ *
+ * Steps that start while the schedule is being started (tc_sched_start) are the same on every
+ * rank by construction: starting never waits for a transfer, so only steps that depend on
+ * nothing or on local steps start there. The rest are driven lazily: a schedule with steps
+ * that communicate and have not started yet is "driven", and every wait, test or progress
+ * thread pass advances all driven schedules (tc_sched_drive_all), not only its own, so that no
+ * rank stalls behind another that waits for a different collective.
+ *
+ * The engine knows nothing of works or the registry. A schedule's steps live in an array kept
+ * across uses (a pooled work keeps its schedule): steady state allocates nothing. */
+#ifndef TC_SCHEDULE_H
+#define TC_SCHEDULE_H
+
+#include "../comm.h"
+#include "mpi_glue.h"
+
+#include <limits.h>
+
+#define TC_STEP_MAX_DEPS 3
+
+typedef enum {
+  TC_STEP_MPI,    /* request posted by the builder (tc_sched_posted) */
+  TC_STEP_COLL,   /* MPI_I* collective posted by the engine */
+  TC_STEP_SEND,   /* MPI_Isend */
+  TC_STEP_RECV,   /* MPI_Irecv */
+  TC_STEP_REDUCE, /* acc = in (op) acc, element-wise on the host */
+  TC_STEP_COPY,   /* memcpy on the host */
+  TC_STEP_SCALE,  /* dst = src * mul / div on the host (premul_sum, AVG) */
+  TC_STEP_CALL    /* fn(arg): a completion step of the caller's (unpacking, interleaving...) */
+} tc_step_kind_t;
+
+typedef enum { TC_COLL_ALLGATHERV, TC_COLL_ALLTOALL, TC_COLL_ALLREDUCE, TC_COLL_ALLGATHER } tc_coll_kind_t;
+
+typedef enum { TC_STEP_WAITING, TC_STEP_POSTED, TC_STEP_DONE } tc_step_state_t;
+
+typedef struct tc_step {
+  uint8_t kind, state, ndeps;
+  int round;
+  int deps[TC_STEP_MAX_DEPS];
+  MPI_Request req;
+  union {
+    struct { /* COLL */
+      tc_coll_kind_t what;
+      const void *sbuf;
+      void *rbuf;
+      int count;                 /* per rank (ALLTOALL, ALLGATHER, ALLREDUCE) */
+      const int *counts, *displs; /* ALLGATHERV: per rank, in elements */
+      MPI_Datatype dt;
+      MPI_Op op;
+    } coll;
+    struct { /* SEND, RECV */
+      void *buf;
+      int count;
+      MPI_Datatype dt;
+      int peer, tag;
+    } p2p;
+    struct { /* REDUCE */
+      const void *in;
+      void *acc;
+      int64_t n;
+      tcoll_dtype_t dtype;
+      MPI_Op op;
+    } reduce;
+    struct { /* COPY */
+      void *dst;
+      const void *src;
+      size_t nbytes;
+    } copy;
+    struct { /* SCALE */
+      void *dst;
+      const void *src;
+      int64_t n;
+      tcoll_dtype_t dtype;
+      double mul, div;
+    } scale;
+    struct { /* CALL */
+      int (*fn)(void *arg);
+      void *arg;
+    } call;
+  } u;
+} tc_step_t;
+
+typedef struct tc_sched_comm tc_sched_comm_t;
+
+typedef struct tc_sched {
+  tc_step_t *steps;
+  int n, cap;
+  int first;          /* every step before it is done */
+  int unstarted_comm; /* COLL, SEND and RECV steps not started yet */
+  int unposted_coll;  /* COLL steps not started yet (the schedule waits in its FIFO meanwhile) */
+  int status;         /* the first error, once one happened */
+  bool starting;      /* inside tc_sched_start */
+  bool driven;        /* in the list of driven schedules (the engine lock guards it) */
+  bool in_fifo;
+  tcoll_comm_t *comm;
+  tc_sched_comm_t *sc; /* the schedule communicator, when a step needs it */
+  int tag_base;
+  char err[256];
+  struct tc_sched *prev_driven, *next_driven, *next_fifo;
+} tc_sched_t;
+
+/* ---- building ---- */
+
+/* Empties s for a new collective on comm (seq: its sequence number there, for tags). */
+void tc_sched_reset(tc_sched_t *s, tcoll_comm_t *comm, uint64_t seq);
+/* The collective's sequence number on its communicator, once known (its messages' tags). */
+static inline void tc_sched_set_seq(tc_sched_t *s, uint64_t seq) { s->tag_base = (int)(seq & INT_MAX); }
+/* Whether anything was posted to MPI (a failed start may leave requests in flight). */
+bool tc_sched_posted_any(const tc_sched_t *s);
+/* Room for n more steps, so that building never fails half-way for lack of memory. */
+int tc_sched_reserve(tc_sched_t *s, int n);
+/* Appends a step of kind in the current round (new_round: in a round after every step so far);
+ * NULL (error set) without memory. The pointer is valid until the next append. */
+tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round);
+/* The index of the step last added (for dependencies). */
+static inline int tc_sched_last(const tc_sched_t *s) { return s->n - 1; }
+/* Step `step` (an index) starts only after step `dep` is done. */
+int tc_sched_after(tc_sched_t *s, int step, int dep);
+/* A request the caller posts at once into the returned slot (TC_STEP_MPI); NULL without memory.
+ * The slot is valid until the next append: post into it right away. */
+MPI_Request *tc_sched_posted(tc_sched_t *s);
+/* Point-to-point steps; tag_offset tells apart the messages of one collective between the same
+ * two ranks (the same value on both sides). Counts above the per-call limit become several
+ * steps. */
+int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
+                  bool new_round);
+int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset, bool new_round);
+int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round);
+int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool new_round);
+int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,
+                   bool new_round);
+int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round);
+
+/* ---- running ---- */
+
+/* Starts what can start now (the same steps on every rank: see above). A failure to post is
+ * recorded in the schedule (its requests already posted still complete). */
+void tc_sched_start(tc_sched_t *s);
+/* Advances s; with block, until it is done or deadline passes (0: none). TCOLL_SUCCESS once
+ * every step is done, TCOLL_IN_PROGRESS when not yet, or the first error (message set) once
+ * every posted request completed. */
+int tc_sched_progress(tc_sched_t *s, bool block, double deadline);
+/* Whether s has nothing left to do. */
+static inline bool tc_sched_done(const tc_sched_t *s) { return s->first == s->n; }
+/* Advances every driven schedule (the progress thread, and whoever waits). */
+void tc_sched_drive_all(void);
+/* Whether any schedule is driven now (a cheap, unlocked read). */
+bool tc_sched_any_driven(void);
+/* Completes whatever a schedule still has posted and drops it from the engine's lists (a work
+ * recycled before it completed). */
+void tc_sched_abandon(tc_sched_t *s);
+/* Frees the step array (the work that owns s is freed). */
+void tc_sched_free(tc_sched_t *s);
+/* At finalize: the engine's keyval (the schedule communicators go with their communicators). */
+void tc_sched_cleanup(void);
+
+#endif
