@@ -179,12 +179,19 @@ typedef struct tcoll_config {
   int fake_devices;          /* TCOLL_FAKE_DEVICES */
   int progress_thread;       /* TCOLL_PROGRESS=thread */
   char trace_path[512];      /* TCOLL_TRACE; "" = off */
+  char algo[256];            /* TCOLL_ALGO: "auto" (default), "mpi" (the literal one-to-one MPI
+                                mapping everywhere) or "op:algorithm,..." (e.g.
+                                "all_reduce:ring,reduce_scatter:mpi"); same on every rank */
 } tcoll_config_t;
+
+/* The algorithm that ran this thread's last posted collective: "mpi" (the literal one-to-one
+ * MPI call), "ring", "alltoall", "ring_allgather" (see doc/guide.md, "Algorithms"). A literal. */
+TCOLL_API const char *tcoll_last_algorithm(void);
 
 /* The configuration in force. */
 TCOLL_API int tcoll_get_config(tcoll_config_t *config);
-/* Changes debug, timeout, abort_on_timeout, max_count and staging_chunk for work posted from
- * now on. The other fields are fixed at tcoll_init: changing them is an error. */
+/* Changes debug, timeout, abort_on_timeout, max_count, staging_chunk and algo for work posted
+ * from now on (every rank must make the same change between the same collectives). The other fields are fixed at tcoll_init: changing them is an error. */
 TCOLL_API int tcoll_set_config(const tcoll_config_t *config);
 
 /* ---------------------------------------------------------------- communicators */

@@ -51,11 +51,16 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   if (!c) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a communicator");
   int rc = MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(mpi, &c->ctrl);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Comm_dup(mpi, &c->sched);
+    if (rc != MPI_SUCCESS) MPI_Comm_free(&c->ctrl);
+  }
   if (rc != MPI_SUCCESS) {
     free(c);
     return tc_mpi_error(rc, "setting up a communicator");
   }
   MPI_Comm_set_errhandler(c->ctrl, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(c->sched, MPI_ERRORS_RETURN);
   c->magic = TC_COMM_MAGIC;
   c->kind = kind;
   c->mpi = mpi;
@@ -72,6 +77,7 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   tc_comms_unlock();
   if (rc) {
     MPI_Comm_free(&c->ctrl);
+    MPI_Comm_free(&c->sched);
     free(c);
     return tc_error(rc, "cannot record a new communicator");
   }
@@ -105,6 +111,7 @@ void tc_comm_destroy(tcoll_comm_t *c) {
   if (drain_hook) drain_hook(c);
   unlink_comm(c);
   MPI_Comm_free(&c->ctrl);
+  MPI_Comm_free(&c->sched);
   MPI_Comm_free(&c->mpi);
   free(c->key_ranks);
   free(c->key_tag);

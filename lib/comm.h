@@ -19,6 +19,7 @@ struct tcoll_comm {
   tc_comm_kind_t kind;
   MPI_Comm mpi;  /* collectives; MPI_ERRORS_RETURN */
   MPI_Comm ctrl; /* control traffic (checks, rendezvous), kept off the collective stream */
+  MPI_Comm sched; /* the schedule engine's messages and late-posted collectives (sched/) */
   int rank, size;
   uint32_t id;   /* process-local, for logs */
   char name[TC_COMM_NAME_LEN];

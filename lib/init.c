@@ -9,6 +9,7 @@
 #include "device/pinned.h"
 #include "local/local.h"
 #include "sched/mpi_glue.h"
+#include "sched/mpi_impl.h"
 #include "sched/placement.h"
 #include "sched/schedule.h"
 #include "work/pipeline.h"
@@ -110,6 +111,7 @@ static int start_library(void) {
   tc_mpi_errors_init();
   if ((rc = tc_dev_init())) return rc;
   tc_placement_init();
+  tc_mpi_impl_init();
   tc_comm_set_drain(tc_wait_comm);
   if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;

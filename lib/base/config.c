@@ -1,6 +1,8 @@
 /* TCOLL_* environment variables and the tcoll_config_t that mirrors them. */
 #include "base.h"
 
+#include "algo.h"
+
 #include <limits.h>
 #include <errno.h>
 #include <math.h>
@@ -19,6 +21,7 @@ tcoll_config_t tc_cfg = {
     .fake_devices = 0,
     .progress_thread = 0,
     .trace_path = "",
+    .algo = "auto",
 };
 
 static int bad_env(const char *name, const char *value, const char *expected) {
@@ -99,6 +102,11 @@ int tc_config_load(void) {
     if ((rc = parse_int64("TCOLL_FAKE_DEVICES", v, 0, 64, &x))) return rc;
     tc_cfg.fake_devices = (int)x;
   }
+  if ((v = getenv("TCOLL_ALGO")) && *v) {
+    if (strlen(v) >= sizeof tc_cfg.algo) return bad_env("TCOLL_ALGO", v, "a setting shorter than 256 bytes");
+    if ((rc = tc_algo_parse(v, "TCOLL_ALGO", tc_algo_forced))) return rc;
+    strcpy(tc_cfg.algo, v);
+  }
   if ((v = getenv("TCOLL_TRACE")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.trace_path)
       return bad_env("TCOLL_TRACE", v, "a path shorter than 512 bytes");
@@ -132,6 +140,11 @@ int tcoll_set_config(const tcoll_config_t *c) {
   if (c->staging_chunk < 256)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->staging_chunk is %zu (expected >= 256 bytes)",
                     c->staging_chunk);
+  if (!memchr(c->algo, '\0', sizeof c->algo))
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string (expected < 256 bytes)");
+  tc_algo_t forced[TC_NUM_ALGO_OPS];
+  int rc = tc_algo_parse(c->algo, "config->algo", forced);
+  if (rc) return rc;
   if (!fixed_fields_equal(c, &tc_cfg))
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
                     "cuda_aware, fake_devices, progress_thread and trace_path are fixed at tcoll_init "
@@ -141,5 +154,7 @@ int tcoll_set_config(const tcoll_config_t *c) {
   tc_cfg.abort_on_timeout = c->abort_on_timeout ? 1 : 0;
   tc_cfg.max_count = c->max_count;
   tc_cfg.staging_chunk = c->staging_chunk;
+  memcpy(tc_algo_forced, forced, sizeof forced);
+  snprintf(tc_cfg.algo, sizeof tc_cfg.algo, "%s", c->algo);
   return TCOLL_SUCCESS;
 }

@@ -133,6 +133,7 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   w->bytes = 0;
   w->refs = 0;
   w->posted = w->done = w->host_math = false;
+  w->algo = TC_ALGO_MPI;
   w->status = TCOLL_SUCCESS;
   w->err[0] = '\0';
   w->t_post = w->t_done = 0.0;
@@ -339,10 +340,10 @@ static void undo_outputs(tc_work_t *w) {
 static void log_posted(const tc_work_t *w) {
   if (tc_cfg.debug < TCOLL_LOG_INFO || !w->comm) return;
   char shape[96], comm[80];
-  tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d", (unsigned long long)w->seq, w->op,
-          tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
+  tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d, algorithm %s",
+          (unsigned long long)w->seq, w->op, tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
           tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->comm->size, w->bytes,
-          w->device);
+          w->device, tc_algo_name(w->algo));
 }
 
 int tc_work_end(tc_work_t *w, int rc) {
@@ -359,6 +360,7 @@ int tc_work_end(tc_work_t *w, int rc) {
   }
   if (rc == TCOLL_SUCCESS) {
     w->posted = true;
+    tc_algo_note(w->algo);
     w->t_post = tc_stamp();
     w->nalloc = 0;
     log_posted(w);

@@ -18,6 +18,7 @@
 #include "../base/base.h"
 #include "../base/redop.h"
 #include "../sched/schedule.h"
+#include "../sched/select.h"
 
 typedef struct tc_work tc_work_t;
 
@@ -111,6 +112,7 @@ struct tc_work {
   bool host_math;    /* the op computes on its buffers on the host (AVG, premul, packing...):
                         staging then hands it host buffers even where MPI takes device ones */
   bool done;
+  tc_algo_t algo;    /* how it runs (TC_ALGO_MPI: the literal MPI call) */
   int status;
   char err[TC_WORK_ERR_LEN];
   double t_post, t_done;
@@ -154,6 +156,8 @@ struct tc_work {
 #define TC_PRIV_FITS(type) _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
 
 int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig);
+/* The algorithm the collective runs (for logs, traces and tcoll_last_algorithm). */
+static inline void tc_work_set_algo(tc_work_t *w, tc_algo_t algo) { w->algo = algo; }
 /* Prepares an output: with out->data == NULL allocates it (dtype, ndim, shape, device given),
  * otherwise it was already checked. Records it as a buffer of the work. */
 int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
