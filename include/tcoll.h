@@ -179,11 +179,12 @@ typedef struct tcoll_config {
   int fake_devices;          /* TCOLL_FAKE_DEVICES */
   int progress_thread;       /* TCOLL_PROGRESS=thread */
   char trace_path[512];      /* TCOLL_TRACE; "" = off */
+  int wait_yield;            /* TCOLL_WAIT=yield: waits poll MPI and give the core up between polls */
 } tcoll_config_t;
 
 /* The configuration in force. */
 TCOLL_API int tcoll_get_config(tcoll_config_t *config);
-/* Changes debug, timeout, abort_on_timeout, max_count and staging_chunk for work posted from
+/* Changes debug, timeout, abort_on_timeout, max_count, staging_chunk and wait_yield for work posted from
  * now on. The other fields are fixed at tcoll_init: changing them is an error. */
 TCOLL_API int tcoll_set_config(const tcoll_config_t *config);
 

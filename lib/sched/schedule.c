@@ -509,7 +509,9 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
       pthread_mutex_lock(&eng_mu);
       drive_all_locked();
       pthread_mutex_unlock(&eng_mu);
-    } else if (block && deadline <= 0 && !tc_sched_any_driven()) {
+    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield) {
+      /* TCOLL_WAIT=yield polls instead: MPICH's MPI_Wait spins without yielding, and with more
+       * ranks than cores it starves the very ranks it waits for (a 4-rank demo on 2 cores). */
       run_blocking(s);
     } else {
       advance(s);
