@@ -2,7 +2,7 @@
  *
  *   tcoll-mpiexec -n 2 tcoll-bench [--ops LIST] [--dtype T] [--min SIZE] [--max SIZE] [--step F] [--iters N]
  *                            [--min-iters N] [--time SEC] [--warmup N] [--csv FILE]
- *                            [--device] [--no-overlap] [--no-check] [--quiet] [--repeat N]
+ *                            [--device] [--no-overlap] [--no-check] [--repeat N]
  *
  * For each op and size the bench alternates iterations of the tcoll call (post + wait) and of
  * the raw MPI code that does the same thing (MPI_I* + MPI_Wait on host buffers), so that noise
@@ -82,7 +82,7 @@ static struct {
   int max_iters, min_iters, warmup, repeat;
   double time_per_point;
   const char *csv;
-  bool device, overlap, check, quiet;
+  bool device, overlap, check;
 } opt = {.min_bytes = 8,
          .max_bytes = (size_t)64 << 20,
          .step = 2,
