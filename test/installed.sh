@@ -31,10 +31,12 @@ pkg-config)
   export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   say "$mpicc heat.c \$(pkg-config --cflags --libs tcoll) -lm"
   # -Wl,-rpath: the installed copy lies off the loader's path (a real install runs ldconfig).
+  # shellcheck disable=SC2046 # pkg-config's flags are separate words, as in README.md
   "$mpicc" "$src/examples/heat.c" $(pkg-config --cflags --libs tcoll) -lm -Wl,-rpath,"$libdir" -o "$work/heat"
   run "$work/heat"
   if [ -n "$mpifort" ]; then
     say "$mpifort relax.f90 \$(pkg-config --cflags --libs tcoll-fortran)"
+    # shellcheck disable=SC2046
     "$mpifort" "$src/examples/relax.f90" $(pkg-config --cflags --libs tcoll-fortran) -Wl,-rpath,"$libdir" \
       -o "$work/relax"
     run "$work/relax"
