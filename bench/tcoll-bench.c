@@ -1,8 +1,8 @@
 /* tcoll-bench: tcoll's collectives against raw MPI, side by side in one run.
  *
- *   mpiexec -n 2 tcoll-bench [--ops LIST] [--min SIZE] [--max SIZE] [--step F] [--iters N]
+ *   tcoll-mpiexec -n 2 tcoll-bench [--ops LIST] [--dtype T] [--min SIZE] [--max SIZE] [--step F] [--iters N]
  *                            [--min-iters N] [--time SEC] [--warmup N] [--csv FILE]
- *                            [--device] [--no-overlap] [--no-check] [--quiet] [--repeat N]
+ *                            [--device] [--no-overlap] [--no-check] [--repeat N]
  *
  * For each op and size the bench alternates iterations of the tcoll call (post + wait) and of
  * the raw MPI code that does the same thing (MPI_I* + MPI_Wait on host buffers), so that noise
@@ -25,7 +25,7 @@
  *
  * Extra cases: all_gather and reduce_scatter along dim 1 also time the dim-0 call on the same
  * bytes (dim1/dim0), and all_gather_dim1 also a contiguous MPI all_gather followed by a local
- * interleave; coalesced times tcoll_all_reduce_coalesced of 64 x 256 floats against raw MPI
+ * interleave; coalesced times tcoll_all_reduce_coalesced of 64 x 256 elements against raw MPI
  * (pack, one MPI_Iallreduce, unpack) and 64 separate tcoll_all_reduce calls (all posted, then
  * all waited) against 64 MPI_Iallreduce + MPI_Waitall.
  *
@@ -72,7 +72,7 @@ static const char *const op_names[NUM_OPS] = {
 };
 
 #define COAL_N 64       /* tensors in the coalesced case */
-#define COAL_NUMEL 256  /* floats per tensor */
+#define COAL_NUMEL 256  /* elements per tensor */
 #define MAX_VARIANTS 6
 
 static struct {
@@ -82,7 +82,7 @@ static struct {
   int max_iters, min_iters, warmup, repeat;
   double time_per_point;
   const char *csv;
-  bool device, overlap, check, quiet;
+  bool device, overlap, check;
 } opt = {.min_bytes = 8,
          .max_bytes = (size_t)64 << 20,
          .step = 2,
@@ -93,6 +93,14 @@ static struct {
          .time_per_point = 0.25,
          .overlap = true,
          .check = true};
+
+/* The element type (--dtype): tcoll's and raw MPI's names for it. */
+static struct {
+  const char *name;
+  tcoll_dtype_t tc;
+  MPI_Datatype mpi;
+  size_t size;
+} g_dt;
 
 static int g_rank, g_size;
 static int g_dev = TCOLL_HOST; /* where tcoll's tensors live */
@@ -155,24 +163,35 @@ struct point {
   tcoll_tensor_t tin, tout, tin0, tout0;
   tcoll_tensor_t cin[COAL_N], cout[COAL_N], sout[COAL_N];
   /* raw MPI side (host) */
-  float *min, *mout, *mout2, *scratch;
-  float *mcin[COAL_N], *mcout[COAL_N], *msout[COAL_N];
+  char *min, *mout, *mout2, *scratch; /* g_dt elements */
+  char *mcin[COAL_N], *mcout[COAL_N], *msout[COAL_N];
   MPI_Datatype vec;
   MPI_Request req, reqs[COAL_N];
+  MPI_Status stats[COAL_N]; /* not MPI_STATUSES_IGNORE: MPICH's (MPI_Status *)1 makes GCC 12 warn */
 };
 
-static float pattern(int rank, int64_t i) { return (float)((rank + 1) + (int)(i % 13)); }
+/* Small integers: exact in every --dtype, and so are their sums over the ranks in any order. */
+static double pattern(int rank, int64_t i) { return (double)((rank + 1) + (int)(i % 13)); }
+
+static void store(void *x, int64_t i, double v) {
+  switch (g_dt.tc) {
+  case TCOLL_FLOAT64: ((double *)x)[i] = v; break;
+  case TCOLL_INT32: ((int32_t *)x)[i] = (int32_t)v; break;
+  case TCOLL_INT64: ((int64_t *)x)[i] = (int64_t)v; break;
+  default: ((float *)x)[i] = (float)v; break;
+  }
+}
 
 static tcoll_tensor_t tensor_on(int device, int ndim, int64_t a, int64_t b) {
   int64_t shape[2] = {a, b};
   tcoll_tensor_t t;
   memset(&t, 0, sizeof t);
-  TC(tcoll_tensor_alloc(&t, TCOLL_FLOAT32, ndim, shape, device));
+  TC(tcoll_tensor_alloc(&t, g_dt.tc, ndim, shape, device));
   return t;
 }
 
-static void fill_host(float *x, int64_t n) {
-  for (int64_t i = 0; i < n; i++) x[i] = pattern(g_rank, i);
+static void fill_host(void *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) store(x, i, pattern(g_rank, i));
 }
 
 static void fill_tensor(tcoll_tensor_t *t) {
@@ -188,7 +207,7 @@ static void fill_tensor(tcoll_tensor_t *t) {
 }
 
 /* Elements of t that differ from ref (t may live on a device). */
-static long diff_tensor(const tcoll_tensor_t *t, const float *ref) {
+static long diff_tensor(const tcoll_tensor_t *t, const void *ref) {
   int64_t n = tcoll_tensor_numel(t);
   tcoll_tensor_t h = *t;
   if (t->device != TCOLL_HOST) {
@@ -196,8 +215,8 @@ static long diff_tensor(const tcoll_tensor_t *t, const float *ref) {
     TC(tcoll_tensor_copy(&h, t));
   }
   long bad = 0;
-  const float *x = h.data;
-  for (int64_t i = 0; i < n; i++) bad += x[i] != ref[i];
+  const char *x = h.data, *r = ref;
+  for (int64_t i = 0; i < n; i++) bad += memcmp(x + i * g_dt.size, r + i * g_dt.size, g_dt.size) != 0;
   if (t->device != TCOLL_HOST) tcoll_tensor_free(&h);
   return bad;
 }
@@ -206,14 +225,14 @@ static long diff_tensor(const tcoll_tensor_t *t, const float *ref) {
 static void t_allreduce_post(point_t *p) { TC(tcoll_all_reduce(&p->tin, TCOLL_SUM, g_tc, &p->tout)); }
 static void t_wait_out(point_t *p) { TC(tcoll_wait(p->tout.data)); }
 static void m_allreduce_post(point_t *p) {
-  MP(MPI_Iallreduce(p->min, p->mout, (int)p->count, MPI_FLOAT, MPI_SUM, g_mpi, &p->req));
+  MP(MPI_Iallreduce(p->min, p->mout, (int)p->count, g_dt.mpi, MPI_SUM, g_mpi, &p->req));
 }
 static void m_wait(point_t *p) { MP(MPI_Wait(&p->req, MPI_STATUS_IGNORE)); }
 
 /* ---- broadcast (in place on both sides, root 0) ---- */
 static void t_bcast_post(point_t *p) { TC(tcoll_broadcast(&p->tin, 0, g_tc, &p->tin)); }
 static void t_wait_in(point_t *p) { TC(tcoll_wait(p->tin.data)); }
-static void m_bcast_post(point_t *p) { MP(MPI_Ibcast(p->min, (int)p->count, MPI_FLOAT, 0, g_mpi, &p->req)); }
+static void m_bcast_post(point_t *p) { MP(MPI_Ibcast(p->min, (int)p->count, g_dt.mpi, 0, g_mpi, &p->req)); }
 
 /* ---- all_gather ---- */
 static void t_allgather_post(point_t *p) { TC(tcoll_all_gather(&p->tin, 0, g_tc, &p->tout)); }
@@ -221,24 +240,25 @@ static void t_allgather_d1_post(point_t *p) { TC(tcoll_all_gather(&p->tin, 1, g_
 static void t_allgather_d0_post(point_t *p) { TC(tcoll_all_gather(&p->tin0, 0, g_tc, &p->tout0)); }
 static void t_wait_out0(point_t *p) { TC(tcoll_wait(p->tout0.data)); }
 static void m_allgather_post(point_t *p) {
-  MP(MPI_Iallgather(p->min, (int)p->count, MPI_FLOAT, p->mout, (int)p->count, MPI_FLOAT, g_mpi, &p->req));
+  MP(MPI_Iallgather(p->min, (int)p->count, g_dt.mpi, p->mout, (int)p->count, g_dt.mpi, g_mpi, &p->req));
 }
 /* Rank r's [R, C] block lands as columns r*C..(r+1)*C-1 of [R, n*C]: one strided datatype. */
 static void m_allgather_d1_post(point_t *p) {
-  MP(MPI_Iallgather(p->min, (int)p->count, MPI_FLOAT, p->mout, 1, p->vec, g_mpi, &p->req));
+  MP(MPI_Iallgather(p->min, (int)p->count, g_dt.mpi, p->mout, 1, p->vec, g_mpi, &p->req));
 }
 
 /* The alternative a library could use: a contiguous all_gather into scratch, then a local
  * interleave (rank r's [R, C] block to columns r*C..). Measured to compare with the datatype. */
 static void m_allgather_unpack_post(point_t *p) {
-  MP(MPI_Iallgather(p->min, (int)p->count, MPI_FLOAT, p->scratch, (int)p->count, MPI_FLOAT, g_mpi, &p->req));
+  MP(MPI_Iallgather(p->min, (int)p->count, g_dt.mpi, p->scratch, (int)p->count, g_dt.mpi, g_mpi, &p->req));
 }
 static void m_allgather_unpack_wait(point_t *p) {
   MP(MPI_Wait(&p->req, MPI_STATUS_IGNORE));
   size_t C = (size_t)p->C, R = (size_t)p->R, row = C * (size_t)g_size;
   for (int r = 0; r < g_size; r++)
     for (size_t i = 0; i < R; i++)
-      memcpy(p->mout2 + i * row + (size_t)r * C, p->scratch + ((size_t)r * R + i) * C, C * sizeof(float));
+      memcpy(p->mout2 + (i * row + (size_t)r * C) * g_dt.size, p->scratch + ((size_t)r * R + i) * C * g_dt.size,
+             C * g_dt.size);
 }
 
 /* ---- reduce_scatter ---- */
@@ -246,37 +266,37 @@ static void t_rs_post(point_t *p) { TC(tcoll_reduce_scatter(&p->tin, TCOLL_SUM, 
 static void t_rs_d1_post(point_t *p) { TC(tcoll_reduce_scatter(&p->tin, TCOLL_SUM, 1, g_tc, &p->tout)); }
 static void t_rs_d0_post(point_t *p) { TC(tcoll_reduce_scatter(&p->tin0, TCOLL_SUM, 0, g_tc, &p->tout0)); }
 static void m_rs_post(point_t *p) {
-  MP(MPI_Ireduce_scatter_block(p->min, p->mout, (int)(p->count / g_size), MPI_FLOAT, MPI_SUM, g_mpi, &p->req));
+  MP(MPI_Ireduce_scatter_block(p->min, p->mout, (int)(p->count / g_size), g_dt.mpi, MPI_SUM, g_mpi, &p->req));
 }
 /* MPI's reductions take no strided datatypes: pack [R, n*Cs] rank-major first, as a user must. */
 static void m_rs_d1_post(point_t *p) {
   int64_t R = p->R, C = p->C, cs = C / g_size;
   for (int r = 0; r < g_size; r++)
     for (int64_t i = 0; i < R; i++)
-      memcpy(p->scratch + ((size_t)r * (size_t)R + (size_t)i) * (size_t)cs, p->min + (size_t)i * (size_t)C + (size_t)r * (size_t)cs,
-             (size_t)cs * sizeof(float));
-  MP(MPI_Ireduce_scatter_block(p->scratch, p->mout, (int)(R * cs), MPI_FLOAT, MPI_SUM, g_mpi, &p->req));
+      memcpy(p->scratch + ((size_t)r * (size_t)R + (size_t)i) * (size_t)cs * g_dt.size,
+             p->min + ((size_t)i * (size_t)C + (size_t)r * (size_t)cs) * g_dt.size, (size_t)cs * g_dt.size);
+  MP(MPI_Ireduce_scatter_block(p->scratch, p->mout, (int)(R * cs), g_dt.mpi, MPI_SUM, g_mpi, &p->req));
 }
 
 /* ---- all_to_all_single (even splits) ---- */
 static void t_a2a_post(point_t *p) { TC(tcoll_all_to_all_single(&p->tin, NULL, NULL, g_tc, &p->tout)); }
 static void m_a2a_post(point_t *p) {
   int per = (int)(p->count / g_size);
-  MP(MPI_Ialltoall(p->min, per, MPI_FLOAT, p->mout, per, MPI_FLOAT, g_mpi, &p->req));
+  MP(MPI_Ialltoall(p->min, per, g_dt.mpi, p->mout, per, g_dt.mpi, g_mpi, &p->req));
 }
 
-/* ---- coalesced: 64 tensors of 256 floats ---- */
+/* ---- coalesced: 64 tensors of 256 elements ---- */
 static void t_coal_post(point_t *p) { TC(tcoll_all_reduce_coalesced(p->cin, COAL_N, TCOLL_SUM, g_tc, p->cout)); }
 static void t_coal_wait(point_t *p) {
   for (int i = 0; i < COAL_N; i++) TC(tcoll_wait(p->cout[i].data));
 }
 static void m_coal_post(point_t *p) {
-  for (int i = 0; i < COAL_N; i++) memcpy(p->scratch + i * COAL_NUMEL, p->mcin[i], COAL_NUMEL * sizeof(float));
-  MP(MPI_Iallreduce(MPI_IN_PLACE, p->scratch, COAL_N * COAL_NUMEL, MPI_FLOAT, MPI_SUM, g_mpi, &p->req));
+  for (int i = 0; i < COAL_N; i++) memcpy(p->scratch + i * COAL_NUMEL * g_dt.size, p->mcin[i], COAL_NUMEL * g_dt.size);
+  MP(MPI_Iallreduce(MPI_IN_PLACE, p->scratch, COAL_N * COAL_NUMEL, g_dt.mpi, MPI_SUM, g_mpi, &p->req));
 }
 static void m_coal_wait(point_t *p) {
   MP(MPI_Wait(&p->req, MPI_STATUS_IGNORE));
-  for (int i = 0; i < COAL_N; i++) memcpy(p->mcout[i], p->scratch + i * COAL_NUMEL, COAL_NUMEL * sizeof(float));
+  for (int i = 0; i < COAL_N; i++) memcpy(p->mcout[i], p->scratch + i * COAL_NUMEL * g_dt.size, COAL_NUMEL * g_dt.size);
 }
 static void t_sep_post(point_t *p) {
   for (int i = 0; i < COAL_N; i++) TC(tcoll_all_reduce(&p->cin[i], TCOLL_SUM, g_tc, &p->sout[i]));
@@ -286,9 +306,9 @@ static void t_sep_wait(point_t *p) {
 }
 static void m_sep_post(point_t *p) {
   for (int i = 0; i < COAL_N; i++)
-    MP(MPI_Iallreduce(p->mcin[i], p->msout[i], COAL_NUMEL, MPI_FLOAT, MPI_SUM, g_mpi, &p->reqs[i]));
+    MP(MPI_Iallreduce(p->mcin[i], p->msout[i], COAL_NUMEL, g_dt.mpi, MPI_SUM, g_mpi, &p->reqs[i]));
 }
-static void m_sep_wait(point_t *p) { MP(MPI_Waitall(COAL_N, p->reqs, MPI_STATUSES_IGNORE)); }
+static void m_sep_wait(point_t *p) { MP(MPI_Waitall(COAL_N, p->reqs, p->stats)); }
 /* The naive loop: each all_reduce waited before the next is posted. */
 static void t_each_post(point_t *p) {
   for (int i = 0; i < COAL_N; i++) {
@@ -298,7 +318,7 @@ static void t_each_post(point_t *p) {
 }
 static void m_each_post(point_t *p) {
   for (int i = 0; i < COAL_N; i++) {
-    MP(MPI_Iallreduce(p->mcin[i], p->msout[i], COAL_NUMEL, MPI_FLOAT, MPI_SUM, g_mpi, &p->reqs[i]));
+    MP(MPI_Iallreduce(p->mcin[i], p->msout[i], COAL_NUMEL, g_dt.mpi, MPI_SUM, g_mpi, &p->reqs[i]));
     MP(MPI_Wait(&p->reqs[i], MPI_STATUS_IGNORE));
   }
 }
@@ -319,14 +339,14 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
   p->req = MPI_REQUEST_NULL;
   int n = g_size;
   double ring = n > 1 ? (double)(n - 1) / n : 0.0;
-  int64_t elems = (int64_t)(bytes / sizeof(float));
+  int64_t elems = (int64_t)(bytes / g_dt.size);
   p->nv = 2;
   switch (op) {
   case OP_ALL_REDUCE:
   case OP_BROADCAST: {
     if (elems < 1) return false;
     p->count = elems;
-    p->bytes = (size_t)elems * sizeof(float);
+    p->bytes = (size_t)elems * g_dt.size;
     p->busfactor = op == OP_ALL_REDUCE ? 2.0 * ring : 1.0;
     p->tin = tensor_on(g_dev, 1, elems, 0);
     p->min = xmalloc(p->bytes);
@@ -346,9 +366,9 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
     int64_t c = elems / n; /* per rank */
     if (c < 1) return false;
     p->count = c;
-    p->bytes = (size_t)c * (size_t)n * sizeof(float);
+    p->bytes = (size_t)c * (size_t)n * g_dt.size;
     p->busfactor = ring;
-    p->min = xmalloc((size_t)c * sizeof(float));
+    p->min = xmalloc((size_t)c * g_dt.size);
     p->mout = xmalloc(p->bytes);
     if (op == OP_ALL_GATHER) {
       p->tin = tensor_on(g_dev, 1, c, 0);
@@ -363,8 +383,8 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
       p->tin0 = tensor_on(g_dev, 1, c, 0);
       p->tout0 = tensor_on(g_dev, 1, c * n, 0);
       MPI_Datatype v;
-      MP(MPI_Type_vector((int)p->R, (int)p->C, (int)(p->C * n), MPI_FLOAT, &v));
-      MP(MPI_Type_create_resized(v, 0, (MPI_Aint)(p->C * (int64_t)sizeof(float)), &p->vec));
+      MP(MPI_Type_vector((int)p->R, (int)p->C, (int)(p->C * n), g_dt.mpi, &v));
+      MP(MPI_Type_create_resized(v, 0, (MPI_Aint)(p->C * (int64_t)g_dt.size), &p->vec));
       MP(MPI_Type_commit(&p->vec));
       MPI_Type_free(&v);
       p->mout2 = xmalloc(p->bytes);
@@ -384,11 +404,11 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
     if (per < 1) return false;
     int64_t N = per * n;
     p->count = N;
-    p->bytes = (size_t)N * sizeof(float);
+    p->bytes = (size_t)N * g_dt.size;
     p->busfactor = ring;
     p->min = xmalloc(p->bytes);
     int64_t nout = op == OP_ALL_TO_ALL ? N : per;
-    p->mout = xmalloc((size_t)nout * sizeof(float));
+    p->mout = xmalloc((size_t)nout * g_dt.size);
     if (op == OP_REDUCE_SCATTER_D1) {
       p->R = rows_for(per);
       p->C = N / p->R; /* a multiple of n */
@@ -416,16 +436,16 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
   }
   case OP_COALESCED: {
     p->count = (int64_t)COAL_N * COAL_NUMEL;
-    p->bytes = (size_t)p->count * sizeof(float);
+    p->bytes = (size_t)p->count * g_dt.size;
     p->busfactor = 2.0 * ring;
     p->scratch = xmalloc(p->bytes);
     for (int i = 0; i < COAL_N; i++) {
       p->cin[i] = tensor_on(g_dev, 1, COAL_NUMEL, 0);
       p->cout[i] = tensor_on(g_dev, 1, COAL_NUMEL, 0);
       p->sout[i] = tensor_on(g_dev, 1, COAL_NUMEL, 0);
-      p->mcin[i] = xmalloc(COAL_NUMEL * sizeof(float));
-      p->mcout[i] = xmalloc(COAL_NUMEL * sizeof(float));
-      p->msout[i] = xmalloc(COAL_NUMEL * sizeof(float));
+      p->mcin[i] = xmalloc(COAL_NUMEL * g_dt.size);
+      p->mcout[i] = xmalloc(COAL_NUMEL * g_dt.size);
+      p->msout[i] = xmalloc(COAL_NUMEL * g_dt.size);
     }
     p->nv = 6;
     p->v[0] = (variant_t){t_coal_post, t_coal_wait};
@@ -488,14 +508,14 @@ static long point_check(point_t *p) {
     if (p->mout2) bad += diff_tensor(&p->tout, p->mout2);
     if (p->tout0.data) { /* the dim-0 variant of a dim-1 point, against closed forms */
       int64_t n = tcoll_tensor_numel(&p->tout0);
-      float *ref = xmalloc((size_t)n * sizeof(float));
+      char *ref = xmalloc((size_t)n * g_dt.size);
       for (int64_t j = 0; j < n; j++) {
         if (p->op == OP_ALL_GATHER_D1) {
-          ref[j] = pattern((int)(j / p->count), j % p->count);
+          store(ref, j, pattern((int)(j / p->count), j % p->count));
         } else {
           double s = 0;
           for (int r = 0; r < g_size; r++) s += pattern(r, g_rank * n + j);
-          ref[j] = (float)s;
+          store(ref, j, s);
         }
       }
       bad += diff_tensor(&p->tout0, ref);
@@ -747,6 +767,13 @@ static row_t make_row(const point_t *p, const measured_t *m, const char *name, i
   return r;
 }
 
+/* The sizes of a sweep: --min, times --step each, and --max itself where a step jumps past it
+ * (--min 1K --max 12K --step 4: 1K, 4K, 12K). 0 ends the sweep. */
+static size_t next_size(size_t b) {
+  if (b >= opt.max_bytes || opt.step < 2) return 0;
+  return b > opt.max_bytes / (size_t)opt.step ? opt.max_bytes : b * (size_t)opt.step;
+}
+
 static void run_op(int op) {
   if (op == OP_COALESCED) {
     point_t *p = malloc(sizeof *p);
@@ -774,7 +801,7 @@ static void run_op(int op) {
     free(p);
     return;
   }
-  for (size_t b = opt.min_bytes; b <= opt.max_bytes; b *= (size_t)opt.step) {
+  for (size_t b = opt.min_bytes; b; b = next_size(b)) {
     point_t *p = malloc(sizeof *p);
     if (!p) die("out of memory");
     if (point_setup(p, op, b)) {
@@ -794,11 +821,10 @@ static void run_op(int op) {
     }
     point_teardown(p);
     free(p);
-    if (opt.step < 2) break;
   }
 }
 
-/* ------------------------------------------------------------------ targets (DESIGN.md section 9) */
+/* ------------------------------------------------------------------ targets (doc/guide.md, Performance) */
 
 static int n_missed;
 
@@ -822,7 +848,7 @@ static const row_t *find_row(const char *op, size_t bytes) {
 
 static void report_targets(void) {
   char sz[32];
-  if (g_rank == 0) printf("\n# targets (DESIGN.md section 9; stated for 2 ranks, host buffers; this run: %d ranks, %s)\n",
+  if (g_rank == 0) printf("\n# targets (doc/guide.md, Performance; stated for 2 ranks, host buffers; this run: %d ranks, %s)\n",
                           g_size, opt.device ? "device buffers" : "host buffers");
   if (g_size != 2 && g_rank == 0) printf("  (the targets are defined at 2 ranks: read these as indications)\n");
   static const char *const plain[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_single", "broadcast"};
@@ -861,10 +887,10 @@ static void report_targets(void) {
       if (!strcmp(rows[i].op, "coalesced")) c = &rows[i];
     if (c) {
       verdict(c->extra >= 8.0,
-              "coalesced all_reduce of %d x %d floats: %.2fx faster than %d separate all_reduces posted together (target >= 8x)",
+              "coalesced all_reduce of %d x %d elements: %.2fx faster than %d separate all_reduces posted together (target >= 8x)",
               COAL_N, COAL_NUMEL, c->extra, COAL_N);
       verdict(c->extra2 >= 8.0,
-              "coalesced all_reduce of %d x %d floats: %.2fx faster than %d separate all_reduces each waited (target >= 8x)",
+              "coalesced all_reduce of %d x %d elements: %.2fx faster than %d separate all_reduces each waited (target >= 8x)",
               COAL_N, COAL_NUMEL, c->extra2, COAL_N);
     }
     static const char *const d1[] = {"all_gather_dim1", "reduce_scatter_dim1"};
@@ -959,8 +985,10 @@ static void usage(void) {
   printf("usage: mpiexec -n N tcoll-bench [options]\n"
          "  --ops LIST      comma-separated ops (default all): ");
   for (int i = 0; i < NUM_OPS; i++) printf("%s%s", op_names[i], i + 1 < NUM_OPS ? "," : "\n");
-  printf("  --min SIZE      smallest size in bytes (default 8; K, M, G suffixes)\n"
-         "  --max SIZE      largest size (default 64M)\n"
+  printf("  --dtype T       element type: float32 (default), float64, int32, int64 (sums of small integers:\n"
+         "                  exact in each, so results are compared bit for bit)\n"
+         "  --min SIZE      smallest size in bytes (default 8; K, M, G suffixes)\n"
+         "  --max SIZE      largest size (default 64M; always measured, also where --step jumps past it)\n"
          "  --step F        size factor between points (default 2)\n"
          "  --iters N       at most N timed iterations per variant and point (default 1000)\n"
          "  --min-iters N   at least N (default 5)\n"
@@ -975,8 +1003,20 @@ static void usage(void) {
          "BENCH_DUMP=FILE appends every timed iteration (rank 0, slowest-rank times in us) to FILE.\n");
 }
 
+static bool set_dtype(const char *name) {
+  if (!strcmp(name, "float32")) g_dt.tc = TCOLL_FLOAT32, g_dt.mpi = MPI_FLOAT;
+  else if (!strcmp(name, "float64")) g_dt.tc = TCOLL_FLOAT64, g_dt.mpi = MPI_DOUBLE;
+  else if (!strcmp(name, "int32")) g_dt.tc = TCOLL_INT32, g_dt.mpi = MPI_INT32_T;
+  else if (!strcmp(name, "int64")) g_dt.tc = TCOLL_INT64, g_dt.mpi = MPI_INT64_T;
+  else return false;
+  g_dt.name = name;
+  g_dt.size = tcoll_dtype_size(g_dt.tc);
+  return true;
+}
+
 static void parse_args(int argc, char **argv) {
   bool any = false;
+  set_dtype("float32");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -995,6 +1035,9 @@ static void parse_args(int argc, char **argv) {
         opt.ops[k] = any = true;
       }
       free(list);
+    } else if (!strcmp(a, "--dtype")) {
+      NEED_VAL();
+      if (!set_dtype(val)) die("unknown --dtype '%s' (expected float32, float64, int32 or int64)", val);
     } else if (!strcmp(a, "--min")) {
       NEED_VAL();
       opt.min_bytes = parse_size(val);
@@ -1142,8 +1185,9 @@ int main(int argc, char **argv) {
   TC(tcoll_get_config(&cfg));
   int thread_level = tcoll_mpi_thread_level();
   if (g_rank == 0) {
-    printf("# tcoll-bench: tcoll %d%s, %d ranks, float32 sum, %s buffers%s%s; raw MPI on host buffers\n",
-           tcoll_version(), tcoll_version_suffix(), g_size, opt.device ? "device" : "host",
+    int v = tcoll_version(); /* MAJOR * 10000 + MINOR * 100 + PATCH */
+    printf("# tcoll-bench: tcoll %d.%d.%d%s, %d ranks, %s sum, %s buffers%s%s; raw MPI on host buffers\n",
+           v / 10000, v / 100 % 100, v % 100, tcoll_version_suffix(), g_size, g_dt.name, opt.device ? "device" : "host",
            opt.device ? " on backend " : "", opt.device ? tcoll_device_backend() : "");
     printf("# TCOLL_PROGRESS=%s, MPI thread level %d; times: median over iterations of the slowest rank; "
            "tcoll and MPI iterations alternate\n",

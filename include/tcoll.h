@@ -182,6 +182,7 @@ typedef struct tcoll_config {
   char algo[256];            /* TCOLL_ALGO: "auto" (default), "mpi" (the literal one-to-one MPI
                                 mapping everywhere) or "op:algorithm,..." (e.g.
                                 "all_reduce:ring,reduce_scatter:mpi"); same on every rank */
+  int wait_yield;            /* TCOLL_WAIT=yield: waits poll MPI and give the core up between polls */
 } tcoll_config_t;
 
 /* The algorithm that ran this thread's last posted collective: "mpi" (the literal one-to-one
@@ -190,8 +191,9 @@ TCOLL_API const char *tcoll_last_algorithm(void);
 
 /* The configuration in force. */
 TCOLL_API int tcoll_get_config(tcoll_config_t *config);
-/* Changes debug, timeout, abort_on_timeout, max_count, staging_chunk and algo for work posted
- * from now on (every rank must make the same change between the same collectives). The other fields are fixed at tcoll_init: changing them is an error. */
+/* Changes debug, timeout, abort_on_timeout, max_count, staging_chunk, algo and wait_yield
+ * for work posted from now on (every rank must make the same change between the same
+ * collectives). The other fields are fixed at tcoll_init: changing them is an error. */
 TCOLL_API int tcoll_set_config(const tcoll_config_t *config);
 
 /* ---------------------------------------------------------------- communicators */

@@ -320,6 +320,7 @@ static int run_badenv(int *argc, char ***argv) {
       {"TCOLL_TIMEOUT", "inf"},        {"TCOLL_ON_TIMEOUT", "maybe"},   {"TCOLL_CUDA_AWARE", "2"},
       {"TCOLL_PROGRESS", "yes"},       {"TCOLL_STAGING_CHUNK", "1"},    {"TCOLL_STAGING_CHUNK", "4k"},
       {"TCOLL_FAKE_DEVICES", "-1"},    {"TCOLL_FAKE_DEVICES", "65"},    {"TCOLL_FAKE_DEVICES", "two"},
+      {"TCOLL_WAIT", "spin"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     setenv(bad[i].var, bad[i].value, 1);

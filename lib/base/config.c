@@ -22,6 +22,7 @@ tcoll_config_t tc_cfg = {
     .progress_thread = 0,
     .trace_path = "",
     .algo = "auto",
+    .wait_yield = 0,
 };
 
 static int bad_env(const char *name, const char *value, const char *expected) {
@@ -81,6 +82,13 @@ static int load_progress(const char *v) {
   return TCOLL_SUCCESS;
 }
 
+static int load_wait(const char *v) {
+  if (!strcasecmp(v, "block")) tc_cfg.wait_yield = 0;
+  else if (!strcasecmp(v, "yield")) tc_cfg.wait_yield = 1;
+  else return bad_env("TCOLL_WAIT", v, "block or yield");
+  return TCOLL_SUCCESS;
+}
+
 int tc_config_load(void) {
   const char *v;
   int64_t x;
@@ -90,6 +98,7 @@ int tc_config_load(void) {
   if ((v = getenv("TCOLL_ON_TIMEOUT")) && *v && (rc = load_on_timeout(v))) return rc;
   if ((v = getenv("TCOLL_CUDA_AWARE")) && *v && (rc = load_cuda_aware(v))) return rc;
   if ((v = getenv("TCOLL_PROGRESS")) && *v && (rc = load_progress(v))) return rc;
+  if ((v = getenv("TCOLL_WAIT")) && *v && (rc = load_wait(v))) return rc;
   if ((v = getenv("TCOLL_MAX_COUNT")) && *v) {
     if ((rc = parse_int64("TCOLL_MAX_COUNT", v, 1, INT_MAX, &x))) return rc;
     tc_cfg.max_count = x;
@@ -156,5 +165,6 @@ int tcoll_set_config(const tcoll_config_t *c) {
   tc_cfg.staging_chunk = c->staging_chunk;
   memcpy(tc_algo_forced, forced, sizeof forced);
   snprintf(tc_cfg.algo, sizeof tc_cfg.algo, "%s", c->algo);
+  tc_cfg.wait_yield = c->wait_yield ? 1 : 0;
   return TCOLL_SUCCESS;
 }

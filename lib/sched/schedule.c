@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Messages of one collective between two ranks carry tag_base + (offset % TAG_SPAN): offsets
  * only need to differ among the messages in flight at once. */
@@ -491,13 +492,28 @@ static void run_blocking(tc_sched_t *s) {
   }
 }
 
+/* Between polls: yield the core. With TCOLL_WAIT=yield a long wait also sleeps a little, so
+ * that oversubscribed ranks spinning inside MPI (MPICH's MPI_Wait) do not starve the ranks they
+ * wait for. */
+static void pause_between_polls(int *polls) {
+  if (tc_cfg.wait_yield && ++*polls > 1000) {
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+    return;
+  }
+  sched_yield();
+}
+
 int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
+  int polls = 0;
   for (;;) {
     if (is_driven(s)) {
       pthread_mutex_lock(&eng_mu);
       drive_all_locked();
       pthread_mutex_unlock(&eng_mu);
-    } else if (block && deadline <= 0 && !tc_sched_any_driven()) {
+    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield) {
+      /* TCOLL_WAIT=yield polls instead: MPICH's MPI_Wait spins without yielding, and with more
+       * ranks than cores it starves the very ranks it waits for (a 4-rank demo on 2 cores). */
       run_blocking(s);
     } else {
       advance(s);
@@ -506,7 +522,7 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
     if (finished(s)) break;
     if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;
     /* MPI advances transfers only inside MPI calls: test often, yielding the core between. */
-    sched_yield();
+    pause_between_polls(&polls);
   }
   if (s->status != TCOLL_SUCCESS) return tc_error(s->status, "%s", s->err);
   return TCOLL_SUCCESS;
