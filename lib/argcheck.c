@@ -5,6 +5,7 @@
 #include "base/dtype.h"
 #include "tensor.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,16 +188,65 @@ int tc_reduce_scatter_shape(const tcoll_tensor_t *in, int dim, int group_size, i
   return TCOLL_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ fused checks
+ *
+ * The single-tensor collectives check their input and an output shaped exactly like it on every
+ * call: a valid call passes them in one pass over the shape, and only a call that fails one runs
+ * the detailed checks above, whose messages name what is wrong. */
+
+/* Whether t is a valid tensor with data (tc_check_tensor would pass), and its bytes; false when
+ * in doubt. */
+static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) {
+  if (!t || !tc_dtype_valid(t->dtype) || t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS) return false;
+  uint64_t n = tc_dtype_size(t->dtype);
+  bool empty = false, over = false;
+  for (int i = 0; i < t->ndim; i++) {
+    int64_t s = t->shape[i];
+    if (s < 0) return false;
+    empty |= s == 0;
+    over |= __builtin_mul_overflow(n, (uint64_t)s, &n);
+  }
+  if (empty) n = 0;
+  else if (over || n > (uint64_t)INT64_MAX) return false; /* an empty tensor's other dims may be anything */
+  if (!t->data && n > 0) return false;
+  if (t->device != TCOLL_HOST && (t->device < 0 || t->device >= tc_dev_count())) return false;
+  *nbytes = (size_t)n;
+  return true;
+}
+
+/* An output exactly like the checked input in (of nb bytes), disjoint from it unless the same
+ * buffer and same_ok. */
+static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
+  bool like = out && (!out->data || (out->dtype == in->dtype && out->ndim == in->ndim && out->device == in->device &&
+                                     tc_same_shape(out->ndim, out->shape, in->ndim, in->shape)));
+  if (!like) {
+    int rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device);
+    return rc ? rc : tc_check_disjoint(out, "out", in, "in", same_ok);
+  }
+  if (!out->data || !in->data) return TCOLL_SUCCESS; /* to allocate: on in's device, checked */
+  uintptr_t ob = (uintptr_t)out->data, ib = (uintptr_t)in->data;
+  if ((same_ok && ob == ib) || ob >= ib + nb || ib >= ob + nb) return TCOLL_SUCCESS;
+  return tc_check_disjoint(out, "out", in, "in", same_ok);
+}
+
+/* The input's checks: quick, or detailed when quick has a doubt. */
+static int check_input(const tcoll_tensor_t *in, size_t *nb) {
+  if (quick_tensor(in, nb)) return TCOLL_SUCCESS;
+  int rc = tc_check_tensor(in, "in");
+  if (!rc) *nb = tcoll_tensor_nbytes(in);
+  return rc;
+}
+
 /* ------------------------------------------------------------------ per collective */
 
 int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm, const tcoll_tensor_t *out,
                         tcoll_comm_t **c, tc_redop_t *rop) {
   int rc;
+  size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = check_input(in, &nb))) return rc;
   if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
-  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
-  return tc_check_disjoint(out, "out", in, "in", true);
+  return check_out_like(out, in, nb, true);
 }
 
 /* Entry i of a coalesced all_reduce; in/out name its tensors in messages. */
@@ -367,11 +417,11 @@ int tc_check_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_s
 int tc_check_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm, const tcoll_tensor_t *out,
                        tcoll_comm_t **c) {
   int rc;
+  size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = check_input(in, &nb))) return rc;
   if ((rc = tc_check_rank(src, *c, "src"))) return rc;
-  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
-  return tc_check_disjoint(out, "out", in, "in", true);
+  return check_out_like(out, in, nb, true);
 }
 
 int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm, const tcoll_tensor_t *out,
@@ -418,12 +468,12 @@ int tc_check_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int 
 int tc_check_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_comm_t *comm,
                     const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
   int rc;
+  size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = check_input(in, &nb))) return rc;
   if ((rc = tc_check_rank(dst, *c, "dst"))) return rc;
   if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
-  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
-  return tc_check_disjoint(out, "out", in, "in", true);
+  return check_out_like(out, in, nb, true);
 }
 
 /* n tensors all shaped and typed like ref (outputs: data may be NULL). */

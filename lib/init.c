@@ -5,8 +5,8 @@
 #include "base/scratch.h"
 #include "bootstrap.h"
 #include "comm.h"
+#include "device/cache.h"
 #include "device/device.h"
-#include "device/pinned.h"
 #include "local/local.h"
 #include "sched/mpi_glue.h"
 #include "sched/placement.h"
@@ -57,7 +57,7 @@ static void teardown(void) {
   tc_pipe_cleanup();
   tc_sched_cleanup();
   tc_local_cleanup();
-  tc_pinned_cleanup();
+  tc_cache_fini(); /* before the backend that device and pinned blocks came from goes */
   tc_dev_fini();
   tc_scratch_cleanup();
   tc_work_pool_cleanup();
@@ -109,6 +109,8 @@ static int start_library(void) {
   if ((rc = tc_mpi_glue_init())) return rc;
   tc_mpi_errors_init();
   if ((rc = tc_dev_init())) return rc;
+  tc_cache_init();
+  tc_config_on_cache_limit(tc_cache_trim);
   tc_placement_init();
   tc_comm_set_drain(tc_wait_comm);
   if ((rc = tc_bootstrap_init())) return rc;

@@ -74,8 +74,10 @@ tcoll_tensor_t t_empty(void);
 
 /* ---- heap ---- */
 
-/* Bytes of heap in use (mallinfo2). */
+/* Bytes of heap in use (mallinfo2), after tcoll's storage cache gave back what it keeps. */
 size_t t_heap_in_use(void);
+/* Bytes of heap in use (mallinfo2), cached storage included. */
+size_t t_heap_raw(void);
 /* Whether t_heap_in_use() sees allocations (not under valgrind or ASan, which replace malloc). */
 bool t_heap_measurable(void);
 

@@ -19,7 +19,11 @@ tcoll_config_t tc_cfg = {
     .fake_devices = 0,
     .progress_thread = 0,
     .trace_path = "",
+    .cache_bytes = TC_DEFAULT_CACHE_BYTES,
 };
+
+static void (*on_cache_limit)(void);
+void tc_config_on_cache_limit(void (*fn)(void)) { on_cache_limit = fn; }
 
 static int bad_env(const char *name, const char *value, const char *expected) {
   return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is invalid (expected %s)",
@@ -36,6 +40,28 @@ static int parse_int64(const char *name, const char *v, int64_t lo, int64_t hi, 
     return bad_env(name, v, expected);
   }
   *out = x;
+  return TCOLL_SUCCESS;
+}
+
+/* Bytes: an integer with an optional K, M, G or T suffix (powers of 1024, "KiB" style too). */
+static int parse_bytes(const char *name, const char *v, size_t *out) {
+  const char *expected = "bytes >= 0: an integer with an optional K, M, G or T suffix (powers of 1024)";
+  char *end = NULL;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || end == v || *v == '-' || *v == '+' || *v == ' ') return bad_env(name, v, expected);
+  int shift = 0;
+  switch (*end) {
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  case 't': case 'T': shift = 40; end++; break;
+  default: break;
+  }
+  if (shift && *end == 'i') end++;
+  if (shift && (*end == 'B' || *end == 'b')) end++;
+  if (*end != '\0' || (shift && x > (SIZE_MAX >> shift))) return bad_env(name, v, expected);
+  *out = (size_t)x << shift;
   return TCOLL_SUCCESS;
 }
 
@@ -99,6 +125,8 @@ int tc_config_load(void) {
     if ((rc = parse_int64("TCOLL_FAKE_DEVICES", v, 0, 64, &x))) return rc;
     tc_cfg.fake_devices = (int)x;
   }
+  if ((v = getenv("TCOLL_CACHE_BYTES")) && *v && (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
+    return rc;
   if ((v = getenv("TCOLL_TRACE")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.trace_path)
       return bad_env("TCOLL_TRACE", v, "a path shorter than 512 bytes");
@@ -141,5 +169,8 @@ int tcoll_set_config(const tcoll_config_t *c) {
   tc_cfg.abort_on_timeout = c->abort_on_timeout ? 1 : 0;
   tc_cfg.max_count = c->max_count;
   tc_cfg.staging_chunk = c->staging_chunk;
+  bool lower = c->cache_bytes < tc_cfg.cache_bytes;
+  tc_cfg.cache_bytes = c->cache_bytes;
+  if (lower && on_cache_limit) on_cache_limit();
   return TCOLL_SUCCESS;
 }

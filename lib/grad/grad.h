@@ -46,7 +46,7 @@ typedef struct tg_saved {
   tcoll_tensor_t t;
 } tg_saved_t;
 
-int tg_saved_new(const tcoll_tensor_t *like, tg_saved_t **out); /* host, zero-filled, refs 1 */
+int tg_saved_new(const tcoll_tensor_t *like, tg_saved_t **out); /* host, uninitialized, refs 1 */
 tg_saved_t *tg_saved_ref(tg_saved_t *s);
 void tg_saved_put(tg_saved_t *s); /* frees at the last reference (waits if pending) */
 

@@ -42,7 +42,7 @@ int tg_saved_new(const tcoll_tensor_t *like, tg_saved_t **out) {
   tg_saved_t *s = calloc(1, sizeof *s);
   if (!s) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a saved tensor");
   s->t = tcoll_tensor_make(NULL, like->dtype, like->ndim, like->shape, TCOLL_HOST);
-  int rc = tc_tensor_storage(&s->t);
+  int rc = tc_tensor_storage(&s->t, false); /* filled at once by a copy or a collective */
   if (rc) {
     free(s);
     return rc;
