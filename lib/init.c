@@ -7,6 +7,7 @@
 #include "comm.h"
 #include "device/cache.h"
 #include "device/device.h"
+#include "grad/grad.h"
 #include "local/local.h"
 #include "sched/mpi_glue.h"
 #include "sched/placement.h"
@@ -63,6 +64,7 @@ static void teardown(void) {
   tc_work_pool_cleanup();
   tc_registry_cleanup();
   tc_redop_cleanup();
+  tg_cleanup();
   tc_trace_reset();
 }
 
