@@ -77,26 +77,42 @@ static bool node_live(const tcoll_grad_node_t *n) {
   return live;
 }
 
-/* The table keeps its room once empty (a training step creates and frees nodes every time): it
- * is freed at finalize (tg_cleanup). */
-static void node_forget(const tcoll_grad_node_t *n) {
-  pthread_mutex_lock(&live_lock);
+/* Nodes of few descriptors (every single-tensor op) are kept for the next forward once freed:
+ * steady-state training steps allocate none. The table keeps its room once empty. Both are freed
+ * at finalize (tg_cleanup). */
+#define KEEP_DESCS 2
+#define KEEP_NODES 64
+static tcoll_grad_node_t *kept[KEEP_NODES];
+static int nkept;
+
+static size_t node_bytes(size_t ndesc) { return sizeof(tcoll_grad_node_t) + ndesc * sizeof(tcoll_tensor_t); }
+
+/* Unrecords n and keeps it, or says to free it (live_lock held). */
+static bool forget_and_keep_locked(tcoll_grad_node_t *n) {
   tc_ptrmap_del(&live_nodes, (uintptr_t)n);
-  pthread_mutex_unlock(&live_lock);
+  if (n->n_in + n->n_out > KEEP_DESCS || nkept == KEEP_NODES) return false;
+  kept[nkept++] = n;
+  return true;
 }
 
 void tg_cleanup(void) {
   pthread_mutex_lock(&live_lock);
+  while (nkept > 0) free(kept[--nkept]);
   if (live_nodes.count == 0) tc_ptrmap_clear(&live_nodes); /* nodes still held stay known */
   pthread_mutex_unlock(&live_lock);
 }
 
 tcoll_tensor_t tg_desc(const tcoll_tensor_t *t) { return tcoll_tensor_make(NULL, t->dtype, t->ndim, t->shape, t->device); }
 
-/* One allocation: the node and its descriptors after it. */
+/* One block: the node and its descriptors after it (a kept one when it has room for them). */
 int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_grad_node_t **out) {
   size_t ndesc = (size_t)(n_in + n_out);
-  tcoll_grad_node_t *n = calloc(1, sizeof *n + ndesc * sizeof(tcoll_tensor_t));
+  tcoll_grad_node_t *n = NULL;
+  pthread_mutex_lock(&live_lock);
+  if (ndesc <= KEEP_DESCS && nkept > 0) n = kept[--nkept];
+  pthread_mutex_unlock(&live_lock);
+  if (n) memset(n, 0, node_bytes(KEEP_DESCS));
+  else n = calloc(1, node_bytes(ndesc <= KEEP_DESCS ? KEEP_DESCS : ndesc));
   if (!n) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a grad node");
   n->magic = TG_NODE_MAGIC;
   n->kind = kind;
@@ -123,12 +139,14 @@ int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_g
 
 void tg_node_destroy(tcoll_grad_node_t *n) {
   if (!n) return;
-  node_forget(n);
   tg_saved_put(n->x_saved);
   tg_saved_put(n->y_saved);
   free(n->aux);
   n->magic = 0;
-  free(n);
+  pthread_mutex_lock(&live_lock);
+  bool keep = forget_and_keep_locked(n);
+  pthread_mutex_unlock(&live_lock);
+  if (!keep) free(n);
 }
 
 int tg_node_save_x(tcoll_grad_node_t *n, const tcoll_tensor_t *x) {
