@@ -108,18 +108,31 @@ typedef struct span {
   int idx;
 } span_t;
 
-/* Insertion sort: outputs are usually allocated one after the other, so they come nearly in
- * address order and this is close to linear (qsort's callbacks cost more at these sizes). */
-static void sort_spans(span_t *v, int m) {
+static void insertion_sort_spans(span_t *v, int m) {
   for (int i = 1; i < m; i++) {
     span_t x = v[i];
     int k = i;
-    while (k > 0 && v[k - 1].b > x.b) {
-      v[k] = v[k - 1];
-      k--;
-    }
+    for (; k > 0 && v[k - 1].b > x.b; k--) v[k] = v[k - 1];
     v[k] = x;
   }
+}
+
+/* Merge sort (insertion sort below 16: outputs allocated one after the other come nearly in
+ * order, which it handles in a pass; qsort's callbacks cost more at these sizes); tmp: room for
+ * m / 2 spans. */
+static void sort_spans(span_t *v, int m, span_t *tmp) {
+  if (m <= 16) {
+    insertion_sort_spans(v, m);
+    return;
+  }
+  int h = m / 2;
+  sort_spans(v, h, tmp);
+  sort_spans(v + h, m - h, tmp);
+  if (v[h - 1].b <= v[h].b) return;
+  memcpy(tmp, v, (size_t)h * sizeof *v);
+  int a = 0, b = h, o = 0;
+  while (a < h && b < m) v[o++] = tmp[a].b <= v[b].b ? tmp[a++] : v[b++];
+  while (a < h) v[o++] = tmp[a++];
 }
 
 static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t *in, int j, bool same_ok) {
@@ -130,12 +143,12 @@ static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t
 }
 
 static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n, bool same_ok) {
-  span_t small[64], *outs = n <= 64 ? small : malloc((size_t)n * sizeof *outs);
+  span_t small[64 + 32], *outs = n <= 64 ? small : malloc((size_t)(n + n / 2 + 1) * sizeof *outs);
   if (!outs) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d spans", n);
   int m = 0, rc = TCOLL_SUCCESS;
   for (int i = 0; i < n; i++)
     if (out[i].data) outs[m++] = (span_t){(uintptr_t)out[i].data, (uintptr_t)out[i].data + tc_nbytes(&out[i]), i};
-  sort_spans(outs, m);
+  sort_spans(outs, m, n <= 64 ? small + 64 : outs + n);
   for (int j = 0; j < n && !rc; j++) {
     if (!in[j].data) continue;
     uintptr_t ib = (uintptr_t)in[j].data, ie = ib + tc_nbytes(&in[j]);
@@ -214,11 +227,16 @@ static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) {
   return true;
 }
 
+/* Whether out is to be allocated, or has exactly in's dtype, shape and device. */
+static bool quick_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in) {
+  return out && (!out->data || (out->dtype == in->dtype && out->ndim == in->ndim && out->device == in->device &&
+                                tc_same_shape(out->ndim, out->shape, in->ndim, in->shape)));
+}
+
 /* An output exactly like the checked input in (of nb bytes), disjoint from it unless the same
  * buffer and same_ok. */
 static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
-  bool like = out && (!out->data || (out->dtype == in->dtype && out->ndim == in->ndim && out->device == in->device &&
-                                     tc_same_shape(out->ndim, out->shape, in->ndim, in->shape)));
+  bool like = quick_like(out, in);
   if (!like) {
     int rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device);
     return rc ? rc : tc_check_disjoint(out, "out", in, "in", same_ok);
@@ -280,7 +298,16 @@ int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
   if (n == 0) return tc_redop_lookup(op, "op", rop);
-  CHECK_ENTRIES(n, ar_entry(in, out, i_, op, rop, iname, oname))
+  /* Entries that pass the quick checks are done; the first that does not gets the detailed ones
+   * (from it on: they name what is wrong, with its index). */
+  int i = 0;
+  for (size_t nb; i < n; i++)
+    if (!quick_tensor(&in[i], &nb) || in[i].device != in[0].device || !quick_like(&out[i], &in[i]) ||
+        tc_redop_resolve(op, in[i].dtype, "op", rop) != TCOLL_SUCCESS)
+      break;
+  if (i < n) {
+    CHECK_ENTRIES(n, ar_entry(in, out, i_, op, rop, iname, oname))
+  }
   return check_lists_disjoint(out, in, n, true);
 }
 

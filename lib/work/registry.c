@@ -69,9 +69,35 @@ static int cmp_base(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Sorts by base. One call's buffers are usually allocated one after another, so they come in
- * address order or in reverse: one pass, and no qsort (which allocates above 1 KiB). */
-static void sort_by_base(entry_t *v, size_t m) {
+static void insertion_sort(entry_t *v, size_t m) {
+  for (size_t i = 1; i < m; i++) {
+    entry_t x = v[i];
+    size_t k = i;
+    for (; k > 0 && v[k - 1].base > x.base; k--) v[k] = v[k - 1];
+    v[k] = x;
+  }
+}
+
+/* Stable merge sort by base (equal bases keep their order); tmp: room for m / 2 entries. */
+static void merge_sort(entry_t *v, size_t m, entry_t *tmp) {
+  if (m <= 16) {
+    insertion_sort(v, m);
+    return;
+  }
+  size_t h = m / 2;
+  merge_sort(v, h, tmp);
+  merge_sort(v + h, m - h, tmp);
+  if (v[h - 1].base <= v[h].base) return; /* the halves are already in order */
+  memcpy(tmp, v, h * sizeof *v);
+  size_t a = 0, b = h, o = 0;
+  while (a < h && b < m) v[o++] = tmp[a].base <= v[b].base ? tmp[a++] : v[b++];
+  while (a < h) v[o++] = tmp[a++];
+}
+
+/* Sorts by base, stably. One call's buffers are usually allocated one after another, so they come
+ * in address order or in reverse: one pass. Otherwise a merge sort in tmp (room for m / 2
+ * entries; NULL: qsort, which may allocate, for when no room could be had). */
+static void sort_by_base(entry_t *v, size_t m, entry_t *tmp) {
   if (m < 2) return;
   size_t rising = 0, falling = 0;
   for (size_t i = 1; i < m; i++) {
@@ -87,7 +113,8 @@ static void sort_by_base(entry_t *v, size_t m) {
     }
     return;
   }
-  qsort(v, m, sizeof *v, cmp_base);
+  if (tmp) merge_sort(v, m, tmp);
+  else qsort(v, m, sizeof *v, cmp_base);
 }
 
 /* Merges the m sorted entries at fresh into the na sorted entries at dst, giving dst[0, na + m),
@@ -289,7 +316,7 @@ static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
 static int add_outputs_locked(tc_work_t *w) {
   size_t m = (size_t)w->nbuf;
   if (m == 0) return TCOLL_SUCCESS;
-  if (reserve(2 * m)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry");
+  if (reserve(3 * m)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry");
   if (m == 1) { /* one search finds both its neighbours and its place */
     uintptr_t b = (uintptr_t)w->bufs[0].base, e = b + (w->bufs[0].nbytes ? w->bufs[0].nbytes : 1);
     size_t i = lower_bound(b);
@@ -300,7 +327,8 @@ static int add_outputs_locked(tc_work_t *w) {
     w->refs++;
     return TCOLL_SUCCESS;
   }
-  entry_t *fresh = &ordered[nordered + m]; /* scratch room: the merge fills [nordered, nordered + m) */
+  /* Scratch room: the merge fills [nordered, nordered + m); the sort uses what follows fresh. */
+  entry_t *fresh = &ordered[nordered + m];
   int rc = TCOLL_SUCCESS;
   for (size_t k = 0; k < m && !rc; k++) {
     uintptr_t b = (uintptr_t)w->bufs[k].base;
@@ -309,7 +337,7 @@ static int add_outputs_locked(tc_work_t *w) {
     fresh[k] = (entry_t){b, e, w, (int)k};
   }
   if (rc) return rc;
-  sort_by_base(fresh, m);
+  sort_by_base(fresh, m, fresh + m);
   for (size_t j = 1; j < m; j++) {
     if (fresh[j].base >= fresh[j - 1].end) continue;
     int k = 0;
@@ -397,9 +425,10 @@ static void settle_reads(size_t sorted) {
   if (m == 0) return;
   for (size_t i = sorted; i < nreads; i++)
     if (reads[i].end - reads[i].base > longest_read) longest_read = reads[i].end - reads[i].base;
-  if (m > 1) sort_by_base(&reads[sorted], m);
-  if (m == 0 || sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
-  if (grow_reads(nreads + m)) { /* no room to merge: sort everything in place */
+  bool room = grow_reads(nreads + m) == TCOLL_SUCCESS; /* past the end: the sort's and the merge's scratch */
+  if (m > 1) sort_by_base(&reads[sorted], m, room ? &reads[nreads] : NULL);
+  if (sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
+  if (!room) { /* no room to merge: sort everything in place */
     qsort(reads, nreads, sizeof *reads, cmp_base);
     return;
   }
