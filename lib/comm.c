@@ -34,8 +34,7 @@ static bool is_live(const tcoll_comm_t *c) {
 }
 
 int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out) {
-  int rc = tc_require_init();
-  if (rc) return rc;
+  if (!tcoll_initialized()) return tc_require_init();
   if (!comm) {
     *out = tc_g.world;
     return TCOLL_SUCCESS;

@@ -97,19 +97,27 @@ static uint64_t hash_shapes(const tcoll_tensor_t *t, int n) {
 }
 
 static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
-  const tcoll_tensor_t *t = sig && sig->t ? sig->t : NULL;
-  w->dtype = t ? t->dtype : TCOLL_UINT8;
-  w->ndim = t ? t->ndim : 0;
-  w->device = t ? t->device : TCOLL_HOST;
-  if (t) memcpy(w->shape, t->shape, sizeof w->shape);
-  else memset(w->shape, 0, sizeof w->shape);
+  static const tc_sig_t none = {.n = 1, .root = -1, .dim = -1};
+  if (!sig) sig = &none;
+  const tcoll_tensor_t *t = sig->t;
+  if (t) {
+    w->dtype = t->dtype;
+    w->ndim = t->ndim;
+    w->device = t->device;
+    memcpy(w->shape, t->shape, sizeof w->shape);
+  } else {
+    w->dtype = TCOLL_UINT8;
+    w->ndim = 0;
+    w->device = TCOLL_HOST;
+    memset(w->shape, 0, sizeof w->shape);
+  }
   w->ntensors = t ? sig->n : 0;
-  w->root = sig ? sig->root : -1;
-  w->redop = sig && sig->op ? sig->op->kind : -1;
-  w->scalar = sig && sig->op ? sig->op->scalar : 0.0;
-  w->dim = sig ? sig->dim : -1;
-  w->agree = sig ? sig->agree : TC_AGREE_SHAPE;
-  w->local = sig ? sig->local : false;
+  w->root = sig->root;
+  w->redop = sig->op ? sig->op->kind : -1;
+  w->scalar = sig->op ? sig->op->scalar : 0.0;
+  w->dim = sig->dim;
+  w->agree = sig->agree;
+  w->local = sig->local;
   /* Only DETAIL compares it across ranks; skip the hashing otherwise. */
   w->shapes_hash = t && w->agree == TC_AGREE_SHAPE && tc_cfg.debug >= TCOLL_LOG_DETAIL ? hash_shapes(t, sig->n) : 0;
 }
@@ -135,6 +143,8 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
     pthread_cond_init(&w->wake, &ca);
     pthread_condattr_destroy(&ca);
   }
+  /* The tables' counts (requests, buffers, held blocks...) are 0 here: a new work's, or reset by
+   * tc_work_recycle. The per-call fields are set below. */
   w->op = op;
   w->comm = comm;
   w->seq = w->comm_seq = 0;
@@ -146,7 +156,6 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   w->t_post = w->t_done = 0.0;
   set_signature(w, sig);
   tc_sched_reset(&w->sched, comm, 0);
-  w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = w->nready = 0;
   w->divisor = 1.0;
   w->finish = NULL;
   w->progress = NULL;
