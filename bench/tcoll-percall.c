@@ -16,7 +16,9 @@
  *   grad_all_reduce   tcoll_grad_all_reduce + wait, tcoll_grad_backward + wait (outputs allocated
  *                     by tcoll), frees and tcoll_grad_node_free
  *   coalesced         tcoll_all_reduce_coalesced of 64 tensors of --bytes / 64 + 64 waits
- *   raw               MPI_Iallreduce + MPI_Wait (what MPI alone costs) */
+ *   raw               MPI_Iallreduce + MPI_Wait (what MPI alone costs)
+ *   empty             tcoll_all_reduce of a tensor of 0 elements + tcoll_wait: everything tcoll
+ *                     does for a call (checks, registry, recorder, wait) with no MPI call at all */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
@@ -37,7 +39,7 @@ static const char *case_name = "all_reduce";
 static size_t nbytes = 8;
 static int iters = 1000, warmup = 100;
 
-static tcoll_tensor_t x, y, cx[COAL_N], cy[COAL_N];
+static tcoll_tensor_t x, y, ex, ey, cx[COAL_N], cy[COAL_N];
 static float *raw_in, *raw_out;
 
 static void check(int rc, const char *what) {
@@ -75,6 +77,11 @@ static void one_coalesced(void) {
   for (int i = 0; i < COAL_N; i++) check(tcoll_wait(cy[i].data), "tcoll_wait");
 }
 
+static void one_empty(void) {
+  check(tcoll_all_reduce(&ex, TCOLL_SUM, NULL, &ey), "tcoll_all_reduce");
+  check(tcoll_wait(ey.data), "tcoll_wait");
+}
+
 static void one_raw(void) {
   MPI_Request r;
   MPI_Iallreduce(raw_in, raw_out, (int)(nbytes / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r);
@@ -100,6 +107,9 @@ static void setup(void) {
   if (n < 1) n = 1;
   check(tcoll_tensor_alloc(&x, TCOLL_FLOAT32, 1, &n, TCOLL_HOST), "tcoll_tensor_alloc");
   check(tcoll_tensor_alloc(&y, TCOLL_FLOAT32, 1, &n, TCOLL_HOST), "tcoll_tensor_alloc");
+  int64_t zero = 0;
+  check(tcoll_tensor_alloc(&ex, TCOLL_FLOAT32, 1, &zero, TCOLL_HOST), "tcoll_tensor_alloc");
+  check(tcoll_tensor_alloc(&ey, TCOLL_FLOAT32, 1, &zero, TCOLL_HOST), "tcoll_tensor_alloc");
   int64_t per = n / COAL_N > 0 ? n / COAL_N : 1;
   for (int i = 0; i < COAL_N; i++) {
     check(tcoll_tensor_alloc(&cx[i], TCOLL_FLOAT32, 1, &per, TCOLL_HOST), "tcoll_tensor_alloc");
@@ -112,6 +122,8 @@ static void setup(void) {
 static void teardown(void) {
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&y);
+  tcoll_tensor_free(&ex);
+  tcoll_tensor_free(&ey);
   for (int i = 0; i < COAL_N; i++) {
     tcoll_tensor_free(&cx[i]);
     tcoll_tensor_free(&cy[i]);
@@ -128,7 +140,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "usage: tcoll-percall [--case all_reduce|all_reduce_alloc|grad_all_reduce|coalesced|raw] "
+      fprintf(stderr, "usage: tcoll-percall [--case all_reduce|all_reduce_alloc|grad_all_reduce|coalesced|raw|empty] "
                       "[--bytes N] [--iters N] [--warmup N]\n");
       return 2;
     }
@@ -140,7 +152,8 @@ int main(int argc, char **argv) {
                {"all_reduce_alloc", one_all_reduce_alloc},
                {"grad_all_reduce", one_grad_all_reduce},
                {"coalesced", one_coalesced},
-               {"raw", one_raw}};
+               {"raw", one_raw},
+               {"empty", one_empty}};
   void (*one)(void) = NULL;
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
     if (!strcmp(cases[k].name, case_name)) one = cases[k].one;
