@@ -48,6 +48,7 @@ static void teardown(void) {
   tc_progress_stop();
   tc_registry_report_unwaited();
   tc_wait_everything(0.0); /* finalize completes everything, however long */
+  tc_registry_flush();      /* works of the last waits go back to the pool now, before the pools go */
   tc_trace_dump("finalize");
   tc_bootstrap_fini();
   tc_meshes_destroy_all();
@@ -61,8 +62,8 @@ static void teardown(void) {
   tc_cache_fini(); /* before the backend that device and pinned blocks came from goes */
   tc_dev_fini();
   tc_scratch_cleanup();
+  tc_registry_cleanup(); /* first: its deferred pops may still return works to the pool */
   tc_work_pool_cleanup();
-  tc_registry_cleanup();
   tc_redop_cleanup();
   tg_cleanup();
   tc_trace_reset();

@@ -732,6 +732,11 @@ int tc_wait_everything(double seconds) {
   return first;
 }
 
+void tc_registry_flush(void) {
+  lock_registry();
+  pthread_mutex_unlock(&reg_lock);
+}
+
 size_t tc_registry_count(void) {
   lock_registry();
   size_t n = nordered;

@@ -63,6 +63,8 @@ void tc_wait_comm(const tcoll_comm_t *comm);
  * leaves the rest pending). */
 int tc_wait_everything(double seconds);
 size_t tc_registry_count(void);
+/* Applies the pops that waits deferred (recycling their works): at finalize, before the pools go. */
+void tc_registry_flush(void);
 /* Logs the unwaited work (count, op, sequence numbers), as finalize does before completing it. */
 void tc_registry_report_unwaited(void);
 void tc_registry_cleanup(void);
