@@ -384,9 +384,18 @@ static tcoll_cache_info_t cache_info(void) {
   return i;
 }
 
+static void alloc_odd_size(void *arg) {
+  (void)arg;
+  int64_t n = 777777; /* a size class nothing else here uses: the cache grows */
+  tcoll_tensor_t t;
+  OK(tcoll_tensor_alloc(&t, TCOLL_UINT8, 1, &n, TCOLL_HOST));
+  tcoll_tensor_free(&t);
+}
+
 /* Host and device storage (emulated devices) and staging's pinned buffers are cached while tcoll
  * runs, and given back at finalize; storage still held then is freed by tcoll_tensor_free after
- * finalize, without being cached, and the cache works again after a restart. */
+ * finalize, without being cached, and the cache works again after a restart. With
+ * TCOLL_DEBUG=INFO, growing the cache is logged. */
 static int run_cache(int *argc, char ***argv) {
   int provided = -1;
   MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
@@ -421,8 +430,13 @@ static int run_cache(int *argc, char ***argv) {
   EXPECT(kept.data == NULL && freed.cached == 0 && freed.in_use < after.in_use,
          "a tensor freed after finalize: cached %zu, in use %zu -> %zu", freed.cached, after.in_use, freed.in_use);
   OK(tcoll_cache_release()); /* harmless while tcoll is down */
-  /* Started again, the cache works again. */
+  /* Started again, the cache works again; at INFO it says when it grows. */
+  setenv("TCOLL_DEBUG", "INFO", 1);
   OK(tcoll_init(NULL, NULL));
+  unsetenv("TCOLL_DEBUG");
+  const char *log = capture_stderr(alloc_odd_size, NULL);
+  EXPECT(strstr(log, "cache: allocated") && strstr(log, "host memory for 777777 bytes"),
+         "growing the cache was not logged at INFO: \"%s\"", log);
   OK(tcoll_tensor_alloc(&h, TCOLL_FLOAT32, 1, &n, TCOLL_HOST));
   void *p = h.data;
   tcoll_tensor_free(&h);
