@@ -84,6 +84,12 @@ trace)        # the flight recorder at finalize, one file per rank, merged into 
     [ "$(grep -c '"name":"all_reduce"' "$f")" -eq 3 ] || { echo "FAIL ($case): $f lacks 3 all_reduce events"; cat "$f"; exit 1; }
     grep -q '"name":"all_gather".*"state":"done"' "$f" || { echo "FAIL ($case): $f lacks the all_gather"; exit 1; }
     grep -q "\"name\":\"process_name\",\"ph\":\"M\",\"pid\":$r" "$f" || { echo "FAIL ($case): $f has no track for rank $r"; exit 1; }
+    # Records keep communicator ids: the all_gather's, freed before finalize, is still named.
+    half=even; [ $((r % 2)) -eq 1 ] && half=odd
+    grep -q "\"name\":\"all_gather\".*\"comm\":\"'$half'\"" "$f" ||
+      { echo "FAIL ($case): $f does not name the freed communicator '$half'"; exit 1; }
+    grep -q '"cache":{"in_use":[0-9]*,"cached":[0-9]*,"peak":[0-9]*,"limit":[0-9]*,"grew":[1-9]' "$f" ||
+      { echo "FAIL ($case): $f lacks the storage cache's counts"; exit 1; }
     files+=("$f")
   done
   "$(dirname "$0")/../scripts/merge-traces" "$work/merged.json" "${files[@]}" 2>/dev/null

@@ -74,9 +74,12 @@ tcoll_tensor_t t_empty(void);
 
 /* ---- heap ---- */
 
-/* The calling thread's heap balance: bytes it allocated minus bytes it freed (test/heap_count.c).
- * Only differences of two readings mean something; other threads' allocations never count. */
+/* The calling thread's heap balance after tcoll's storage cache gave back what it keeps:
+ * bytes it allocated minus bytes it freed (test/heap_count.c). Only differences of two
+ * readings mean something; other threads' allocations never count. */
 size_t t_heap_in_use(void);
+/* The same balance, storage the cache keeps included. */
+size_t t_heap_raw(void);
 /* Whether t_heap_in_use() sees this thread's allocations and frees and ignores other threads'. */
 bool t_heap_measurable(void);
 /* The checker that owns the heap instead of test/heap_count.c (ASan, valgrind), NULL if none:

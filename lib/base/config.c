@@ -23,7 +23,11 @@ tcoll_config_t tc_cfg = {
     .trace_path = "",
     .algo = "auto",
     .wait_yield = 0,
+    .cache_bytes = TC_DEFAULT_CACHE_BYTES,
 };
+
+static void (*on_cache_limit)(void);
+void tc_config_on_cache_limit(void (*fn)(void)) { on_cache_limit = fn; }
 
 static int bad_env(const char *name, const char *value, const char *expected) {
   return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is invalid (expected %s)",
@@ -40,6 +44,28 @@ static int parse_int64(const char *name, const char *v, int64_t lo, int64_t hi, 
     return bad_env(name, v, expected);
   }
   *out = x;
+  return TCOLL_SUCCESS;
+}
+
+/* Bytes: an integer with an optional K, M, G or T suffix (powers of 1024, "KiB" style too). */
+static int parse_bytes(const char *name, const char *v, size_t *out) {
+  const char *expected = "bytes >= 0: an integer with an optional K, M, G or T suffix (powers of 1024)";
+  char *end = NULL;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || end == v || *v == '-' || *v == '+' || *v == ' ') return bad_env(name, v, expected);
+  int shift = 0;
+  switch (*end) {
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  case 't': case 'T': shift = 40; end++; break;
+  default: break;
+  }
+  if (shift && *end == 'i') end++;
+  if (shift && (*end == 'B' || *end == 'b')) end++;
+  if (*end != '\0' || (shift && x > (SIZE_MAX >> shift))) return bad_env(name, v, expected);
+  *out = (size_t)x << shift;
   return TCOLL_SUCCESS;
 }
 
@@ -116,6 +142,8 @@ int tc_config_load(void) {
     if ((rc = tc_algo_parse(v, "TCOLL_ALGO", tc_algo_forced))) return rc;
     strcpy(tc_cfg.algo, v);
   }
+  if ((v = getenv("TCOLL_CACHE_BYTES")) && *v && (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
+    return rc;
   if ((v = getenv("TCOLL_TRACE")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.trace_path)
       return bad_env("TCOLL_TRACE", v, "a path shorter than 512 bytes");
@@ -166,5 +194,8 @@ int tcoll_set_config(const tcoll_config_t *c) {
   memcpy(tc_algo_forced, forced, sizeof forced);
   snprintf(tc_cfg.algo, sizeof tc_cfg.algo, "%s", c->algo);
   tc_cfg.wait_yield = c->wait_yield ? 1 : 0;
+  bool lower = c->cache_bytes < tc_cfg.cache_bytes;
+  tc_cfg.cache_bytes = c->cache_bytes;
+  if (lower && on_cache_limit) on_cache_limit();
   return TCOLL_SUCCESS;
 }

@@ -23,7 +23,7 @@ typedef struct tc_device_ops {
   int (*init)(void);
   void (*fini)(void);
   int (*count)(void);
-  /* Device memory, zero-filled by tc_dev_alloc via memset_async + sync. */
+  /* Device memory (uninitialized; the storage cache zero-fills where needed, on a stream). */
   int (*alloc)(int dev, size_t n, void **p);
   void (*free)(int dev, void *p);
   /* Page-locked host memory for staging. */
@@ -55,11 +55,14 @@ typedef struct tc_device_ops {
 int tc_dev_init(void);
 void tc_dev_fini(void);
 const tc_device_ops_t *tc_dev(void);
+/* Changes whenever a backend starts or stops: memory of an older generation is gone with it. */
+unsigned tc_dev_generation(void);
 int tc_dev_count(void);
 
 /* TCOLL_SUCCESS if device is TCOLL_HOST or an existing device; else an error naming argname. */
 int tc_dev_check(int device, const char *argname);
-/* Zero-filled memory on a device (dev >= 0). */
+/* Uninitialized memory on a device (dev >= 0), straight from the backend: tcoll's storage comes
+ * from the cache (cache.h), which calls this when it grows. */
 int tc_dev_alloc(int device, size_t nbytes, void **p);
 void tc_dev_free(int device, void *p);
 /* Synchronous copy where at least one side is a device, ordered after the calling thread's

@@ -176,8 +176,7 @@ int tcoll_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "reduce_scatter", c, TC_SIG(.t = in, .op = &rop, .dim = dim)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, dim, &rop);
   return tc_work_end(w, rc);
 }
