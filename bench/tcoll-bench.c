@@ -2,7 +2,7 @@
  *
  *   tcoll-mpiexec -n 2 tcoll-bench [--ops LIST] [--dtype T] [--min SIZE] [--max SIZE] [--step F] [--iters N]
  *                            [--min-iters N] [--time SEC] [--warmup N] [--csv FILE]
- *                            [--device] [--alloc] [--grad] [--no-overlap] [--no-check] [--quiet]
+ *                            [--device] [--alloc] [--grad] [--tune] [--no-overlap] [--no-check] [--quiet]
  *                            [--repeat N]
  *
  * For each op and size the bench alternates iterations of the tcoll call (post + wait) and of
@@ -22,7 +22,14 @@
  * clamped to [0, 100]. Allocation columns count heap allocation calls per call in the timed
  * window: made by the whole process (tcoll, MPI, glibc, every thread) for tcoll and for raw MPI
  * (MPI's nonblocking collectives allocate too), and made by libtcoll's own code ("own": the
- * caller's address lies in libtcoll; see alloc_count.c).
+ * caller's address lies in libtcoll; see alloc_count.c). mcp_t / mcp_m: a memcpy of the bytes each
+ * rank must move (S x the busbw factor), timed in the same rounds on every rank at once, in
+ * percent of tcoll's / MPI's time: how close each comes to the machine's limit. algorithm: what
+ * tcoll chose for the call (tcoll_last_algorithm; doc/guide.md, "Algorithms").
+ *
+ * --tune times all_reduce and reduce_scatter again under each algorithm, forced through the
+ * config's algo field (as TCOLL_ALGO does), notes each one's time over raw MPI's, and prints at
+ * the end the table of the best algorithm by size that it measured.
  *
  * Extra cases: all_gather and reduce_scatter along dim 1 also time the dim-0 call on the same
  * bytes (dim1/dim0), and all_gather_dim1 also a contiguous MPI all_gather followed by a local
@@ -93,6 +100,7 @@ static struct {
   const char *csv;
   bool device, overlap, check, quiet;
   bool alloc; /* --alloc: also time each op with outputs tcoll allocates (data == NULL) */
+  bool tune;  /* --tune: also time every algorithm of all_reduce and reduce_scatter */
 } opt = {.min_bytes = 8,
          .max_bytes = (size_t)64 << 20,
          .step = 2,
@@ -159,7 +167,10 @@ typedef struct point point_t;
 typedef void (*step_fn)(point_t *);
 typedef struct variant {
   step_fn post, wait;
+  const char *algo; /* TCOLL_ALGO in force for this variant (--tune); NULL: the run's own */
 } variant_t;
+
+#define MAX_TUNE 3 /* algorithms of one op besides auto */
 
 struct point {
   int op;
@@ -173,6 +184,11 @@ struct point {
   tcoll_tensor_t tin, tout, tin0, tout0;
   tcoll_tensor_t talloc, tgrad; /* outputs tcoll allocates in the --alloc and grad variants */
   int valloc;                   /* --alloc: index of the allocated-output variant; 0: none */
+  int vmemcpy;                  /* index of the memcpy variant; 0: none */
+  char *cpy_src, *cpy_dst;      /* memcpy of the bytes each rank must move (S x busbw factor) */
+  size_t cpy_bytes;
+  int vtune, ntune;             /* --tune: the variants forcing each algorithm */
+  const char *tune_names[MAX_TUNE];
   char *mone;                   /* coalesced: one contiguous buffer for one raw MPI_Iallreduce */
   tcoll_tensor_t cin[COAL_N], cout[COAL_N], sout[COAL_N];
   /* raw MPI side (host) */
@@ -391,6 +407,41 @@ static void add_alloc_variant(point_t *p) {
   p->v[p->nv++] = (variant_t){post, t_alloc_wait};
 }
 
+/* --tune: the op's tcoll call again under each algorithm it offers, forced with TCOLL_ALGO's
+ * setting (all_reduce and reduce_scatter along dim 0). */
+static void add_tune_variants(point_t *p) {
+  static const char *const ar[] = {"mpi", "ring", "ring_allgather"}, *const ar_set[] = {
+      "all_reduce:mpi", "all_reduce:ring", "all_reduce:ring_allgather"};
+  static const char *const rs[] = {"mpi", "ring", "alltoall"}, *const rs_set[] = {
+      "reduce_scatter:mpi", "reduce_scatter:ring", "reduce_scatter:alltoall"};
+  const char *const *names = p->op == OP_ALL_REDUCE ? ar : p->op == OP_REDUCE_SCATTER ? rs : NULL;
+  const char *const *sets = p->op == OP_ALL_REDUCE ? ar_set : rs_set;
+  if (!names || g_size < 2) return;
+  if (p->nv + MAX_TUNE + 1 > MAX_VARIANTS) die("too many variants for one point");
+  p->vtune = p->nv;
+  p->ntune = MAX_TUNE;
+  for (int k = 0; k < MAX_TUNE; k++) {
+    p->tune_names[k] = names[k];
+    p->v[p->nv++] = (variant_t){p->v[0].post, p->v[0].wait, sets[k]};
+  }
+}
+
+/* The machine's limit, measured next to the collective: a memcpy of the bytes each rank must
+ * move (S x the busbw factor), on every rank at once as the collective does. */
+static void m_memcpy_post(point_t *p) { memcpy(p->cpy_dst, p->cpy_src, p->cpy_bytes); }
+
+static void add_memcpy_variant(point_t *p) {
+  if (p->op == OP_COALESCED || p->op == OP_GRAD_ALL_REDUCE) return;
+  p->cpy_bytes = (size_t)((double)p->bytes * p->busfactor);
+  if (p->cpy_bytes == 0) return;
+  p->cpy_src = xmalloc(p->cpy_bytes);
+  p->cpy_dst = xmalloc(p->cpy_bytes);
+  memset(p->cpy_src, 1, p->cpy_bytes); /* pages faulted in before the timing */
+  memset(p->cpy_dst, 0, p->cpy_bytes);
+  p->vmemcpy = p->nv;
+  p->v[p->nv++] = (variant_t){m_memcpy_post, no_wait, NULL};
+}
+
 /* ---- grad_all_reduce: forward + backward of the differentiable all_reduce, outputs allocated by
  * tcoll (y, then the gradient of x from g = y), against one and two plain all_reduces ---- */
 static void t_grad_post(point_t *p) {
@@ -588,6 +639,8 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
   default: return false;
   }
   if (opt.alloc) add_alloc_variant(p);
+  if (opt.tune) add_tune_variants(p);
+  add_memcpy_variant(p);
   /* Inputs: every rank its own pattern; offsets keep the coalesced tensors distinct. */
   if (op == OP_COALESCED) {
     for (int i = 0; i < COAL_N; i++) {
@@ -620,6 +673,8 @@ static void point_teardown(point_t *p) {
   free(p->mout2);
   free(p->mone);
   free(p->scratch);
+  free(p->cpy_src);
+  free(p->cpy_dst);
   if (p->vec != MPI_DATATYPE_NULL) MPI_Type_free(&p->vec);
 }
 
@@ -697,11 +752,28 @@ typedef struct measured {
   double allocs[MAX_VARIANTS];  /* per call, whole process (largest over ranks) */
   double own[MAX_VARIANTS];     /* per call, made by libtcoll's own code (largest over ranks) */
   long wrong;
+  const char *algo; /* the algorithm tcoll chose for variant 0 (tcoll_last_algorithm) */
 } measured_t;
+
+/* The run's own TCOLL_ALGO (or config), and the setting in force now. */
+static char g_base_algo[256], g_cur_algo[256];
+
+/* Puts a variant's algorithm setting in force (every rank runs the same variants in the same
+ * order, so every rank changes it between the same collectives). Not timed. */
+static void use_algo(const char *algo) {
+  const char *want = algo ? algo : g_base_algo;
+  if (!strcmp(want, g_cur_algo)) return;
+  tcoll_config_t cfg;
+  TC(tcoll_get_config(&cfg));
+  snprintf(cfg.algo, sizeof cfg.algo, "%s", want);
+  TC(tcoll_set_config(&cfg));
+  snprintf(g_cur_algo, sizeof g_cur_algo, "%s", want);
+}
 
 static void run_round(point_t *p, int i) {
   for (int k = 0; k < p->nv; k++) {
     int v = (i & 1) ? p->nv - 1 - k : k;
+    use_algo(p->v[v].algo);
     p->v[v].post(p);
     p->v[v].wait(p);
   }
@@ -737,9 +809,11 @@ static void measure(point_t *p, measured_t *m) {
   for (int i = 0; i < iters; i++) {
     for (int k = 0; k < nv; k++) {
       int v = (i & 1) ? nv - 1 - k : k;
+      use_algo(p->v[v].algo);
       unsigned long long a0 = bench_alloc_count(), o0 = bench_alloc_count_watched();
       double s = now();
       p->v[v].post(p);
+      if (v == 0) m->algo = tcoll_last_algorithm();
       p->v[v].wait(p);
       double e = now();
       allocs[v] += bench_alloc_count() - a0;
@@ -785,6 +859,7 @@ static void measure(point_t *p, measured_t *m) {
     for (int i = 0; i < oit; i++) {
       for (int k = 0; k < nv; k++) {
         int v = (i & 1) ? nv - 1 - k : k;
+        use_algo(p->v[v].algo);
         double s = now();
         p->v[v].post(p);
         double c0 = now();
@@ -804,6 +879,7 @@ static void measure(point_t *p, measured_t *m) {
       free(cmp[v]);
     }
   }
+  use_algo(NULL);
   m->wrong = opt.check ? point_check(p) : 0;
 }
 
@@ -826,6 +902,11 @@ typedef struct row {
   const char *extra3_name; /* coalesced: / one raw MPI_Iallreduce; grad: / two plain all_reduces */
   double extra3;
   double alloc_ratio; /* --alloc: allocated / preallocated outputs (paired); NaN: not measured */
+  const char *algo;   /* what tcoll chose (tcoll_last_algorithm) */
+  double mcpy_t, mcpy_m; /* memcpy of the bytes each rank moves, in % of tcoll's / MPI's time */
+  int ntune;          /* --tune: each algorithm's time over raw MPI's (paired) */
+  const char *tune_names[MAX_TUNE];
+  double tune[MAX_TUNE];
 } row_t;
 
 static row_t *rows;
@@ -842,11 +923,18 @@ static const char *human(size_t b, char *buf, size_t len) {
 }
 
 static void print_header(void) {
-  printf("%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %7s %7s %5s %5s  %s\n", "op", "size", "count",
-         "iters", "tcoll_us", "mpi_us", "ratio", "ovh_us", "algbw", "busbw", "mpi_bus", "ovl_t", "ovl_m", "alloc_t",
-         "alloc_m", "own", "wrong", "note");
-  printf("%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %7s %7s %5s %5s\n", "", "(B)", "(elems)", "",
-         "(med)", "(med)", "t/m", "t-m", "(GB/s)", "(GB/s)", "(GB/s)", "(%)", "(%)", "(/call)", "(/call)", "", "");
+  printf("%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s %-14s  %s\n", "op", "size",
+         "count", "iters", "tcoll_us", "mpi_us", "ratio", "ovh_us", "algbw", "busbw", "mpi_bus", "mcp_t", "mcp_m",
+         "ovl_t", "ovl_m", "alloc_t", "alloc_m", "own", "wrong", "algorithm", "note");
+  printf("%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s %-14s\n", "", "(B)",
+         "(elems)", "", "(med)", "(med)", "t/m", "t-m", "(GB/s)", "(GB/s)", "(GB/s)", "(%)", "(%)", "(%)", "(%)",
+         "(/call)", "(/call)", "", "", "(tcoll)");
+}
+
+static const char *pct(double v, char *buf, size_t len) {
+  if (isnan(v)) snprintf(buf, len, "-");
+  else snprintf(buf, len, "%.0f", v);
+  return buf;
 }
 
 static void add_row(const row_t *r) {
@@ -865,21 +953,25 @@ static void add_row(const row_t *r) {
   if (r->extra3_name) snprintf(note + strlen(note), sizeof note - strlen(note), " %s %.3f", r->extra3_name, r->extra3);
   if (!isnan(r->alloc_ratio))
     snprintf(note + strlen(note), sizeof note - strlen(note), " alloc/prealloc %.3f", r->alloc_ratio);
-  if (isnan(r->ovl_t)) snprintf(ot, sizeof ot, "-");
-  else snprintf(ot, sizeof ot, "%.0f", r->ovl_t);
-  if (isnan(r->ovl_m)) snprintf(om, sizeof om, "-");
-  else snprintf(om, sizeof om, "%.0f", r->ovl_m);
-  printf("%-20s %7s %9lld %5d %10.2f %10.2f %6.3f %8.2f %8.3f %8.3f %8.3f %5s %5s %7.2f %7.2f %5.2f %5ld  %s\n", r->op,
-         human(r->bytes, sz, sizeof sz), (long long)r->count, r->iters, r->t * 1e6, r->m * 1e6, r->ratio,
-         (r->t - r->m) * 1e6, algbw, busbw, mbusbw, ot, om, r->alloc_t, r->alloc_m, r->own_t, r->wrong, note);
+  char ct[16], cm[16], tune[160] = "";
+  for (int k = 0, off = 0; k < r->ntune && off < (int)sizeof tune; k++)
+    off += snprintf(tune + off, sizeof tune - (size_t)off, "%s%s %.3f", k ? " " : "tune/mpi: ", r->tune_names[k], r->tune[k]);
+  if (*tune) snprintf(note + strlen(note), sizeof note - strlen(note), "%s%s", *note ? " " : "", tune);
+  printf("%-20s %7s %9lld %5d %10.2f %10.2f %6.3f %8.2f %8.3f %8.3f %8.3f %5s %5s %5s %5s %7.2f %7.2f %5.2f %5ld "
+         "%-14s  %s\n",
+         r->op, human(r->bytes, sz, sizeof sz), (long long)r->count, r->iters, r->t * 1e6, r->m * 1e6, r->ratio,
+         (r->t - r->m) * 1e6, algbw, busbw, mbusbw, pct(r->mcpy_t, ct, sizeof ct), pct(r->mcpy_m, cm, sizeof cm),
+         pct(r->ovl_t, ot, sizeof ot), pct(r->ovl_m, om, sizeof om), r->alloc_t, r->alloc_m, r->own_t, r->wrong,
+         r->algo ? r->algo : "-", note);
   fflush(stdout);
   if (csv) {
-    fprintf(csv, "%s,%zu,%lld,%d,%s,%d,%.4f,%.4f,%.5f,%.5f,%.4f,%.5f,%.5f,%.5f,%.5f,%.1f,%.1f,%.3f,%.3f,%.3f,%ld,%s,%.4f,%s,%.4f,%s,%.4f,%.4f\n",
+    fprintf(csv, "%s,%zu,%lld,%d,%s,%d,%.4f,%.4f,%.5f,%.5f,%.4f,%.5f,%.5f,%.5f,%.5f,%.1f,%.1f,%.3f,%.3f,%.3f,%ld,%s,%.4f,%s,%.4f,%s,%.4f,%.4f",
             r->op, r->bytes, (long long)r->count, g_size, opt.device ? tcoll_device_backend() : "host", r->iters,
             r->t * 1e6, r->m * 1e6, r->ratio, r->t / r->m, (r->t - r->m) * 1e6, algbw, busbw, malgbw, mbusbw, r->ovl_t, r->ovl_m, r->alloc_t,
             r->alloc_m, r->own_t, r->wrong, r->extra_name ? r->extra_name : "", r->extra_name ? r->extra : 0.0,
             r->extra2_name ? r->extra2_name : "", r->extra2_name ? r->extra2 : 0.0, r->extra3_name ? r->extra3_name : "",
             r->extra3_name ? r->extra3 : 0.0, r->alloc_ratio);
+    fprintf(csv, ",%s,%.2f,%.2f,\"%s\"\n", r->algo ? r->algo : "-", r->mcpy_t, r->mcpy_m, tune);
     fflush(csv);
   }
 }
@@ -904,6 +996,16 @@ static row_t make_row(const point_t *p, const measured_t *m, const char *name, i
              .ovl_t = m->overlap[vt], .ovl_m = m->overlap[vm], .alloc_t = m->allocs[vt], .alloc_m = m->allocs[vm], .own_t = m->own[vt],
              .busfactor = p->busfactor, .wrong = m->wrong, .ratio = paired_ratio(m, vt, vm), .alloc_ratio = NAN};
   if (p->valloc && vt == 0) r.alloc_ratio = paired_ratio(m, p->valloc, 0);
+  r.algo = vt == 0 && m->algo ? m->algo : "-";
+  r.mcpy_t = p->vmemcpy ? 100.0 * paired_ratio(m, p->vmemcpy, vt) : NAN;
+  r.mcpy_m = p->vmemcpy ? 100.0 * paired_ratio(m, p->vmemcpy, vm) : NAN;
+  if (vt == 0) {
+    r.ntune = p->ntune;
+    for (int k = 0; k < p->ntune; k++) {
+      r.tune_names[k] = p->tune_names[k];
+      r.tune[k] = paired_ratio(m, p->vtune + k, vm);
+    }
+  }
   return r;
 }
 
@@ -1033,6 +1135,33 @@ static void report_alloc_and_grad(void) {
             "differentiable all_reduce forward + backward (outputs allocated) from 64 KiB: worst %.3fx one plain "
             "all_reduce (at %s) over %d sizes (target <= 2.1)",
             gworst, human(gw->bytes, sz, sizeof sz), ng);
+}
+
+/* --tune: per op, the sizes where each algorithm was fastest, as table rows. A composed algorithm
+ * wins only when it beats the literal MPI call by more than 5% (noise must not flip the table). */
+static void report_tune(void) {
+  if (g_rank != 0) return;
+  printf("# --tune: best algorithm by size, %d ranks (ratios: time over raw MPI's; a composed algorithm must beat "
+         "mpi by 5%%, another algorithm the previous size's by 5%%)\n", g_size);
+  for (int op = 0; op < NUM_OPS; op++) {
+    const char *prev = NULL;
+    size_t from = 0, last = 0;
+    for (int i = 0; i < nrows; i++) {
+      const row_t *r = &rows[i];
+      if (r->ntune == 0 || strcmp(r->op, op_names[op])) continue;
+      int best = 0, kept = -1;
+      for (int k = 1; k < r->ntune; k++)
+        if (r->tune[k] < r->tune[best] * (best == 0 ? 0.95 : 1.0)) best = k;
+      for (int k = 0; k < r->ntune && prev; k++) /* the previous size's choice, if within 5% */
+        if (!strcmp(r->tune_names[k], prev) && r->tune[k] <= r->tune[best] * 1.05) kept = k;
+      const char *name = r->tune_names[kept >= 0 ? kept : best];
+      if (prev && strcmp(prev, name)) printf("#   %-15s [%zu, %zu] bytes: %s\n", op_names[op], from, last, prev);
+      if (!prev || strcmp(prev, name)) from = r->bytes;
+      prev = name;
+      last = r->bytes;
+    }
+    if (prev) printf("#   %-15s [%zu, %zu] bytes: %s\n", op_names[op], from, last, prev);
+  }
 }
 
 static void report_targets(void) {
@@ -1191,11 +1320,39 @@ static void usage(void) {
          "                  the note's alloc/prealloc is that time over the preallocated call's\n"
          "  --grad          the grad_all_reduce op (same as adding it to --ops): differentiable all_reduce\n"
          "                  forward + backward, outputs allocated by tcoll, against one and two plain all_reduces\n"
+         "  --tune          also time all_reduce and reduce_scatter under each algorithm (TCOLL_ALGO), note their\n"
+         "                  times over raw MPI's, and print the table of the best algorithm by size at the end\n"
+         "                  (--tune-algorithms: the same; Open MPI's mpiexec also reads --tune as its own option)\n"
          "  --no-overlap    skip the overlap measurement\n"
          "  --no-check      skip the comparison of the results with raw MPI's\n"
          "  --repeat N      run the whole sweep N times; report per point the median over the sweeps\n"
          "Environment: TCOLL_PROGRESS=thread, TCOLL_FAKE_DEVICES=N and the other TCOLL_* settings apply;\n"
          "BENCH_DUMP=FILE appends every timed iteration (rank 0, slowest-rank times in us) to FILE.\n");
+}
+
+/* The MPI library and the transport settings in force (the user's environment variables of Open
+ * MPI's transports and collectives, MPICH, UCX, libfabric and tcoll; not those mpiexec sets for
+ * its own bookkeeping): what makes one run's MPI numbers comparable with another's. */
+static void print_transport(void) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  version[strcspn(version, "\n,")] = '\0';
+  printf("# MPI: %s\n# transport settings:", version);
+  extern char **environ;
+  static const char *const prefixes[] = {"OMPI_MCA_btl", "OMPI_MCA_pml", "OMPI_MCA_mtl", "OMPI_MCA_coll",
+                                         "OMPI_MCA_mpi_", "OMPI_MCA_rmaps_base_oversubscribe", "OMPI_MCA_osc",
+                                         "MPIR_CVAR_", "MPICH_", "UCX_", "FI_", "TCOLL_"};
+  bool single_copy_set = false;
+  for (char **e = environ; *e; e++)
+    for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++)
+      if (!strncmp(*e, prefixes[k], strlen(prefixes[k])) && strncmp(*e, "TCOLL_OUTPUT_TTY", 16) &&
+          strncmp(*e, "OMPI_MCA_mpi_oversubscribe", 26)) {
+        printf(" %s", *e);
+        single_copy_set |= !strncmp(*e, "OMPI_MCA_btl_vader_single_copy_mechanism", 40);
+      }
+  if (strstr(version, "Open MPI") && !single_copy_set) printf(" (vader single copy: the default, cma)");
+  printf("\n");
 }
 
 static bool set_dtype(const char *name) {
@@ -1261,6 +1418,8 @@ static void parse_args(int argc, char **argv) {
       opt.device = true;
     } else if (!strcmp(a, "--alloc")) {
       opt.alloc = true;
+    } else if (!strcmp(a, "--tune") || !strcmp(a, "--tune-algorithms")) {
+      opt.tune = true;
     } else if (!strcmp(a, "--grad")) {
       opt.ops[OP_GRAD_ALL_REDUCE] = any = true;
     } else if (!strcmp(a, "--no-overlap")) {
@@ -1311,6 +1470,9 @@ static row_t median_row(row_t *const *sweeps, int n, int i) {
   MEDIAN_OF(extra2);
   MEDIAN_OF(extra3);
   MEDIAN_OF(alloc_ratio);
+  MEDIAN_OF(mcpy_t);
+  MEDIAN_OF(mcpy_m);
+  for (int t = 0; t < r.ntune; t++) MEDIAN_OF(tune[t]);
 #undef MEDIAN_OF
   r.iters = 0;
   r.wrong = 0;
@@ -1381,16 +1543,19 @@ int main(int argc, char **argv) {
     fprintf(csv, "op,bytes,count,ranks,device,iters,tcoll_us,mpi_us,ratio,ratio_of_medians,overhead_us,tcoll_algbw_GBps,"
                  "tcoll_busbw_GBps,mpi_algbw_GBps,mpi_busbw_GBps,tcoll_overlap_pct,mpi_overlap_pct,"
                  "tcoll_allocs_per_call,mpi_allocs_per_call,tcoll_own_allocs_per_call,wrong,extra_name,extra,extra2_name,extra2,"
-                 "extra3_name,extra3,alloc_ratio\n");
+                 "extra3_name,extra3,alloc_ratio,algorithm,memcpy_pct_of_tcoll,memcpy_pct_of_mpi,tune\n");
   }
   tcoll_config_t cfg;
   TC(tcoll_get_config(&cfg));
+  snprintf(g_base_algo, sizeof g_base_algo, "%s", cfg.algo);
+  snprintf(g_cur_algo, sizeof g_cur_algo, "%s", cfg.algo);
   int thread_level = tcoll_mpi_thread_level();
   if (g_rank == 0) {
     int v = tcoll_version(); /* MAJOR * 10000 + MINOR * 100 + PATCH */
     printf("# tcoll-bench: tcoll %d.%d.%d%s, %d ranks, %s sum, %s buffers%s%s; raw MPI on host buffers\n",
            v / 10000, v / 100 % 100, v % 100, tcoll_version_suffix(), g_size, g_dt.name, opt.device ? "device" : "host",
            opt.device ? " on backend " : "", opt.device ? tcoll_device_backend() : "");
+    print_transport();
     printf("# TCOLL_PROGRESS=%s, MPI thread level %d; times: median over iterations of the slowest rank; "
            "tcoll and MPI iterations alternate\n",
            cfg.progress_thread ? "thread" : "none", thread_level);
@@ -1410,6 +1575,7 @@ int main(int argc, char **argv) {
   if (opt.repeat > 1) repeated_sweeps();
   else sweep();
   report_targets();
+  if (opt.tune) report_tune();
   if (g_rank == 0) printf("# %d points in %.1f s\n", nrows, now() - t_start);
   long wrong = 0;
   for (int i = 0; i < nrows; i++) wrong += rows[i].wrong;

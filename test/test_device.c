@@ -47,6 +47,11 @@ static double rank_val(int64_t i, void *c) { return val(((ctx_t *)c)->rank, i + 
 static double tri(void) { return (double)t_size * (t_size + 1) / 2.0; }
 /* sum over ranks of val(r, i), times scale (premul / AVG) */
 static double sum_val(int64_t i, void *c) { return tri() * (double)((i + ((ctx_t *)c)->off) % 7 + 1) * ((ctx_t *)c)->scale; }
+/* The same in int8, wrapped around (from 6 ranks on it leaves the type's range) */
+static double sum_val_int8(int64_t i, void *c) {
+  long w = ((long)sum_val(i, c) % 256 + 256) % 256;
+  return (double)(w >= 128 ? w - 256 : w);
+}
 static double max_val(int64_t i, void *c) { return val(t_size - 1, i + ((ctx_t *)c)->off); }
 /* all_gather along dim 0: block r of the output is rank r's input */
 static double gathered0(int64_t i, void *c) {
@@ -76,7 +81,7 @@ static void all_reduce_case(tcoll_dtype_t dt, int64_t n, tcoll_redop_t op, bool 
   if (op == TCOLL_MAX) t_check_all(what, o, max_val, &c, 0);
   else {
     c.scale = op == TCOLL_AVG ? 1.0 / t_size : 1.0;
-    t_check_all(what, o, sum_val, &c, op == TCOLL_AVG ? 1e-6 : 0);
+    t_check_all(what, o, dt == TCOLL_INT8 ? sum_val_int8 : sum_val, &c, op == TCOLL_AVG ? 1e-6 : 0);
   }
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
@@ -230,16 +235,16 @@ static void reduce_scatter_case(int ndim, const int64_t *shape, int dim, tcoll_r
 
 START_TEST(pipe_reduce_scatter) {
   small_chunks();
-  int64_t s1[1] = {12 * 1001};
+  int64_t s1[1] = {420 * 29};
   reduce_scatter_case(1, s1, 0, TCOLL_SUM, 1.0);
   reduce_scatter_case(1, s1, 0, TCOLL_AVG, 1.0 / t_size);
-  int64_t s2[2] = {3, 12 * 517}; /* dim 1: runs of 12 * 517 / size elements */
+  int64_t s2[2] = {3, 420 * 15}; /* dim 1: runs of 420 * 15 / size elements (420: any size up to 7 divides it) */
   reduce_scatter_case(2, s2, 1, TCOLL_SUM, 1.0);
   tcoll_redop_t third;
   T_OK(tcoll_redop_create_premul_sum(0.25, &third));
   reduce_scatter_case(2, s2, 1, third, 0.25);
   T_OK(tcoll_redop_destroy(third));
-  int64_t s3[2] = {12 * 300, 5};
+  int64_t s3[2] = {420 * 9, 5};
   reduce_scatter_case(2, s3, 0, TCOLL_SUM, 1.0);
   restore_chunks();
 }
@@ -368,7 +373,7 @@ START_TEST(pipe_max_count) {
   all_reduce_case(TCOLL_FLOAT32, 4001, TCOLL_SUM, false);
   int64_t s1[1] = {2003};
   all_gather_case(1, s1, 0);
-  int64_t s2[1] = {12 * 211};
+  int64_t s2[1] = {420 * 6};
   reduce_scatter_case(1, s2, 0, TCOLL_SUM, 1.0);
   c.max_count = saved;
   T_OK(tcoll_set_config(&c));

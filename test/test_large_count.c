@@ -590,7 +590,8 @@ START_TEST(every_op_pending_at_once) {
   T_OK(tcoll_scatter(sins, root, NULL, &sc));
   /* Complete them in a rank-dependent order. */
   void *bufs[7] = {ag.data, bc.data, a2a.data, pm.data, sd.data, me == root ? gouts[0].data : x1.data, sc.data};
-  for (int i = 0; i < 7; i++) T_OK(tcoll_wait(bufs[(i * (me + 1) + me) % 7])); /* 7 is prime: all of them */
+  /* 7 is prime and the step 1..6 is coprime to it: every buffer once, at any rank count */
+  for (int i = 0; i < 7; i++) T_OK(tcoll_wait(bufs[(i * (me % 6 + 1) + me) % 7]));
   if (me == root)
     for (int r = 1; r < size; r++) T_OK(tcoll_wait(gouts[r].data));
   T_EXPECT(tcoll_pending_count() == 0, "%zu still pending", tcoll_pending_count());

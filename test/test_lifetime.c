@@ -325,6 +325,7 @@ static int run_badenv(int *argc, char ***argv) {
       {"TCOLL_WAIT", "spin"},
       {"TCOLL_CACHE_BYTES", "lots"},   {"TCOLL_CACHE_BYTES", "-1"},     {"TCOLL_CACHE_BYTES", "1X"},
       {"TCOLL_CACHE_BYTES", "2 G"},    {"TCOLL_CACHE_BYTES", "99999999999T"},
+      {"TCOLL_ALGO", "all_reduce:nope"}, {"TCOLL_ALGO", "bogus"},   {"TCOLL_ALGO", "reduce_scatter:ring_allgather"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     setenv(bad[i].var, bad[i].value, 1);

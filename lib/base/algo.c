@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 tc_algo_t tc_algo_forced[TC_NUM_ALGO_OPS];
 
@@ -14,7 +15,6 @@ static const char *const algo_names[TC_NUM_ALGOS] = {"auto", "mpi", "ring", "all
 static const unsigned offered[TC_NUM_ALGO_OPS] = {
     [TC_OP_ALL_REDUCE] = 1u << TC_ALGO_RING | 1u << TC_ALGO_RING_ALLGATHER,
     [TC_OP_REDUCE_SCATTER] = 1u << TC_ALGO_RING | 1u << TC_ALGO_ALLTOALL,
-    [TC_OP_ALL_GATHER] = 1u << TC_ALGO_RING,
 };
 
 const char *tc_algo_op_name(tc_algo_op_t op) { return op < TC_NUM_ALGO_OPS ? op_names[op] : "?"; }
@@ -24,10 +24,17 @@ bool tc_algo_offered(tc_algo_op_t op, tc_algo_t algo) {
   return algo == TC_ALGO_AUTO || algo == TC_ALGO_MPI || (offered[op] >> algo & 1u);
 }
 
+/* Names match in any case, as the other TCOLL_* values do. */
 static int lookup(const char *const *names, int n, const char *name, size_t len) {
   for (int i = 0; i < n; i++)
-    if (strlen(names[i]) == len && !strncmp(names[i], name, len)) return i;
+    if (strlen(names[i]) == len && !strncasecmp(names[i], name, len)) return i;
   return -1;
+}
+
+/* [*p, *p + *len) without the spaces around it. */
+static void trim(const char **p, size_t *len) {
+  while (*len && **p == ' ') (*p)++, (*len)--;
+  while (*len && (*p)[*len - 1] == ' ') (*len)--;
 }
 
 /* "mpi, ring, ring_allgather" for messages. */
@@ -53,14 +60,18 @@ static int parse_item(const char *item, size_t len, const char *what, tc_algo_t 
     for (int op = 0; op < TC_NUM_ALGO_OPS; op++) forced[op] = (tc_algo_t)a;
     return TCOLL_SUCCESS;
   }
-  int op = lookup(op_names, TC_NUM_ALGO_OPS, item, (size_t)(colon - item));
+  const char *opname = item;
+  size_t oplen = (size_t)(colon - item);
+  trim(&opname, &oplen);
+  int op = lookup(op_names, TC_NUM_ALGO_OPS, opname, oplen);
   if (op < 0)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
                     "%s: unknown collective \"%.*s\" (expected all_reduce, reduce_scatter, all_gather, broadcast "
                     "or all_to_all)",
-                    what, (int)(colon - item), item);
+                    what, (int)oplen, opname);
   const char *name = colon + 1;
   size_t nlen = len - (size_t)(name - item);
+  trim(&name, &nlen);
   int a = lookup(algo_names, TC_NUM_ALGOS, name, nlen);
   if (a < 0 || !tc_algo_offered((tc_algo_op_t)op, (tc_algo_t)a)) {
     char list[128];
@@ -74,12 +85,14 @@ static int parse_item(const char *item, size_t len, const char *what, tc_algo_t 
 int tc_algo_parse(const char *spec, const char *what, tc_algo_t forced[TC_NUM_ALGO_OPS]) {
   tc_algo_t tmp[TC_NUM_ALGO_OPS] = {TC_ALGO_AUTO};
   for (const char *p = spec; *p;) {
-    while (*p == ' ' || *p == ',') p++;
-    if (!*p) break;
-    size_t len = strcspn(p, ", ");
-    int rc = parse_item(p, len, what, tmp);
+    size_t len = strcspn(p, ",");
+    const char *item = p;
+    size_t ilen = len;
+    trim(&item, &ilen);
+    int rc = ilen ? parse_item(item, ilen, what, tmp) : TCOLL_SUCCESS;
     if (rc) return rc;
     p += len;
+    if (*p == ',') p++;
   }
   memcpy(forced, tmp, sizeof tmp);
   return TCOLL_SUCCESS;

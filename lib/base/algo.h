@@ -20,8 +20,7 @@ typedef enum {
   TC_ALGO_AUTO,           /* the table decides */
   TC_ALGO_MPI,            /* the literal mapping onto one MPI call (DESIGN.md section 3) */
   TC_ALGO_RING,           /* reduce_scatter: ring of sends and local reductions;
-                             all_reduce: ring reduce_scatter + ring all-gather;
-                             all_gather: ring of sends */
+                             all_reduce: ring reduce_scatter + ring all-gather */
   TC_ALGO_ALLTOALL,       /* reduce_scatter: MPI_Ialltoall + local reduction in rank order */
   TC_ALGO_RING_ALLGATHER, /* all_reduce: ring reduce_scatter + MPI_Iallgatherv */
   TC_NUM_ALGOS

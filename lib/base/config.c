@@ -139,7 +139,9 @@ int tc_config_load(void) {
   }
   if ((v = getenv("TCOLL_ALGO")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.algo) return bad_env("TCOLL_ALGO", v, "a setting shorter than 256 bytes");
-    if ((rc = tc_algo_parse(v, "TCOLL_ALGO", tc_algo_forced))) return rc;
+    char what[300];
+    snprintf(what, sizeof what, "TCOLL_ALGO=\"%s\"", v);
+    if ((rc = tc_algo_parse(v, what, tc_algo_forced))) return rc;
     strcpy(tc_cfg.algo, v);
   }
   if ((v = getenv("TCOLL_CACHE_BYTES")) && *v && (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
@@ -180,7 +182,9 @@ int tcoll_set_config(const tcoll_config_t *c) {
   if (!memchr(c->algo, '\0', sizeof c->algo))
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string (expected < 256 bytes)");
   tc_algo_t forced[TC_NUM_ALGO_OPS];
-  int rc = tc_algo_parse(c->algo, "config->algo", forced);
+  char what[300];
+  snprintf(what, sizeof what, "config->algo=\"%.256s\"", c->algo);
+  int rc = tc_algo_parse(c->algo, what, forced);
   if (rc) return rc;
   if (!fixed_fields_equal(c, &tc_cfg))
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,

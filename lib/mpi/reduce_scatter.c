@@ -106,7 +106,7 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
     src = scaled;
   }
   MPI_Op mop = tc_mpi_op(op, in->dtype);
-  bool a2a = algo == TC_ALGO_ALLTOALL && tc_alltoall_fits(nper);
+  bool a2a = algo == TC_ALGO_ALLTOALL;
   size_t bytes = a2a ? tc_alltoall_reduce_scatter_scratch(nper, p, in->dtype)
                      : tc_ring_reduce_scatter_scratch(n, p, in->dtype);
   void *scratch = tc_work_scratch(w, bytes);
@@ -123,6 +123,8 @@ static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_r
   tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
                        .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
   tc_algo_t algo = tc_algo_choose(&q);
+  /* One MPI_Ialltoall block per rank must fit the per-call limit; beyond it the ring goes on. */
+  if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(tcoll_tensor_numel(in) / w->comm->size)) algo = TC_ALGO_RING;
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }
 

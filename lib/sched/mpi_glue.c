@@ -32,6 +32,59 @@ static void half_prod(void *in, void *inout, int *len, MPI_Datatype *dt) { HALF_
 static void half_min(void *in, void *inout, int *len, MPI_Datatype *dt) { HALF_OP_BODY(x < y ? x : y) }
 static void half_max(void *in, void *inout, int *len, MPI_Datatype *dt) { HALF_OP_BODY(x > y ? x : y) }
 
+/* ------------------------------------------------------------------ 8- and 16-bit integer sums */
+
+/* Open MPI 4.1's vectorized reductions (its op/avx component) saturate sums and products of
+ * 8- and 16-bit integers, where C, PyTorch and MPI itself on short vectors wrap around (64
+ * int8 of 20 summed over 7 ranks: 127, not -116). Where MPI_Reduce_local shows it, these
+ * wrapping ops stand in for MPI_SUM and MPI_PROD on those types. */
+static MPI_Op op_wrap[2] = {MPI_OP_NULL, MPI_OP_NULL}; /* sum, prod */
+
+#define WRAP_LOOP(T, U, EXPR)                                                                    \
+  do {                                                                                           \
+    const T *a = in;                                                                             \
+    T *b = inout;                                                                                \
+    for (int i = 0; i < *len; i++) {                                                             \
+      U x = (U)a[i], y = (U)b[i];                                                                \
+      b[i] = (T)(U)(EXPR);                                                                       \
+    }                                                                                            \
+  } while (0)
+/* Arithmetic in unsigned types: wraps by definition, also for the signed ones. */
+#define WRAP_BODY(EXPR)                                                                          \
+  if (*dt == MPI_INT8_T) WRAP_LOOP(int8_t, uint8_t, EXPR);                                       \
+  else if (*dt == MPI_UINT8_T) WRAP_LOOP(uint8_t, uint8_t, EXPR);                                \
+  else WRAP_LOOP(int16_t, uint16_t, EXPR);
+
+static void wrap_sum(void *in, void *inout, int *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x + y) }
+static void wrap_prod(void *in, void *inout, int *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x * y) }
+
+static bool small_int(tcoll_dtype_t d) {
+  return d == TCOLL_INT8 || d == TCOLL_UINT8 || d == TCOLL_INT16;
+}
+
+/* Whether MPI's op on 64 elements of type dt wraps like C (a, b: operands that overflow). */
+static bool mpi_wraps(MPI_Op op, MPI_Datatype dt, size_t es, long a, long b, long want) {
+  unsigned char x[64 * 2], y[64 * 2];
+  for (int i = 0; i < 64; i++) {
+    memcpy(x + i * es, es == 1 ? (void *)&(int8_t){(int8_t)a} : (void *)&(int16_t){(int16_t)a}, es);
+    memcpy(y + i * es, es == 1 ? (void *)&(int8_t){(int8_t)b} : (void *)&(int16_t){(int16_t)b}, es);
+  }
+  if (MPI_Reduce_local(x, y, 64, dt, op) != MPI_SUCCESS) return true; /* nothing to mend then */
+  long got = es == 1 ? (long)*(int8_t *)y : (long)*(int16_t *)y;
+  return got == want;
+}
+
+static int mend_small_int_ops(void) {
+  bool wraps = mpi_wraps(MPI_SUM, MPI_INT8_T, 1, 100, 100, -56) && mpi_wraps(MPI_SUM, MPI_UINT8_T, 1, 200, 200, -112) &&
+               mpi_wraps(MPI_SUM, MPI_INT16_T, 2, 20000, 20000, -25536) &&
+               mpi_wraps(MPI_PROD, MPI_INT8_T, 1, 100, 3, 44) && mpi_wraps(MPI_PROD, MPI_INT16_T, 2, 300, 300, 24464);
+  if (wraps) return TCOLL_SUCCESS;
+  tc_info("MPI saturates sums or products of 8- and 16-bit integers: tcoll's own wrapping ops replace them");
+  int rc = MPI_Op_create(wrap_sum, 1, &op_wrap[0]);
+  if (!rc) rc = MPI_Op_create(wrap_prod, 1, &op_wrap[1]);
+  return rc;
+}
+
 /* ------------------------------------------------------------------ element types and ops */
 
 MPI_Datatype tc_mpi_dtype(tcoll_dtype_t d) {
@@ -68,6 +121,8 @@ MPI_Op tc_mpi_op(const tc_redop_t *op, tcoll_dtype_t d) {
     default: return op_half[HALF_MAX];
     }
   }
+  if (small_int(d) && op_wrap[0] != MPI_OP_NULL && (k == TCOLL_SUM || k == TCOLL_PRODUCT))
+    return op_wrap[k == TCOLL_SUM ? 0 : 1];
   switch (k) {
   case TCOLL_SUM: return MPI_SUM;
   case TCOLL_PRODUCT: return MPI_PROD;
@@ -244,7 +299,8 @@ int tc_mpi_glue_init(void) {
   if (!rc) rc = MPI_Type_commit(&mpi_bf16);
   MPI_User_function *fns[4] = {half_sum, half_prod, half_min, half_max};
   for (int i = 0; i < 4 && !rc; i++) rc = MPI_Op_create(fns[i], 1, &op_half[i]);
-  if (rc) return tc_mpi_error(rc, "creating the float16/bfloat16 datatypes and ops");
+  if (!rc) rc = mend_small_int_ops();
+  if (rc) return tc_mpi_error(rc, "creating the float16/bfloat16 datatypes and the ops");
   return TCOLL_SUCCESS;
 }
 
@@ -258,6 +314,8 @@ void tc_mpi_glue_fini(void) {
   pthread_mutex_unlock(&cache_mu);
   for (int i = 0; i < 4; i++)
     if (op_half[i] != MPI_OP_NULL) MPI_Op_free(&op_half[i]);
+  for (int i = 0; i < 2; i++)
+    if (op_wrap[i] != MPI_OP_NULL) MPI_Op_free(&op_wrap[i]);
   if (mpi_f16 != MPI_DATATYPE_NULL) MPI_Type_free(&mpi_f16);
   if (mpi_bf16 != MPI_DATATYPE_NULL) MPI_Type_free(&mpi_bf16);
 }

@@ -467,6 +467,16 @@ static void drive_all_locked(void) {
   }
 }
 
+static tc_sched_peer_t peer;
+
+void tc_sched_set_peer(const tc_sched_peer_t *p) { peer = *p; }
+
+static void drive_peer(void) {
+  if (peer.drive_all) peer.drive_all();
+}
+
+static bool peer_active(void) { return peer.any_active && peer.any_active(); }
+
 void tc_sched_drive_all(void) {
   if (!tc_sched_any_driven()) return;
   pthread_mutex_lock(&eng_mu);
@@ -511,13 +521,15 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
       pthread_mutex_lock(&eng_mu);
       drive_all_locked();
       pthread_mutex_unlock(&eng_mu);
-    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield) {
+      drive_peer();
+    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield && !peer_active()) {
       /* TCOLL_WAIT=yield polls instead: MPICH's MPI_Wait spins without yielding, and with more
        * ranks than cores it starves the very ranks it waits for (a 4-rank demo on 2 cores). */
       run_blocking(s);
     } else {
       advance(s);
       tc_sched_drive_all(); /* others may wait for this rank's steps of their schedules */
+      drive_peer();
     }
     if (finished(s)) break;
     if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;

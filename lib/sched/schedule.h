@@ -163,6 +163,15 @@ void tc_sched_start(tc_sched_t *s);
 int tc_sched_progress(tc_sched_t *s, bool block, double deadline);
 /* Whether s has nothing left to do. */
 static inline bool tc_sched_done(const tc_sched_t *s) { return s->first == s->n; }
+/* Another engine whose pending work other ranks may wait for (the staging pipelines, which post
+ * their chunks lazily): every wait and test drives it with the schedules, so that a rank waiting
+ * for a schedule never stalls a rank waiting for a pipeline (or the reverse); and no wait blocks
+ * inside MPI while it has work. Called outside the engine's lock. */
+typedef struct tc_sched_peer {
+  void (*drive_all)(void);
+  bool (*any_active)(void);
+} tc_sched_peer_t;
+void tc_sched_set_peer(const tc_sched_peer_t *peer);
 /* Advances every driven schedule (the progress thread, and whoever waits). */
 void tc_sched_drive_all(void);
 /* Whether any schedule is driven now (a cheap, unlocked read). */

@@ -469,6 +469,15 @@ static void advance_all_locked(void) {
   }
 }
 
+void tc_pipe_drive_all(void) {
+  if (!tc_pipe_any_active()) return;
+  pthread_mutex_lock(&eng_mu);
+  advance_all_locked();
+  pthread_mutex_unlock(&eng_mu);
+}
+
+bool tc_pipe_any_active(void) { return __atomic_load_n(&active_head, __ATOMIC_RELAXED) != NULL; }
+
 /* ------------------------------------------------------------------ the work's hooks */
 
 /* MPI advances a nonblocking collective round by round, only inside MPI calls: between tests
@@ -488,6 +497,7 @@ static int pipe_progress(tc_work_t *w, bool block, double deadline) {
     bool done = p->done;
     int status = p->status;
     pthread_mutex_unlock(&eng_mu);
+    tc_sched_drive_all(); /* other ranks may wait for this rank's steps of their schedules */
     if (done) {
       if (status) return tc_error(status, "%s", p->err);
       if (on_host(p)) return TCOLL_SUCCESS;

@@ -70,6 +70,9 @@ bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int
 int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d);
 /* Returns a pipeline held by a work (TC_HELD_PIPE). */
 void tc_pipe_release(void *pipe);
+/* Advances every active pipeline; whether any is active (the schedule engine's peer). */
+void tc_pipe_drive_all(void);
+bool tc_pipe_any_active(void);
 void tc_pipe_cleanup(void);
 
 #endif

@@ -1,0 +1,732 @@
+/* Algorithm selection (TCOLL_ALGO, tcoll_config_t.algo, tcoll_last_algorithm): every forced
+ * algorithm gives exact results for every kind of reduce op and the dtypes with their own
+ * arithmetic, names itself in tcoll_last_algorithm() and in the INFO log, and is what actually
+ * ran (the MPI calls made, counted below); every rank gets the same bits, and a repeated call
+ * the same bits again; bad settings are refused with a message and change nothing.
+ *
+ * The suite also runs with TCOLL_ALGO set in the environment (test/meson.build, algo_suites):
+ * every test sets the algorithm it needs and puts back the setting it found. */
+#include "reduce_common.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- MPI calls made
+ *
+ * PMPI wrappers (the executable's definitions take precedence over libmpi's for libtcoll's
+ * calls too), counted per thread: what each algorithm posts tells which one ran.
+ *   mpi:            all_reduce MPI_Iallreduce; reduce_scatter MPI_Ireduce_scatter_block
+ *                   (MPI_Ialltoallv along a dim other than 0)
+ *   ring:           MPI_Isend / MPI_Irecv between neighbours only (no call at 1 rank)
+ *   ring_allgather: MPI_Isend / MPI_Irecv, then MPI_Iallgatherv (no call at 1 rank)
+ *   alltoall:       MPI_Ialltoall */
+typedef struct calls {
+  long allreduce, rsb, alltoall, alltoallv, allgatherv, send;
+} calls_t;
+static _Thread_local calls_t n_calls;
+
+int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
+  n_calls.allreduce++;
+  return PMPI_Iallreduce(s, r, n, d, op, c, q);
+}
+int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
+  n_calls.rsb++;
+  return PMPI_Ireduce_scatter_block(s, r, n, d, op, c, q);
+}
+int MPI_Ialltoall(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, MPI_Comm c,
+                  MPI_Request *q) {
+  n_calls.alltoall++;
+  return PMPI_Ialltoall(s, sn, sd, r, rn, rd, c, q);
+}
+int MPI_Ialltoallv(const void *s, const int sc[], const int sdp[], MPI_Datatype sd, void *r, const int rc[],
+                   const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
+  n_calls.alltoallv++;
+  return PMPI_Ialltoallv(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
+}
+int MPI_Iallgatherv(const void *s, int sn, MPI_Datatype sd, void *r, const int rc[], const int dp[], MPI_Datatype rd,
+                    MPI_Comm c, MPI_Request *q) {
+  n_calls.allgatherv++;
+  return PMPI_Iallgatherv(s, sn, sd, r, rc, dp, rd, c, q);
+}
+int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c, MPI_Request *q) {
+  n_calls.send++;
+  return PMPI_Isend(b, n, d, dst, tag, c, q);
+}
+
+static calls_t calls_since(calls_t a) {
+  calls_t b = n_calls;
+  return (calls_t){b.allreduce - a.allreduce, b.rsb - a.rsb, b.alltoall - a.alltoall, b.alltoallv - a.alltoallv,
+                   b.allgatherv - a.allgatherv, b.send - a.send};
+}
+
+enum { OP_AR, OP_RS };
+
+/* Whether the calls c (from posting to completion of one collective) are those of `algo`. */
+static bool ran(int op, const char *algo, calls_t c) {
+  bool one = t_size == 1;
+  if (op == OP_AR) {
+    if (!strcmp(algo, "mpi")) return c.allreduce > 0 && !c.send && !c.allgatherv && !c.alltoall && !c.rsb;
+    if (c.allreduce || c.alltoall || c.rsb || c.alltoallv) return false;
+    if (!strcmp(algo, "ring")) return !c.allgatherv && (one ? !c.send : c.send > 0);
+    if (!strcmp(algo, "ring_allgather")) return one ? !c.send && !c.allgatherv : c.send > 0 && c.allgatherv > 0;
+    return false;
+  }
+  if (!strcmp(algo, "mpi")) return (c.rsb > 0 || c.alltoallv > 0) && !c.send && !c.alltoall && !c.allreduce;
+  if (c.rsb || c.alltoallv || c.allreduce || c.allgatherv) return false;
+  if (!strcmp(algo, "ring")) return !c.alltoall && (one ? !c.send : c.send > 0);
+  if (!strcmp(algo, "alltoall")) return c.alltoall > 0 && !c.send;
+  return false;
+}
+
+static void expect_ran(const char *what, int op, const char *algo, calls_t c) {
+  T_EXPECT(ran(op, algo, c),
+           "%s: tcoll_last_algorithm() said \"%s\" but the MPI calls were Iallreduce %ld, Ireduce_scatter_block %ld, "
+           "Ialltoall %ld, Ialltoallv %ld, Iallgatherv %ld, Isend %ld",
+           what, algo, c.allreduce, c.rsb, c.alltoall, c.alltoallv, c.allgatherv, c.send);
+}
+
+/* ---------------------------------------------------------------- settings */
+
+/* The algorithms each op offers (include/tcoll.h, lib/base/algo.c). */
+static bool offered(int op, const char *algo) {
+  if (!strcmp(algo, "mpi") || !strcmp(algo, "ring")) return true;
+  return !strcmp(algo, op == OP_AR ? "ring_allgather" : "alltoall");
+}
+
+static void get_algo(char *buf) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  memcpy(buf, c.algo, sizeof c.algo);
+}
+
+static void set_algo(const char *spec) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  snprintf(c.algo, sizeof c.algo, "%s", spec);
+  int rc = tcoll_set_config(&c);
+  T_EXPECT(rc == TCOLL_SUCCESS, "setting algo \"%s\" returned %s: %s", spec, tcoll_status_string(rc),
+           tcoll_last_error());
+}
+
+static void set_debug(tcoll_log_level_t level) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  c.debug = level;
+  T_OK(tcoll_set_config(&c));
+}
+
+/* The setting each test found (TCOLL_ALGO of the run, or "auto"), put back at its end. */
+static char found[256];
+static void save_algo(void) { get_algo(found); }
+static void restore_algo(void) {
+  set_algo(found);
+  char now[256];
+  get_algo(now);
+  T_EXPECT(!strcmp(now, found), "algo not restored: \"%s\" (expected \"%s\")", now, found);
+}
+
+/* tcoll_last_algorithm() is `want` (NULL: any algorithm op offers). */
+static void expect_algo(const char *what, int op, const char *want) {
+  const char *got = tcoll_last_algorithm();
+  if (!got) {
+    T_EXPECT(0, "%s: tcoll_last_algorithm() is NULL", what);
+    return;
+  }
+  if (want)
+    T_EXPECT(!strcmp(got, want), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what, got, want);
+  else
+    T_EXPECT(offered(op, got), "%s: tcoll_last_algorithm() is \"%s\", which %s does not offer", what, got,
+             op == OP_AR ? "all_reduce" : "reduce_scatter");
+}
+
+/* The settings tried, with the algorithm each forces on all_reduce and reduce_scatter (NULL:
+ * that op is left to the table). */
+typedef struct forced {
+  const char *spec, *ar, *rs;
+} forced_t;
+static const forced_t FORCED[] = {
+    {"mpi", "mpi", "mpi"},
+    {"all_reduce:ring", "ring", NULL},
+    {"all_reduce:ring_allgather", "ring_allgather", NULL},
+    {"reduce_scatter:ring", NULL, "ring"},
+    {"reduce_scatter:alltoall", NULL, "alltoall"},
+    {"all_reduce:ring,reduce_scatter:alltoall", "ring", "alltoall"},
+    /* a bare name for every op, then one op overridden; spaces around items */
+    {"mpi,reduce_scatter:ring", "mpi", "ring"},
+    {" all_reduce:ring_allgather , reduce_scatter:ring ", "ring_allgather", "ring"},
+    /* a later item for the same op wins */
+    {"all_reduce:ring,all_reduce:mpi,reduce_scatter:alltoall", "mpi", "alltoall"},
+    {"auto", NULL, NULL},
+};
+
+/* ---------------------------------------------------------------- forced algorithms */
+
+/* The ops and dtypes run under every setting: each kind of op, and the dtypes tcoll reduces in
+ * its own code (float16, bfloat16, bool). */
+static const struct {
+  tcoll_dtype_t d;
+  int k;
+} OPS[] = {
+    {TCOLL_FLOAT32, K_SUM},   {TCOLL_FLOAT32, K_AVG},   {TCOLL_FLOAT64, K_PREMUL}, {TCOLL_FLOAT32, K_PREMUL},
+    {TCOLL_FLOAT32, K_MAX},   {TCOLL_INT32, K_BAND},    {TCOLL_FLOAT16, K_SUM},    {TCOLL_BFLOAT16, K_SUM},
+    {TCOLL_FLOAT16, K_AVG},   {TCOLL_BFLOAT16, K_PREMUL}, {TCOLL_INT64, K_PROD},   {TCOLL_UINT8, K_MIN},
+    {TCOLL_INT16, K_BXOR},    {TCOLL_BOOL, K_BOR},
+};
+
+/* One all_reduce of n elements (out of place, in place or allocating), checked against the
+ * closed form, its algorithm named `want` (NULL: any) and run. */
+static void ar_case(const char *spec, const char *want, tcoll_dtype_t d, int k, tcoll_redop_t op, double s,
+                    int variant, int ndim, const int64_t *shape) {
+  char what[256];
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  snprintf(what, sizeof what, "algo \"%s\": all_reduce %s %s of %lld (%s)", spec, kname(k), tcoll_dtype_name(d),
+           (long long)n, variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating");
+  rc_t c = rc_world(d, k, s);
+  c.salt = 3;
+  tcoll_tensor_t in = t_alloc(d, ndim, shape);
+  t_set_all(&in, rc_fill, &c);
+  tcoll_tensor_t out = variant == 0 ? t_alloc(d, ndim, shape) : variant == 1 ? in : t_empty();
+  calls_t before = n_calls;
+  T_OK(tcoll_all_reduce(&in, op, NULL, &out));
+  expect_algo(what, OP_AR, n == 0 ? "mpi" : want);
+  T_OK(tcoll_wait(out.data));
+  if (n > 0) expect_ran(what, OP_AR, tcoll_last_algorithm(), calls_since(before));
+  t_check_all(what, &out, rc_want, &c, 0);
+  if (variant == 0) {
+    char w2[300];
+    snprintf(w2, sizeof w2, "%s: input", what);
+    t_check_all(w2, &in, rc_orig, &c, 0);
+  }
+  if (variant != 1) tcoll_tensor_free(&out);
+  tcoll_tensor_free(&in);
+}
+
+/* One reduce_scatter along dim, checked likewise; `want` "mpi" where the composed algorithms do
+ * not apply. */
+static void rs_case(const char *spec, const char *want, tcoll_dtype_t d, int k, tcoll_redop_t op, double s,
+                    bool alloc, int ndim, const int64_t *shape, int dim) {
+  char what[256];
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  snprintf(what, sizeof what, "algo \"%s\": reduce_scatter %s %s of %lld along dim %d of %d", spec, kname(k),
+           tcoll_dtype_name(d), (long long)n, dim, ndim);
+  rc_t c = rc_world(d, k, s);
+  c.salt = 5;
+  tcoll_tensor_t in = t_alloc(d, ndim, shape);
+  t_set_all(&in, rc_fill, &c);
+  int64_t oshape[TCOLL_MAX_DIMS];
+  memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
+  oshape[dim] /= t_size;
+  tcoll_tensor_t out = alloc ? t_empty() : t_alloc(d, ndim, oshape);
+  calls_t before = n_calls;
+  T_OK(tcoll_reduce_scatter(&in, op, dim, NULL, &out));
+  expect_algo(what, OP_RS, n == 0 ? "mpi" : want);
+  T_OK(tcoll_wait(out.data));
+  if (n > 0) expect_ran(what, OP_RS, tcoll_last_algorithm(), calls_since(before));
+  rc_scatter(&c, shape, ndim, dim, t_rank);
+  t_check_all(what, &out, rc_want, &c, 0);
+  char w2[300];
+  snprintf(w2, sizeof w2, "%s: input", what);
+  c.scatter = false;
+  t_check_all(w2, &in, rc_orig, &c, 0);
+  tcoll_tensor_free(&out);
+  tcoll_tensor_free(&in);
+}
+
+/* Every setting x every op kind: all_reduce of a count the ranks do not divide (out of place and
+ * in place), reduce_scatter of 13 elements per rank. */
+START_TEST(forced_ops) {
+  save_algo();
+  tcoll_redop_t premul;
+  T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
+  int64_t ar_shape[1] = {37 * (int64_t)t_size + 5}, rs_shape[1] = {13 * (int64_t)t_size};
+  for (size_t f = 0; f < T_LEN(FORCED); f++) {
+    set_algo(FORCED[f].spec);
+    for (size_t i = 0; i < T_LEN(OPS); i++) {
+      tcoll_redop_t op = kop(OPS[i].k, premul);
+      for (int v = 0; v < 2; v++)
+        ar_case(FORCED[f].spec, FORCED[f].ar, OPS[i].d, OPS[i].k, op, 0.5, v, 1, ar_shape);
+      rs_case(FORCED[f].spec, FORCED[f].rs, OPS[i].d, OPS[i].k, op, 0.5, i % 2, 1, rs_shape, 0);
+    }
+  }
+  T_OK(tcoll_redop_destroy(premul));
+  restore_algo();
+}
+END_TEST
+
+/* Shapes at the edges of each forced algorithm: fewer elements than ranks, a scalar, no elements
+ * (the literal MPI call whatever is forced), several dims, reduce_scatter along other dims (the
+ * literal MPI call where rank r's piece is strided), an allocated output. */
+START_TEST(forced_shapes) {
+  save_algo();
+  int64_t one[1] = {1}, few[1] = {t_size > 1 ? t_size - 1 : 1}, none[1] = {0}, two[2] = {3, 2 * (int64_t)t_size + 1};
+  int64_t rs1[1] = {t_size}, rs2[2] = {2 * (int64_t)t_size, 3}, rs_strided[2] = {3, 2 * (int64_t)t_size},
+          rs_row[2] = {1, 4 * (int64_t)t_size}, rs_none[2] = {0, 2 * (int64_t)t_size},
+          rs_three[3] = {2, 3 * (int64_t)t_size, 2};
+  for (size_t f = 0; f < T_LEN(FORCED); f++) {
+    const forced_t *F = &FORCED[f];
+    set_algo(F->spec);
+    ar_case(F->spec, F->ar, TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, 0, 1, one);
+    ar_case(F->spec, F->ar, TCOLL_INT32, K_SUM, TCOLL_SUM, 1, 1, 1, few);
+    ar_case(F->spec, F->ar, TCOLL_FLOAT64, K_MAX, TCOLL_MAX, 1, 2, 0, NULL);
+    ar_case(F->spec, F->ar, TCOLL_FLOAT32, K_AVG, TCOLL_AVG, 1, 2, 2, two);
+    ar_case(F->spec, "mpi", TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, 0, 1, none);
+    rs_case(F->spec, F->rs, TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, rs2, 0);
+    rs_case(F->spec, F->rs, TCOLL_INT32, K_MAX, TCOLL_MAX, 1, true, 1, rs1, 0);
+    rs_case(F->spec, "mpi", TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, true, 2, rs_strided, 1);
+    rs_case(F->spec, "mpi", TCOLL_FLOAT64, K_AVG, TCOLL_AVG, 1, false, 3, rs_three, 1);
+    rs_case(F->spec, "mpi", TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, true, 2, rs_none, 1);
+    rs_case(F->spec, "mpi", TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 1, none, 0);
+    /* {1, 4 * size} along dim 1 is laid out as along dim 0: either way is right */
+    rs_case(F->spec, NULL, TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, rs_row, 1);
+  }
+  restore_algo();
+}
+END_TEST
+
+/* A forced algorithm still gives exact results where the per-call element limit (TCOLL_MAX_COUNT)
+ * is below the blocks' sizes. */
+START_TEST(forced_small_limit) {
+  save_algo();
+  int64_t old = t_set_max_count(7);
+  int64_t ar_shape[1] = {37 * (int64_t)t_size + 5}, rs_shape[1] = {13 * (int64_t)t_size};
+  for (size_t f = 0; f < T_LEN(FORCED); f++) {
+    set_algo(FORCED[f].spec);
+    for (int k = K_SUM; k <= K_AVG; k++) {
+      char what[200];
+      rc_t c = rc_world(TCOLL_FLOAT32, k, 1);
+      tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, ar_shape), out = t_empty();
+      t_set_all(&in, rc_fill, &c);
+      T_OK(tcoll_all_reduce(&in, k, NULL, &out));
+      T_OK(tcoll_wait(out.data));
+      snprintf(what, sizeof what, "max_count 7, algo \"%s\": all_reduce %s", FORCED[f].spec, kname(k));
+      t_check_all(what, &out, rc_want, &c, 0);
+      tcoll_tensor_free(&out);
+      tcoll_tensor_free(&in);
+      in = t_alloc(TCOLL_FLOAT32, 1, rs_shape);
+      tcoll_tensor_t rs = t_empty();
+      t_set_all(&in, rc_fill, &c);
+      T_OK(tcoll_reduce_scatter(&in, k, 0, NULL, &rs));
+      T_OK(tcoll_wait(rs.data));
+      snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s", FORCED[f].spec, kname(k));
+      rc_scatter(&c, rs_shape, 1, 0, t_rank);
+      t_check_all(what, &rs, rc_want, &c, 0);
+      tcoll_tensor_free(&in);
+      tcoll_tensor_free(&rs);
+    }
+  }
+  t_set_max_count(old);
+  restore_algo();
+}
+END_TEST
+
+/* tcoll_last_algorithm() follows the last posted collective: other collectives run the MPI call,
+ * a refused call changes nothing, and each thread has its own. */
+static void *other_thread(void *arg) {
+  const char **seen = arg;
+  seen[0] = tcoll_last_algorithm(); /* this thread has posted nothing yet */
+  int64_t shape[1] = {4 * (int64_t)t_size};
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty();
+  int rc = tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out);
+  seen[1] = tcoll_last_algorithm();
+  if (!rc) rc = tcoll_wait(out.data);
+  seen[2] = rc ? "(failed)" : "ok";
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  return NULL;
+}
+
+START_TEST(last_algorithm_follows) {
+  save_algo();
+  set_algo("all_reduce:ring_allgather,reduce_scatter:alltoall");
+  int64_t shape[1] = {3 * (int64_t)t_size + 1};
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty(), b = t_empty();
+  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  expect_algo("forced all_reduce", OP_AR, "ring_allgather");
+  T_OK(tcoll_wait(out.data));
+  expect_algo("after its wait", OP_AR, "ring_allgather");
+  tcoll_tensor_t bad = t_empty();
+  int rc = tcoll_all_reduce(&in, 99, NULL, &bad);
+  T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "all_reduce with op 99 returned %s", tcoll_status_string(rc));
+  expect_algo("after a refused all_reduce", OP_AR, "ring_allgather");
+  T_OK(tcoll_broadcast(&in, 0, NULL, &b));
+  expect_algo("broadcast", OP_AR, "mpi");
+  T_OK(tcoll_wait(b.data));
+  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  const char *seen[3] = {NULL, NULL, NULL};
+  pthread_t th;
+  T_EXPECT(pthread_create(&th, NULL, other_thread, seen) == 0, "pthread_create failed");
+  pthread_join(th, NULL);
+  T_EXPECT(seen[0] && !strcmp(seen[0], "mpi"), "a new thread's tcoll_last_algorithm() is \"%s\" (expected \"mpi\")",
+           seen[0] ? seen[0] : "(null)");
+  T_EXPECT(seen[1] && !strcmp(seen[1], "alltoall"), "the other thread's reduce_scatter: \"%s\" (expected alltoall)",
+           seen[1] ? seen[1] : "(null)");
+  T_EXPECT(seen[2] && !strcmp(seen[2], "ok"), "the other thread's reduce_scatter %s", seen[2] ? seen[2] : "(null)");
+  expect_algo("this thread, after the other thread's reduce_scatter", OP_AR, "ring_allgather");
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  tcoll_tensor_free(&b);
+  restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the same bits everywhere */
+
+/* Rank r's element i: non-integers of very different magnitudes on different ranks (the
+ * magnitude of an element cycles with r), so that the order of additions shows in the bits. */
+typedef struct bits_ctx {
+  tcoll_dtype_t d;
+  int r;
+} bits_ctx_t;
+
+static double bits_val(tcoll_dtype_t d, int r, int64_t i) {
+  static const double s32[3] = {1, 1e-3, 1e4}, s64[3] = {1, 1e-8, 1e8};
+  double v = sin((double)r * 1000.0 + (double)i) * 1e3 * (d == TCOLL_FLOAT32 ? s32 : s64)[(i + r) % 3];
+  return d == TCOLL_FLOAT32 ? (double)(float)v : v;
+}
+static double bits_fill(int64_t i, void *p) {
+  const bits_ctx_t *c = p;
+  return bits_val(c->d, c->r, i);
+}
+
+/* The output's bytes, on the host (malloc'ed). */
+static void *host_bytes(const tcoll_tensor_t *t) {
+  size_t nb = tcoll_tensor_nbytes(t);
+  void *buf = malloc(nb ? nb : 1);
+  if (t->device == TCOLL_HOST) {
+    memcpy(buf, t->data, nb);
+  } else {
+    tcoll_tensor_t h = t_host(t->dtype, t->ndim, t->shape);
+    T_OK(tcoll_tensor_copy(&h, t));
+    memcpy(buf, h.data, nb);
+    tcoll_tensor_free(&h);
+  }
+  return buf;
+}
+
+/* Elements of a that differ bitwise from b. */
+static int64_t differing(const void *a, const void *b, int64_t n, size_t es) {
+  int64_t bad = 0;
+  const char *x = a, *y = b;
+  for (int64_t i = 0; i < n; i++) bad += memcmp(x + (size_t)i * es, y + (size_t)i * es, es) != 0;
+  return bad;
+}
+
+/* Near the exact sum (the bits themselves depend on the algorithm's order). */
+static void check_near(const char *what, const void *got, tcoll_dtype_t d, int64_t n) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    long double want = 0, mag = 0;
+    for (int r = 0; r < t_size; r++) {
+      want += bits_val(d, r, i);
+      mag += fabsl((long double)bits_val(d, r, i));
+    }
+    double g = d == TCOLL_FLOAT32 ? ((const float *)got)[i] : ((const double *)got)[i];
+    long double tol = mag * t_size * (d == TCOLL_FLOAT32 ? 0x1p-23L : 0x1p-52L);
+    if (fabsl((long double)g - want) > tol && bad++ < 3)
+      t_fail_at(__FILE__, __LINE__, "%s: element %lld is %.17g, expected %.17Lg within %.3Lg", what, (long long)i, g,
+                want, tol);
+  }
+}
+
+/* How many elements the sum over ranks gives different bits for in rank order and in reverse
+ * order: above 0, the data can tell orders apart. */
+static int64_t order_sensitive(tcoll_dtype_t d, int64_t n) {
+  int64_t diff = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (d == TCOLL_FLOAT32) {
+      float a = 0, b = 0;
+      for (int r = 0; r < t_size; r++) a += (float)bits_val(d, r, i);
+      for (int r = t_size - 1; r >= 0; r--) b += (float)bits_val(d, r, i);
+      diff += a != b;
+    } else {
+      double a = 0, b = 0;
+      for (int r = 0; r < t_size; r++) a += bits_val(d, r, i);
+      for (int r = t_size - 1; r >= 0; r--) b += bits_val(d, r, i);
+      diff += a != b;
+    }
+  }
+  return diff;
+}
+
+/* all_reduce SUM of non-integer values under each algorithm: every rank's output has the bits of
+ * rank 0's, and the same call again (in place this time) gives the same bits. */
+START_TEST(same_bits) {
+  save_algo();
+  static const char *const specs[] = {"auto", "mpi", "all_reduce:ring", "all_reduce:ring_allgather"};
+  const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_FLOAT64};
+  const int64_t counts[] = {1, t_size - 1, 1000 * (int64_t)t_size + 3};
+  for (size_t d = 0; d < T_LEN(dts); d++) {
+    if (t_size >= 3)
+      T_EXPECT(order_sensitive(dts[d], counts[2]) > counts[2] / 10,
+               "%s: the test data gives the same sum in both orders too often (%lld of %lld elements differ)",
+               tcoll_dtype_name(dts[d]), (long long)order_sensitive(dts[d], counts[2]), (long long)counts[2]);
+    for (size_t s = 0; s < T_LEN(specs); s++) {
+      set_algo(specs[s]);
+      for (size_t c = 0; c < T_LEN(counts); c++) {
+        char what[200];
+        int64_t n = counts[c], shape[1] = {n};
+        size_t es = tcoll_dtype_size(dts[d]);
+        snprintf(what, sizeof what, "algo \"%s\": all_reduce sum %s of %lld", specs[s], tcoll_dtype_name(dts[d]),
+                 (long long)n);
+        bits_ctx_t ctx = {dts[d], t_rank};
+        tcoll_tensor_t in = t_alloc(dts[d], 1, shape), out = t_empty();
+        t_set_all(&in, bits_fill, &ctx);
+        T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+        char algo[32];
+        snprintf(algo, sizeof algo, "%s", tcoll_last_algorithm());
+        T_OK(tcoll_wait(out.data));
+        void *mine = host_bytes(&out), *root = malloc(n ? (size_t)n * es : 1);
+        if (t_rank == 0) memcpy(root, mine, (size_t)n * es);
+        MPI_Bcast(root, (int)((size_t)n * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+        int64_t bad = differing(mine, root, n, es);
+        T_EXPECT(bad == 0, "%s (%s): %lld of %lld elements differ from rank 0's bits", what, algo, (long long)bad,
+                 (long long)n);
+        check_near(what, mine, dts[d], n);
+        /* again, in place */
+        T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &in)); /* in's data is still this rank's */
+        T_EXPECT(!strcmp(tcoll_last_algorithm(), algo), "%s: the repeated call ran %s, the first %s", what,
+                 tcoll_last_algorithm(), algo);
+        T_OK(tcoll_wait(in.data));
+        void *again = host_bytes(&in);
+        bad = differing(again, mine, n, es);
+        T_EXPECT(bad == 0, "%s (%s): repeated in place, %lld of %lld elements have other bits", what, algo,
+                 (long long)bad, (long long)n);
+        free(again);
+        /* and once more out of place into the same output */
+        t_set_all(&in, bits_fill, &ctx);
+        T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+        T_OK(tcoll_wait(out.data));
+        again = host_bytes(&out);
+        bad = differing(again, mine, n, es);
+        T_EXPECT(bad == 0, "%s (%s): repeated, %lld of %lld elements have other bits", what, algo, (long long)bad,
+                 (long long)n);
+        free(again);
+        free(mine);
+        free(root);
+        tcoll_tensor_free(&in);
+        tcoll_tensor_free(&out);
+      }
+    }
+  }
+  restore_algo();
+}
+END_TEST
+
+/* reduce_scatter SUM of the same data under each algorithm: a repeated call gives the same bits. */
+START_TEST(same_bits_reduce_scatter) {
+  save_algo();
+  static const char *const specs[] = {"auto", "mpi", "reduce_scatter:ring", "reduce_scatter:alltoall"};
+  int64_t shape[1] = {501 * (int64_t)t_size};
+  for (size_t s = 0; s < T_LEN(specs); s++) {
+    set_algo(specs[s]);
+    bits_ctx_t ctx = {TCOLL_FLOAT32, t_rank};
+    tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty();
+    t_set_all(&in, bits_fill, &ctx);
+    void *first = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+      T_OK(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out));
+      T_OK(tcoll_wait(out.data));
+      void *b = host_bytes(&out);
+      if (!first) {
+        first = b;
+        continue;
+      }
+      int64_t bad = differing(b, first, 501, 4);
+      T_EXPECT(bad == 0, "algo \"%s\" (%s): repeated reduce_scatter, %lld of 501 elements have other bits", specs[s],
+               tcoll_last_algorithm(), (long long)bad);
+      free(b);
+    }
+    free(first);
+    tcoll_tensor_free(&in);
+    tcoll_tensor_free(&out);
+  }
+  restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- bad settings */
+
+START_TEST(bad_settings) {
+  save_algo();
+  const char *known = "all_reduce:ring_allgather,reduce_scatter:alltoall";
+  set_algo(known);
+  static const struct {
+    const char *value;
+    const char *needles[3];
+  } bad[] = {
+      {"all_reduce:nope", {"\"nope\"", "all_reduce", "auto, mpi, ring, ring_allgather"}},
+      {"nope:ring", {"\"nope\"", "unknown collective", "all_reduce"}},
+      {"reduce_scatter:ring_allgather", {"\"ring_allgather\"", "reduce_scatter", "auto, mpi, ring, alltoall"}},
+      {"ring", {"\"ring\"", "auto or mpi", "op:algorithm"}},
+      {"all_reduce", {"\"all_reduce\"", "auto or mpi", "op:algorithm"}},
+      {"all_reduce:", {"\"\"", "all_reduce", "ring_allgather"}},
+      {"bogus", {"\"bogus\"", "expected", "op:algorithm"}},
+      /* the valid first item must not take effect either */
+      {"all_reduce:ring,reduce_scatter:nope", {"\"nope\"", "reduce_scatter", "alltoall"}},
+      {"all_reduce:ring:ring", {"\"ring:ring\"", "all_reduce", "expected"}},
+  };
+  int64_t shape[1] = {5 * (int64_t)t_size + 2};
+  for (size_t i = 0; i < T_LEN(bad); i++) {
+    tcoll_config_t before, c, after;
+    T_OK(tcoll_get_config(&before));
+    c = before;
+    snprintf(c.algo, sizeof c.algo, "%s", bad[i].value);
+    c.max_count = 77; /* refused along with the rest */
+    int rc = tcoll_set_config(&c);
+    const char *m = tcoll_last_error();
+    T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "algo \"%s\": tcoll_set_config returned %s (expected refusal)",
+             bad[i].value, tcoll_status_string(rc));
+    T_EXPECT(t_contains(m, "config->algo"), "algo \"%s\": the message does not name config->algo: \"%s\"",
+             bad[i].value, m);
+    for (int k = 0; k < 3; k++)
+      T_EXPECT(t_contains(m, bad[i].needles[k]), "algo \"%s\": the message lacks %s: \"%s\"", bad[i].value,
+               bad[i].needles[k], m);
+    T_OK(tcoll_get_config(&after));
+    T_EXPECT(!strcmp(after.algo, known), "algo \"%s\" refused, yet the setting is now \"%s\"", bad[i].value,
+             after.algo);
+    T_EXPECT(after.max_count == before.max_count, "algo \"%s\" refused, yet max_count changed to %lld", bad[i].value,
+             (long long)after.max_count);
+    /* still usable, with the setting in force before */
+    rc_t cc = rc_world(TCOLL_FLOAT32, K_SUM, 1);
+    tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty();
+    t_set_all(&in, rc_fill, &cc);
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+    expect_algo("all_reduce after a refused setting", OP_AR, "ring_allgather");
+    T_OK(tcoll_wait(out.data));
+    t_check_all("all_reduce after a refused setting", &out, rc_want, &cc, 0);
+    tcoll_tensor_free(&in);
+    tcoll_tensor_free(&out);
+  }
+  /* no terminating NUL in the field */
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  memset(c.algo, 'm', sizeof c.algo);
+  T_FAILS(tcoll_set_config(&c), TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string");
+  char now[256];
+  get_algo(now);
+  T_EXPECT(!strcmp(now, known), "an unterminated algo was refused, yet the setting is now \"%s\"", now);
+  /* the longest that fits (255 bytes) is accepted: "mpi" then separators */
+  T_OK(tcoll_get_config(&c));
+  memset(c.algo, ',', sizeof c.algo);
+  memcpy(c.algo, "mpi", 3);
+  c.algo[sizeof c.algo - 1] = '\0';
+  T_OK(tcoll_set_config(&c));
+  restore_algo();
+}
+END_TEST
+
+/* The configuration in force at the start is TCOLL_ALGO's value, or "auto" without it. */
+START_TEST(config_from_env) {
+  const char *env = getenv("TCOLL_ALGO");
+  char now[256];
+  get_algo(now);
+  const char *want = env && *env ? env : "auto";
+  T_EXPECT(!strcmp(now, want), "config.algo is \"%s\" at the start (expected \"%s\")", now, want);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the INFO log */
+
+/* Runs fn with stderr going to a temporary file; returns what was written (static storage). */
+static const char *capture_stderr(void (*fn)(void *), void *arg) {
+  static char text[16384];
+  text[0] = '\0';
+  fflush(stderr);
+  FILE *tmp = tmpfile();
+  int saved = dup(2);
+  if (!tmp || saved < 0) {
+    T_EXPECT(0, "cannot redirect stderr");
+    fn(arg);
+    if (tmp) fclose(tmp);
+    return text;
+  }
+  dup2(fileno(tmp), 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(tmp);
+  size_t n = fread(text, 1, sizeof text - 1, tmp);
+  text[n] = '\0';
+  fclose(tmp);
+  fputs(text, stderr); /* keep it in the test log */
+  return text;
+}
+
+typedef struct log_call {
+  int op;
+} log_call_t;
+
+static void one_call(void *p) {
+  const log_call_t *lc = p;
+  int64_t shape[1] = {6 * (int64_t)t_size};
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty();
+  set_debug(TCOLL_LOG_INFO);
+  T_OK(lc->op == OP_AR ? tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out)
+                       : tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  set_debug(TCOLL_LOG_WARN);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+}
+
+/* A line of text holding both `op` and the words "algorithm NAME". */
+static bool logged(const char *text, const char *op, const char *algo) {
+  char words[64];
+  snprintf(words, sizeof words, "algorithm %s", algo);
+  for (const char *line = text; line && *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    char buf[1400];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
+    if (t_has_word(buf, op) && t_has_word(buf, words)) return true;
+    line = end ? end + 1 : NULL;
+  }
+  return false;
+}
+
+START_TEST(info_log_names_algorithm) {
+  save_algo();
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  tcoll_log_level_t old = c.debug;
+  static const struct {
+    const char *spec;
+    int op;
+    const char *algo;
+  } cases[] = {
+      {"all_reduce:ring", OP_AR, "ring"},         {"all_reduce:ring_allgather", OP_AR, "ring_allgather"},
+      {"mpi", OP_AR, "mpi"},                      {"reduce_scatter:ring", OP_RS, "ring"},
+      {"reduce_scatter:alltoall", OP_RS, "alltoall"}, {"mpi", OP_RS, "mpi"},
+  };
+  for (size_t i = 0; i < T_LEN(cases); i++) {
+    set_algo(cases[i].spec);
+    log_call_t lc = {cases[i].op};
+    const char *text = capture_stderr(one_call, &lc);
+    const char *op = cases[i].op == OP_AR ? "all_reduce" : "reduce_scatter";
+    T_EXPECT(logged(text, op, cases[i].algo), "algo \"%s\": no INFO line of %s names \"algorithm %s\"; got:\n%s",
+             cases[i].spec, op, cases[i].algo, text);
+  }
+  set_debug(old);
+  restore_algo();
+}
+END_TEST
+
+Suite *t_suite(void) {
+  Suite *s = suite_create("algo");
+  TCase *tc = t_tcase("algo");
+  tcase_add_test(tc, config_from_env);
+  tcase_add_test(tc, forced_ops);
+  tcase_add_test(tc, forced_shapes);
+  tcase_add_test(tc, forced_small_limit);
+  tcase_add_test(tc, last_algorithm_follows);
+  tcase_add_test(tc, same_bits);
+  tcase_add_test(tc, same_bits_reduce_scatter);
+  tcase_add_test(tc, bad_settings);
+  tcase_add_test(tc, info_log_names_algorithm);
+  suite_add_tcase(s, tc);
+  return s;
+}
