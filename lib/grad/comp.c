@@ -16,7 +16,8 @@ static void release_holds(tg_job_t *j) {
 
 /* Waits for the inner buffers in order. Non-blocking (or past the deadline): IN_PROGRESS as soon
  * as one is still pending. A failed inner work is still completed; the first failure is kept. */
-static int comp_progress(tc_work_t *w, bool block, double deadline) {
+static int comp_poll(void *arg, bool block, double deadline) {
+  tc_work_t *w = arg;
   tg_job_t *j = tg_job(w);
   while (j->ndone < j->nwait) {
     double secs = 0.0;
@@ -128,7 +129,6 @@ int tg_comp_end(tc_work_t *w, int rc) {
     release_holds(j);
     return tc_work_end(w, rc);
   }
-  w->progress = comp_progress;
   w->finish = comp_finish;
-  return tc_work_end(w, TCOLL_SUCCESS);
+  return tc_work_end(w, tc_sched_poll(&w->sched, comp_poll, w, true));
 }

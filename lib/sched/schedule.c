@@ -121,7 +121,8 @@ tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
 
 bool tc_sched_posted_any(const tc_sched_t *s) {
   for (int i = 0; i < s->n; i++)
-    if (s->steps[i].kind == TC_STEP_MPI || (communicates(s->steps[i].kind) && s->steps[i].state != TC_STEP_WAITING))
+    if (s->steps[i].kind == TC_STEP_MPI || s->steps[i].kind == TC_STEP_POLL ||
+        (communicates(s->steps[i].kind) && s->steps[i].state != TC_STEP_WAITING))
       return true;
   return false;
 }
@@ -198,6 +199,14 @@ int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_d
   st->u.scale.dtype = d;
   st->u.scale.mul = mul;
   st->u.scale.div = div;
+  return TCOLL_SUCCESS;
+}
+
+int tc_sched_poll(tc_sched_t *s, int (*fn)(void *, bool, double), void *arg, bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_POLL, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.poll.fn = fn;
+  st->u.poll.arg = arg;
   return TCOLL_SUCCESS;
 }
 
@@ -381,8 +390,18 @@ static void run_local(tc_sched_t *s, tc_step_t *st) {
   st->state = TC_STEP_DONE;
 }
 
+/* Asks a POLL step's work whether it is done; whether it is. */
+static bool poll_step(tc_sched_t *s, tc_step_t *st, bool block, double deadline) {
+  int rc = st->u.poll.fn(st->u.poll.arg, block, deadline);
+  if (rc == TCOLL_IN_PROGRESS) return false;
+  if (rc != TCOLL_SUCCESS) fail(s, rc, "%s", tc_last_message());
+  st->state = TC_STEP_DONE;
+  return true;
+}
+
 /* Tests a posted step; whether it completed. */
 static bool test_posted(tc_sched_t *s, tc_step_t *st) {
+  if (st->kind == TC_STEP_POLL) return poll_step(s, st, false, 0.0);
   int flag = 0, rc = tc_mpi_testall(1, &st->req, &flag);
   if (rc != MPI_SUCCESS) {
     fail_mpi(s, rc, step_call_name(st));
@@ -416,6 +435,9 @@ static bool advance(tc_sched_t *s) {
       if (s->status != TCOLL_SUCCESS || !deps_done(s, st)) continue;
       if (communicates(st->kind)) {
         if (start_comm(s, st)) again = true;
+      } else if (st->kind == TC_STEP_POLL) {
+        st->state = TC_STEP_POSTED; /* its work runs already: asked from the next pass on */
+        again = true;
       } else {
         run_local(s, st);
         again = true;
@@ -493,7 +515,9 @@ static bool is_driven(const tc_sched_t *s) { return __atomic_load_n(&s->driven, 
 static void run_blocking(tc_sched_t *s) {
   while (!finished(s)) {
     tc_step_t *st = &s->steps[s->first];
-    if (st->state == TC_STEP_POSTED) {
+    if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) {
+      poll_step(s, st, true, 0.0);
+    } else if (st->state == TC_STEP_POSTED) {
       int rc = tc_mpi_waitall(1, &st->req);
       if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
       st->state = TC_STEP_DONE;
@@ -547,8 +571,11 @@ void tc_sched_abandon(tc_sched_t *s) {
     driven_remove(s);
     pthread_mutex_unlock(&eng_mu);
   }
-  for (int i = s->first; i < s->n; i++)
-    if (s->steps[i].state == TC_STEP_POSTED) tc_mpi_waitall(1, &s->steps[i].req);
+  for (int i = s->first; i < s->n; i++) {
+    tc_step_t *st = &s->steps[i];
+    if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) poll_step(s, st, true, 0.0);
+    else if (st->state == TC_STEP_POSTED) tc_mpi_waitall(1, &st->req);
+  }
   s->n = s->first = 0;
 }
 

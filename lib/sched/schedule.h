@@ -47,7 +47,9 @@ typedef enum {
   TC_STEP_REDUCE, /* acc = in (op) acc, element-wise on the host */
   TC_STEP_COPY,   /* memcpy on the host */
   TC_STEP_SCALE,  /* dst = src * mul / div on the host (premul_sum, AVG) */
-  TC_STEP_CALL    /* fn(arg): a completion step of the caller's (unpacking, interleaving...) */
+  TC_STEP_CALL,   /* fn(arg): a completion step of the caller's (unpacking, interleaving...) */
+  TC_STEP_POLL    /* poll(arg): a wait on work run elsewhere (a staging pipeline, the inner
+                     collectives of a composite work), polled until it says done */
 } tc_step_kind_t;
 
 typedef enum { TC_COLL_ALLGATHERV, TC_COLL_ALLTOALL, TC_COLL_ALLREDUCE, TC_COLL_ALLGATHER } tc_coll_kind_t;
@@ -98,6 +100,10 @@ typedef struct tc_step {
       int (*fn)(void *arg);
       void *arg;
     } call;
+    struct { /* POLL: TCOLL_SUCCESS when done, TCOLL_IN_PROGRESS, or the error */
+      int (*fn)(void *arg, bool block, double deadline);
+      void *arg;
+    } poll;
   } u;
 } tc_step_t;
 
@@ -151,6 +157,11 @@ int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool
 int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,
                    bool new_round);
 int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round);
+/* A wait on work that runs elsewhere: fn(arg, false, 0) is asked at every pass once the step
+ * started, fn(arg, true, deadline) where the engine would block. fn must not wait for this
+ * engine's lock: a schedule with a POLL step is never driven from inside another's pass (it has
+ * no lazily started communication), so fn may wait for other works. */
+int tc_sched_poll(tc_sched_t *s, int (*fn)(void *, bool, double), void *arg, bool new_round);
 
 /* ---- running ---- */
 

@@ -480,24 +480,18 @@ bool tc_pipe_any_active(void) { return __atomic_load_n(&active_head, __ATOMIC_RE
 
 /* ------------------------------------------------------------------ the work's hooks */
 
-/* MPI advances a nonblocking collective round by round, only inside MPI calls: between tests
- * the waiter yields the core (as Open MPI's own blocking wait does with yield_when_idle) but
- * does not sleep, which would stall every round by a timer tick. */
-static void pause_briefly(int *spins) {
-  TC_UNUSED(spins);
-  sched_yield();
-}
-
-static int pipe_progress(tc_work_t *w, bool block, double deadline) {
+/* The work's POLL step (the schedule engine asks it; waits and the progress thread drive every
+ * pipeline through the engine's peer hook as well, tc_pipe_drive_all). Between tests a blocking
+ * poll yields the core but does not sleep, which would stall every round by a timer tick. */
+static int pipe_poll(void *arg, bool block, double deadline) {
+  tc_work_t *w = arg;
   tc_pipe_t *p = TC_WORK_PRIV(w, pipe_priv_t)->pipe;
-  int spins = 0;
   for (;;) {
     pthread_mutex_lock(&eng_mu);
     advance_all_locked();
     bool done = p->done;
     int status = p->status;
     pthread_mutex_unlock(&eng_mu);
-    tc_sched_drive_all(); /* other ranks may wait for this rank's steps of their schedules */
     if (done) {
       if (status) return tc_error(status, "%s", p->err);
       if (on_host(p)) return TCOLL_SUCCESS;
@@ -506,7 +500,7 @@ static int pipe_progress(tc_work_t *w, bool block, double deadline) {
       return tc_work_ready(w, p->dev, p->ev_done, false);
     }
     if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;
-    pause_briefly(&spins);
+    sched_yield();
   }
 }
 
@@ -602,7 +596,10 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
     return rc;
   }
   TC_WORK_PRIV(w, pipe_priv_t)->pipe = p;
-  w->progress = pipe_progress;
+  if ((rc = tc_sched_poll(&w->sched, pipe_poll, w, true))) {
+    p->done = true; /* never started; the work holds it and gives it back when recycled */
+    return rc;
+  }
   pthread_mutex_lock(&eng_mu);
   active_add(p);
   fifo_add(p);

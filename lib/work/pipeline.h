@@ -66,7 +66,7 @@ typedef struct tc_pipe_desc {
  * for per-run copies. */
 bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int64_t run, int size);
 /* Starts the pipeline for w (outputs registered, pending inputs waited): queues the first
- * fills and sets w->progress. Nothing is posted to MPI yet. */
+ * fills and adds the POLL step that completes the work. Nothing is posted to MPI yet. */
 int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d);
 /* Returns a pipeline held by a work (TC_HELD_PIPE). */
 void tc_pipe_release(void *pipe);

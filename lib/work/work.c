@@ -159,7 +159,6 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   tc_sched_reset(&w->sched, comm, 0);
   w->divisor = 1.0;
   w->finish = NULL;
-  w->progress = NULL;
   w->next_free = NULL;
   w->driver = 1; /* the poster drives it until tc_work_end; nobody else sees it before */
   w->sleepers = 0;
@@ -433,12 +432,50 @@ static void log_posted(const tc_work_t *w) {
           w->device, tc_algo_name(w->algo));
 }
 
+static int divide_step(void *arg) {
+  tc_work_t *w = arg;
+  for (int i = 0; i < w->ndivide; i++) tc_host_divide(w->divide[i].buf, w->divide[i].dtype, w->divide[i].n, w->divisor);
+  return TCOLL_SUCCESS;
+}
+
+static int finish_step(void *arg) {
+  tc_work_t *w = arg;
+  return w->finish(w);
+}
+
+static int pieces_step(void *arg) {
+  tc_work_t *w = arg;
+  int rc = TCOLL_SUCCESS;
+  for (int i = 0; i < w->npiece && !rc; i++) {
+    tc_piece_t *p = &w->pieces[i];
+    rc = tc_stage_write(p->dst, p->dst_device, p->src, p->nbytes);
+  }
+  return rc;
+}
+
+static int copy_backs_step(void *arg) { return tc_stage_copy_backs(arg); /* device-async, on tcoll's streams */ }
+
+/* The completion steps (see work.h), each in a round of its own after everything posted. */
+static int add_completion_steps(tc_work_t *w) {
+  tc_sched_t *s = &w->sched;
+  int rc = TCOLL_SUCCESS;
+  if (w->ndivide) rc = tc_sched_call(s, divide_step, w, true);
+  if (!rc && w->finish) rc = tc_sched_call(s, finish_step, w, true);
+  if (!rc && w->npiece) rc = tc_sched_call(s, pieces_step, w, true);
+  if (!rc && w->ncb) rc = tc_sched_call(s, copy_backs_step, w, true);
+  return rc;
+}
+
 int tc_work_end(tc_work_t *w, int rc) {
+  if (rc == TCOLL_SUCCESS && (rc = add_completion_steps(w)) && tc_sched_posted_any(&w->sched)) {
+    /* Requests in flight, no room for the steps that complete them: wait for them here. */
+    tc_sched_abandon(&w->sched);
+  }
   if (rc == TCOLL_SUCCESS) {
     tc_sched_start(&w->sched);
     if (w->sched.status) rc = tc_error(w->sched.status, "%s", w->sched.err);
   }
-  if (rc == TCOLL_SUCCESS && w->nbuf == 0 && w->sched.n == 0 && !w->progress) {
+  if (rc == TCOLL_SUCCESS && w->nbuf == 0 && w->sched.n == 0) {
     /* Nothing to key and nothing posted (an empty gather off its root): already complete. */
     w->done = true;
     tc_work_unclaim(w);
@@ -523,23 +560,10 @@ static int sched_progress(tc_work_t *w, bool block, double deadline) {
   return tc_error(rc, "%s: %s", tc_work_describe(w, what, sizeof what), w->sched.err);
 }
 
-/* The completion steps, in order (see work.h). */
-static int complete_steps(tc_work_t *w) {
-  for (int i = 0; i < w->ndivide; i++) tc_host_divide(w->divide[i].buf, w->divide[i].dtype, w->divide[i].n, w->divisor);
-  int rc = w->finish ? w->finish(w) : TCOLL_SUCCESS;
-  for (int i = 0; i < w->npiece && !rc; i++) {
-    tc_piece_t *p = &w->pieces[i];
-    rc = tc_stage_write(p->dst, p->dst_device, p->src, p->nbytes);
-  }
-  if (!rc && w->ncb) rc = tc_stage_copy_backs(w); /* device-async, on tcoll's streams */
-  return rc;
-}
-
 int tc_work_progress(tc_work_t *w, bool block, double deadline) {
   if (w->done) return w->status;
-  int rc = w->progress ? w->progress(w, block, deadline) : sched_progress(w, block, deadline);
+  int rc = sched_progress(w, block, deadline);
   if (rc == TCOLL_IN_PROGRESS) return block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
-  if (rc == TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) rc = complete_steps(w);
   if (rc != TCOLL_SUCCESS && w->status == TCOLL_SUCCESS) {
     w->status = rc;
     snprintf(w->err, sizeof w->err, "%s", tc_last_message());

@@ -11,9 +11,12 @@
  *                    (tc_work_register_inputs: both, in one registry critical section)
  *   ...post MPI_I* calls into tc_work_req() slots, set w->finish...
  *   tc_work_end      let go of it; on failure before anything was posted, undo everything
- * A waiter completes the requests, then runs the completion steps in this order: divide (AVG),
- * finish (op-specific), pieces (unpacking), copy-backs (staged outputs to device memory); then it
- * pops its buffer. The work returns to the pool when its last buffer is popped. */
+ * tc_work_end appends the completion steps to the work's schedule, in rounds after everything
+ * posted: divide (AVG), finish (op-specific), pieces (unpacking), copy-backs (staged outputs to
+ * device memory). A waiter (or the progress thread) runs the schedule to its end, then pops its
+ * buffer. The work returns to the pool when its last buffer is popped. Work that runs elsewhere
+ * (the staging pipeline, a composite's inner collectives) is a POLL step of the schedule: one
+ * progress path serves every work. */
 #ifndef TC_WORK_H
 #define TC_WORK_H
 
@@ -44,11 +47,6 @@ typedef struct tc_sig {
 #define TC_SIG(...) (&(tc_sig_t){.n = 1, .root = -1, .dim = -1, __VA_ARGS__})
 /* Runs once, after the requests completed, on the posting-side buffers (host or staging). */
 typedef int (*tc_finish_fn)(tc_work_t *w);
-/* A custom engine (the staging pipeline): advances the work; TCOLL_SUCCESS when everything is
- * complete, TCOLL_IN_PROGRESS when not yet, or an error. block: may wait until deadline
- * (0 = none). Such a work posts no requests of its own (an empty schedule): it completes only through
- * tc_work_progress (the progress thread drives it like any other work). */
-typedef int (*tc_progress_fn)(tc_work_t *w, bool block, double deadline);
 
 typedef struct tc_wbuf {
   void *base;
@@ -157,7 +155,6 @@ struct tc_work {
   double divisor;
 
   tc_finish_fn finish;
-  tc_progress_fn progress;
   _Alignas(16) unsigned char priv[TC_WORK_PRIV_BYTES]; /* op-specific completion data */
   tc_work_t *next_free;
 };
