@@ -37,7 +37,7 @@ int tc_check_tensor(const tcoll_tensor_t *t, const char *name) {
   if (rc) return rc;
   if (!t->data && tcoll_tensor_numel(t) > 0)
     return INVALID("%s->data is NULL with %lld elements (expected a buffer)", name, (long long)tcoll_tensor_numel(t));
-  return TCOLL_SUCCESS;
+  return tc_dev_check_pointer(t->data, t->device, name);
 }
 
 int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
@@ -55,7 +55,7 @@ int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t d
   }
   if (out->device != device)
     return INVALID("%s->device is %d (expected %d, the input's device)", name, out->device, device);
-  return TCOLL_SUCCESS;
+  return tc_dev_check_pointer(out->data, out->device, name);
 }
 
 int tc_check_dim(int dim, int ndim, const char *name, int *norm) {

@@ -98,6 +98,13 @@ static int start_mpi(int *argc, char ***argv) {
   return TCOLL_SUCCESS;
 }
 
+/* TCOLL_DEBUG=INFO: what the device path will do on this rank. */
+static void log_devices(void) {
+  if (tc_cfg.debug < TCOLL_LOG_INFO) return;
+  char dev[512], mpi[256];
+  tc_info("devices: %s; %s", tc_dev_describe(dev, sizeof dev), tc_placement_describe(mpi, sizeof mpi));
+}
+
 static int start_library(void) {
   MPI_Comm_rank(MPI_COMM_WORLD, &tc_g.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &tc_g.world_size);
@@ -110,6 +117,7 @@ static int start_library(void) {
   tc_mpi_errors_init();
   if ((rc = tc_dev_init())) return rc;
   tc_placement_init();
+  log_devices();
   tc_comm_set_drain(tc_wait_comm);
   if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;

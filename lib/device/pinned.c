@@ -34,8 +34,13 @@ static int host_alloc(size_t n, void **p) {
   return TCOLL_SUCCESS;
 }
 
+/* What nobody can be told about (a buffer going back, the pool at finalize) is logged. */
+static void warn_failed(int rc) {
+  if (rc) tc_warn("%s", tc_last_message());
+}
+
 static void host_free(void *p) {
-  if (tc_dev()->host_free) tc_dev()->host_free(p);
+  if (tc_dev()->host_free) warn_failed(tc_dev()->host_free(p));
   else free(p);
 }
 
@@ -49,7 +54,7 @@ static bool fences_done(pinned_t *b) {
 
 static void fences_drop(pinned_t *b, bool wait) {
   for (int i = 0; i < b->nfence; i++) {
-    if (wait) tc_dev()->event_sync(b->fence_dev[i], b->fence_ev[i]);
+    if (wait) warn_failed(tc_dev()->event_sync(b->fence_dev[i], b->fence_ev[i]));
     tc_dev_event_put(b->fence_dev[i], b->fence_ev[i]);
   }
   b->nfence = 0;
@@ -92,7 +97,7 @@ static void free_list(pinned_t *b) {
   }
 }
 
-void *tc_pinned_get(size_t n) {
+int tc_pinned_get(size_t n, void **out) {
   int c = MIN_CLASS;
   while (c < MAX_CLASS && ((size_t)1 << c) < n) c++;
   pinned_t *to_free = NULL, *b = NULL, *wait_for = NULL;
@@ -120,13 +125,15 @@ void *tc_pinned_get(size_t n) {
   }
   if (!b) {
     void *p = NULL;
-    if (host_alloc(HEADER + ((size_t)1 << c), &p)) return NULL;
+    int rc = host_alloc(HEADER + ((size_t)1 << c), &p);
+    if (rc) return rc;
     b = p;
     b->cls = c;
   }
   b->nfence = 0;
   b->next = NULL;
-  return (char *)b + HEADER;
+  *out = (char *)b + HEADER;
+  return TCOLL_SUCCESS;
 }
 
 void tc_pinned_put(void *p) {
@@ -150,7 +157,7 @@ void tc_pinned_put_after(void *p, int n, const int *devs, void *const *streams) 
       b->fence_ev[b->nfence++] = ev;
     } else {
       if (ev) tc_dev_event_put(devs[i], ev);
-      tc_dev()->stream_sync(devs[i], streams[i]); /* no event to spare: wait now */
+      warn_failed(tc_dev()->stream_sync(devs[i], streams[i])); /* no event to spare: wait now */
     }
   }
   if (b->nfence == 0) {

@@ -6,8 +6,9 @@
 
 #include "device.h"
 
-/* At least n bytes of page-locked host memory, 256-byte aligned; NULL (error set) if none. */
-void *tc_pinned_get(size_t n);
+/* At least n bytes of page-locked host memory, 256-byte aligned, into *p; the backend's error
+ * (TCOLL_ERR_CUDA naming the call, or TCOLL_ERR_NO_MEMORY) if none. */
+int tc_pinned_get(size_t n, void **p);
 /* Returns a buffer nothing uses any more. */
 void tc_pinned_put(void *p);
 /* Returns a buffer once what is queued now on each (devs[i], streams[i]) has completed:

@@ -154,18 +154,22 @@ static int query(tc_pipe_t *p, void *ev) { return on_host(p) ? TCOLL_SUCCESS : t
 
 /* ------------------------------------------------------------------ pipeline objects */
 
+/* At cleanup nobody can be told of a failure: it is logged. */
+static void event_destroy(tc_pipe_t *p, void *ev) {
+  if (ev && tc_dev()->event_destroy(p->dev, ev)) tc_warn("%s", tc_last_message());
+}
+
 static void pipe_destroy(tc_pipe_t *p) {
   if (on_host(p)) {
     free(p);
     return;
   }
-  const tc_device_ops_t *ops = tc_dev();
   for (int i = 0; i < TC_PIPE_SLOTS; i++) {
-    if (p->slots[i].fill_ev) ops->event_destroy(p->dev, p->slots[i].fill_ev);
-    if (p->slots[i].drain_ev) ops->event_destroy(p->dev, p->slots[i].drain_ev);
+    event_destroy(p, p->slots[i].fill_ev);
+    event_destroy(p, p->slots[i].drain_ev);
   }
-  if (p->ev_in) ops->event_destroy(p->dev, p->ev_in);
-  if (p->ev_done) ops->event_destroy(p->dev, p->ev_done);
+  event_destroy(p, p->ev_in);
+  event_destroy(p, p->ev_done);
   free(p);
 }
 
@@ -572,10 +576,12 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
     s->buf = NULL;
   }
   for (int i = 0; i < TC_PIPE_SLOTS && !rc; i++) {
-    p->slots[i].buf = on_host(p) ? tc_scratch_get(p->slot_bytes) : tc_pinned_get(p->slot_bytes);
-    if (!p->slots[i].buf)
-      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of %s memory for the pipeline", p->slot_bytes,
-                    on_host(p) ? "scratch" : "pinned staging");
+    if (!on_host(p)) {
+      rc = tc_pinned_get(p->slot_bytes, (void **)&p->slots[i].buf);
+    } else if (!(p->slots[i].buf = tc_scratch_get(p->slot_bytes))) {
+      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch memory for the pipeline",
+                    p->slot_bytes);
+    }
   }
   if (on_host(p)) p->d2h = p->h2d = NULL;
   else {
@@ -608,9 +614,11 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
 }
 
 void tc_pipe_cleanup(void) {
-  /* Queued records of (and waits on) the pipelines' events finish before they are destroyed. */
+  /* Queued records of (and waits on) the pipelines' events finish before they are destroyed.
+   * Only devices this process used have any; synchronizing another would create a CUDA context
+   * on it. */
   for (int d = 0; d < tc_dev_count(); d++)
-    if (tc_dev()->device_sync) tc_dev()->device_sync(d);
+    if (tc_dev_used(d) && tc_dev()->device_sync(d)) tc_warn("%s", tc_last_message());
   pthread_mutex_lock(&eng_mu);
   for (int d = 0; d <= TC_MAX_DEVICES; d++) {
     while (free_pipes[d]) {

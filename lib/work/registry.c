@@ -433,15 +433,17 @@ tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void
   return w;
 }
 
-void tc_registry_release(tc_work_t *w, void *base, bool pop) {
+int tc_registry_release(tc_work_t *w, void *base, bool pop) {
+  int rc = TCOLL_SUCCESS;
   pthread_mutex_lock(&reg_lock);
   if (pop && base && tc_ptrmap_get(&by_base, (uintptr_t)base) == w) {
-    tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+    rc = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
     remove_at(lower_bound((uintptr_t)base));
     w->refs--;
   }
   unref_locked(w);
   pthread_mutex_unlock(&reg_lock);
+  return rc;
 }
 
 int tc_registry_snapshot(tc_work_t **works, int max) {
@@ -512,11 +514,11 @@ static int pop_if_done(const void *p, tc_work_t **held, void **base) {
   int status = w->status;
   char err[TC_WORK_ERR_LEN];
   if (status) memcpy(err, w->err, sizeof err);
-  tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+  int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
   remove_at(lower_bound(b));
   unref_locked(w);
   pthread_mutex_unlock(&reg_lock);
-  return status ? tc_error(status, "%s", err) : TCOLL_SUCCESS;
+  return status ? tc_error(status, "%s", err) : ready;
 }
 
 int tc_wait_ptr(const void *p, double seconds, bool block) {
@@ -536,8 +538,8 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
              tc_work_describe(w, what, sizeof what), seconds);
   }
   rc = report_failure(w, rc);
-  tc_registry_release(w, base, finished);
-  return rc;
+  int ready = tc_registry_release(w, base, finished);
+  return rc ? rc : ready;
 }
 
 /* The base of some entry matching (comm == NULL: any), or NULL. */

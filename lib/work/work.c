@@ -265,9 +265,11 @@ int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled) {
   return TCOLL_SUCCESS;
 }
 
-void tc_work_ready_wait(const tc_work_t *w) {
-  for (int i = 0; i < w->nready; i++)
-    tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
+int tc_work_ready_wait(const tc_work_t *w) {
+  int rc = TCOLL_SUCCESS;
+  for (int i = 0; i < w->nready && !rc; i++)
+    rc = tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
+  return rc;
 }
 
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor) {
@@ -278,9 +280,12 @@ int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, doub
 }
 
 int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes) {
+  /* Device memory is written like any staged output: after what the posting thread's stream
+   * had queued when it posted, not after the stream of whichever thread completes the work. */
+  if (dst_device != TCOLL_HOST) return tc_work_copyback(w, dst, src, nbytes, dst_device);
   int rc = grow((void **)&w->pieces, &w->piece_cap, w->npiece + 1, sizeof *w->pieces);
   if (rc) return rc;
-  w->pieces[w->npiece++] = (tc_piece_t){dst, src, nbytes, dst_device};
+  w->pieces[w->npiece++] = (tc_piece_t){dst, src, nbytes};
   return TCOLL_SUCCESS;
 }
 
@@ -399,10 +404,7 @@ static int sched_progress(tc_work_t *w, bool block, double deadline) {
 static int complete_steps(tc_work_t *w) {
   for (int i = 0; i < w->ndivide; i++) tc_host_divide(w->divide[i].buf, w->divide[i].dtype, w->divide[i].n, w->divisor);
   int rc = w->finish ? w->finish(w) : TCOLL_SUCCESS;
-  for (int i = 0; i < w->npiece && !rc; i++) {
-    tc_piece_t *p = &w->pieces[i];
-    rc = tc_stage_write(p->dst, p->dst_device, p->src, p->nbytes);
-  }
+  for (int i = 0; i < w->npiece && !rc; i++) memcpy(w->pieces[i].dst, w->pieces[i].src, w->pieces[i].nbytes);
   if (!rc && w->ncb) rc = tc_stage_copy_backs(w); /* device-async, on tcoll's streams */
   return rc;
 }

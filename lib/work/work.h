@@ -72,12 +72,11 @@ typedef struct tc_ready {
   bool pooled; /* taken from the event pool: returned when the work is recycled */
 } tc_ready_t;
 
-/* A copy made at completion: packed results to their output (host or device memory). */
+/* A copy made at completion: packed results to their host output. */
 typedef struct tc_piece {
   void *dst;
   const void *src;
   size_t nbytes;
-  int dst_device;
 } tc_piece_t;
 
 /* A host region divided at completion (AVG). */
@@ -177,8 +176,9 @@ int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, in
 /* An event the work's outputs on device are ready after (see tc_ready_t). */
 int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled);
 /* The calling thread's current streams wait for the work's ready events (at every pop). */
-void tc_work_ready_wait(const tc_work_t *w);
-/* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst. */
+int tc_work_ready_wait(const tc_work_t *w);
+/* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst: a memcpy for host
+ * memory, a copy-back (tc_work_copyback) for device memory. */
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor);
 int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes);
 /* Finishes posting: returns rc. If rc is an error and nothing was posted, the work is undone
