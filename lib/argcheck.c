@@ -210,17 +210,21 @@ static int ar_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, 
 }
 
 /* Runs an entry check with placeholder names, and again with real ones ("in[3]") only when it
- * fails, so that a call with many tensors formats nothing. */
+ * fails, so that a call with many tensors formats nothing. A failure that does not happen twice
+ * (a device query that failed once) keeps the first one's status and message. */
 #define CHECK_ENTRIES(n, CALL)                                                                   \
   for (int i_ = 0; i_ < (n); i_++) {                                                             \
     const char *iname = "in[i]", *oname = "out[i]";                                              \
     if ((rc = CALL)) {                                                                           \
-      char ibuf[32], obuf[32];                                                                   \
+      char ibuf[32], obuf[32], first[1024];                                                      \
+      snprintf(first, sizeof first, "%s", tcoll_last_error());                                   \
       snprintf(ibuf, sizeof ibuf, "in[%d]", i_);                                                 \
       snprintf(obuf, sizeof obuf, "out[%d]", i_);                                                \
       iname = ibuf;                                                                              \
       oname = obuf;                                                                              \
-      return CALL;                                                                               \
+      int again_ = CALL;                                                                         \
+      if (!again_) tc_restore_error(first);                                                      \
+      return again_ ? again_ : rc;                                                               \
     }                                                                                            \
   }
 

@@ -29,7 +29,8 @@ static inline bool t_gpu_prepare(void) {
   }
   if (!t_gpu_wanted()) return false;
   glob_t g;
-  bool visible = glob("/dev/nvidia[0-9]*", 0, NULL, &g) == 0;
+  const char *nodes = getenv("T_GPU_NODES"); /* where GPU device nodes are: tests of this probe */
+  bool visible = glob(nodes ? nodes : "/dev/nvidia[0-9]*", 0, NULL, &g) == 0;
   if (visible) globfree(&g);
   FILE *p = visible ? NULL : popen("nvidia-smi -L 2>/dev/null", "r");
   char line[256];

@@ -151,14 +151,16 @@ void tc_pinned_put_after(void *p, int n, const int *devs, void *const *streams) 
   b->nfence = 0;
   for (int i = 0; i < n; i++) {
     void *ev = NULL;
-    bool ok = b->nfence < MAX_FENCES && tc_dev_event_get(devs[i], &ev) == TCOLL_SUCCESS;
-    if (ok && tc_dev()->event_record(devs[i], ev, streams[i]) == TCOLL_SUCCESS) {
+    int rc = b->nfence < MAX_FENCES ? tc_dev_event_get(devs[i], &ev) : TCOLL_IN_PROGRESS;
+    if (!rc) rc = tc_dev()->event_record(devs[i], ev, streams[i]);
+    if (!rc) {
       b->fence_dev[b->nfence] = devs[i];
       b->fence_ev[b->nfence++] = ev;
-    } else {
-      if (ev) tc_dev_event_put(devs[i], ev);
-      warn_failed(tc_dev()->stream_sync(devs[i], streams[i])); /* no event to spare: wait now */
+      continue;
     }
+    if (rc != TCOLL_IN_PROGRESS) warn_failed(rc); /* a failed event: the wait below replaces it */
+    if (ev) tc_dev_event_put(devs[i], ev);
+    warn_failed(tc_dev()->stream_sync(devs[i], streams[i])); /* no event to spare: wait now */
   }
   if (b->nfence == 0) {
     tc_pinned_put(p);

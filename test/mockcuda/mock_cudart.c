@@ -26,6 +26,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <execinfo.h>
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -111,7 +113,8 @@ static cudaError_t set_error(cudaError_t e) {
   return e;
 }
 
-/* Every mocked call starts here: counts it, and fails it if that was asked for. */
+/* Every mocked call starts here: counts it, and fails it if that was asked for
+ * (MOCK_CUDA_BACKTRACE=1 prints where, to find the code that handles the failure). */
 static cudaError_t enter(const char *call) {
   pthread_mutex_lock(&mu);
   read_env_locked();
@@ -119,6 +122,11 @@ static cudaError_t enter(const char *call) {
   p->calls++;
   cudaError_t e = p->fail_at == -1 || p->fail_at == p->calls ? p->code : cudaSuccess;
   pthread_mutex_unlock(&mu);
+  if (e != cudaSuccess && getenv("MOCK_CUDA_BACKTRACE")) {
+    void *frames[32];
+    fprintf(stderr, "mock CUDA runtime: %s fails (%d) at:\n", call, (int)e);
+    backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+  }
   return set_error(e);
 }
 
