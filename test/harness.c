@@ -133,8 +133,10 @@ static float half_to_float(uint16_t h) {
 }
 
 static uint16_t float_to_half_exact(double v) {
-  /* Tests only store values exactly representable in float16. */
+  /* Tests only store values exactly representable in float16, NaN and infinities. */
+  if (isnan(v)) return 0x7e00;
   uint16_t sign = v < 0 ? 0x8000 : 0;
+  if (isinf(v)) return sign | 0x7c00;
   v = fabs(v);
   if (v == 0) return sign;
   int e;
