@@ -13,7 +13,10 @@ void *mock_cuda_device_view(const void *p, size_t n);
 int tc_cuda_add(void *stream, void *dst, const void *src, int dtype, int64_t n) {
   if (n == 0) return cudaSuccess;
   cudaError_t e = mock_cuda_launch((cudaStream_t)stream);
-  if (e != cudaSuccess) return e; /* the runtime's last error is set, as after a failed launch */
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* as kernels.cu does: a launch's error is read (and cleared) right after it */
+    return e;
+  }
   if (dtype < 0 || dtype >= TCOLL_NUM_DTYPES) return cudaErrorInvalidValue;
   size_t nb = (size_t)n * tc_dtype_size((tcoll_dtype_t)dtype);
   void *d = mock_cuda_device_view(dst, nb);
