@@ -12,6 +12,9 @@
  *   faults    each CUDA call of the backend fails, at many points of a round of device work:
  *             every failure comes back as TCOLL_ERR_CUDA naming the call (or, where nobody can
  *             be told, a warning naming it), nothing crashes or hangs, the next round works
+ *   copyback  a scatter's output copied back by a rank whose first tcoll stream cannot be
+ *             created at that moment: the wait reports the failed call (the copy-backs' stream
+ *             table used to be read uninitialized on that path)
  *   pinned    coalesced, list, gather / scatter, all_to_all and gradient staging copy through
  *             pinned memory only (no asynchronous copy touches pageable memory)
  *   aware     with TCOLL_CUDA_AWARE=1 the coalesced collectives still pack device tensors
@@ -386,6 +389,38 @@ static void scenario_faults(void) {
   if (rank == 0) printf("faults: %d injected failures per rank\n", cases);
 }
 
+/* ------------------------------------------------------------------ copyback */
+
+static void scenario_copyback(void) {
+  OK(tcoll_init(NULL, NULL));
+  int64_t n = 32;
+  tcoll_tensor_t list[8];
+  for (int r = 0; r < size && rank == 0; r++) OK(make(&list[r], 0, n, r));
+  int64_t piece[1] = {n};
+  tcoll_tensor_t out = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 1, piece, 0);
+  /* Nothing has made tcoll's streams yet: on a rank that only receives, the first is made by the
+   * copy-back at completion. Rank 0, the source, makes them when it reads its inputs at the post:
+   * it fails there only when alone (with others waiting it must post). */
+  bool fails = rank != 0 || size == 1;
+  if (fails) mock_cuda_fail("cudaStreamCreateWithFlags", 1, CUDA_ERROR_UNKNOWN);
+  int rc = tcoll_scatter(rank == 0 ? list : NULL, 0, NULL, &out);
+  if (rc == TCOLL_SUCCESS) rc = tcoll_wait(out.data);
+  if (fails) {
+    EXPECT(rc == TCOLL_ERR_CUDA, "a failed stream creation gave %s", tcoll_status_string(rc));
+    HAS(tcoll_last_error(), "cudaStreamCreateWithFlags failed: unknown error (cudaErrorUnknown)");
+  } else {
+    EXPECT(rc == TCOLL_SUCCESS, "the source's scatter failed: %s", tcoll_last_error());
+  }
+  mock_cuda_fail_none();
+  tcoll_wait_all();
+  OK(tcoll_scatter(rank == 0 ? list : NULL, 0, NULL, &out)); /* and it works again */
+  OK(tcoll_wait(out.data));
+  EXPECT(wrong(&out, (double)(rank + 1)) == 0, "the scatter after the failure is wrong");
+  tcoll_tensor_free(&out);
+  for (int r = 0; r < size && rank == 0; r++) tcoll_tensor_free(&list[r]);
+  OK(tcoll_finalize());
+}
+
 /* ------------------------------------------------------------------ pinned */
 
 static void scenario_pinned(void) {
@@ -500,6 +535,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(scenario, "guard")) scenario_guard();
   else if (!strcmp(scenario, "faults")) scenario_faults();
   else if (!strcmp(scenario, "pinned")) scenario_pinned();
+  else if (!strcmp(scenario, "copyback")) scenario_copyback();
   else if (!strcmp(scenario, "aware")) scenario_aware();
   else fail_at(__LINE__, "unknown scenario \"%s\"", scenario);
   int total = 0;

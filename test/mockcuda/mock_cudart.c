@@ -335,9 +335,7 @@ cudaError_t cudaFree(void *p) {
   return cudaSuccess;
 }
 
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
-  (void)flags;
-  ENTER("cudaHostAlloc");
+static cudaError_t host_alloc(void **p, size_t n) {
   need_context();
   region_t *r = malloc(sizeof *r);
   void *q = NULL;
@@ -349,6 +347,17 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   add_region(r);
   *p = q;
   return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
+  (void)flags; /* pinned memory here is every device's */
+  ENTER("cudaHostAlloc");
+  return host_alloc(p, n);
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n) {
+  ENTER("cudaMallocHost");
+  return host_alloc(p, n);
 }
 
 cudaError_t cudaFreeHost(void *p) {
