@@ -113,8 +113,9 @@ int tc_stage_copy_backs(tc_work_t *w) {
     if (!rc) rc = r;
   }
   for (int i = 0; i < w->ncb; i++) { /* queued waits on them hold them: back to the pool */
-    if (w->cbs[i].posted_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
+    if (w->cbs[i].owns_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
     w->cbs[i].posted_ev = NULL;
+    w->cbs[i].owns_ev = false;
   }
   return_pinned_after(w, &s);
   return rc;

@@ -240,7 +240,14 @@ int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, in
   int rc = grow((void **)&w->cbs, &w->cb_cap, w->ncb + 1, sizeof *w->cbs);
   if (rc) return rc;
   /* Whichever thread completes the work, the copy into dst follows what the posting thread had
-   * queued on its stream when it posted (dst may still be in use there). */
+   * queued on its stream when it posted (dst may still be in use there). Nothing is queued on
+   * that stream during the post: one event per device serves all the work's copy-backs. */
+  for (int i = w->ncb; i-- > 0;) {
+    if (w->cbs[i].device == device && w->cbs[i].posted_ev) {
+      w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, w->cbs[i].posted_ev, false};
+      return TCOLL_SUCCESS;
+    }
+  }
   void *ev = NULL;
   if (device != TCOLL_HOST) {
     if ((rc = tc_dev_event_get(device, &ev))) return rc;
@@ -249,7 +256,7 @@ int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, in
       return rc;
     }
   }
-  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, ev};
+  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, ev, ev != NULL};
   return TCOLL_SUCCESS;
 }
 
@@ -305,7 +312,7 @@ static void release_held(tc_work_t *w) {
 void tc_work_recycle(tc_work_t *w) {
   release_held(w);
   for (int i = 0; i < w->ncb; i++) /* copy-backs never run (a failed work): their events */
-    if (w->cbs[i].posted_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
+    if (w->cbs[i].owns_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
   for (int i = 0; i < w->nready; i++)
     if (w->ready[i].pooled) tc_dev_event_put(w->ready[i].device, w->ready[i].event);
   w->nready = 0;

@@ -53,13 +53,16 @@ typedef struct tc_wbuf {
   bool written; /* an output; false for a key that only names the work (gather off its root) */
 } tc_wbuf_t;
 
-/* A host staging buffer whose content goes to device memory once the work completes. */
+/* Host memory whose content goes to device memory once the work completes (a staged output, or
+ * a piece of a packed result): src is a pinned buffer the work holds (tc_stage_scratch), since
+ * the copy may run after the work is recycled. */
 typedef struct tc_copyback {
   void *dst;
   const void *src;
   size_t nbytes;
   int device;
   void *posted_ev; /* recorded on the posting thread's current stream: the copy waits for it */
+  bool owns_ev;    /* the first copy-back of its device: returns posted_ev to the pool */
 } tc_copyback_t;
 
 /* An event after which an output of the work is ready on a device: whoever pops the output
