@@ -70,6 +70,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CHECK(call)                                                                              \
   do {                                                                                           \
@@ -223,8 +224,17 @@ static double rel_error(const double *got, const double *want, int rows, int col
 }
 
 /* ------------------------------------------------------------------ progress bar (rank 0)
- * One line, rewritten in place ("\r"), at most once per percent. --plain prints a line per check
- * instead, for logs (under mpiexec, isatty cannot tell: Open MPI gives every rank a pty). */
+ * One line, rewritten in place ("\r"), at most once per percent, on a terminal. Into a file or a
+ * pipe, or with --plain, a line per check instead: a log gets lines, not one 10 KB line of
+ * carriage returns. Open MPI gives every rank a terminal of its own even when mpiexec's output
+ * goes to a file, so isatty cannot tell there: tcoll-mpiexec says whether its own output is a
+ * terminal (TCOLL_OUTPUT_TTY). */
+static bool output_is_terminal(void) {
+  const char *launcher_says = getenv("TCOLL_OUTPUT_TTY");
+  if (launcher_says && !strcmp(launcher_says, "0")) return false;
+  return isatty(STDOUT_FILENO);
+}
+
 static void progress(int step, int steps, double loss, int checks) {
   static int last = -1;
   int pct = (int)(100.0 * step / steps);
@@ -256,6 +266,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "--steps and --check-every must be positive\n");
     return 2;
   }
+  if (!output_is_terminal()) plain = true;
 
   /* ---- MPI, tcoll, the device.
    * The demo initializes MPI itself so that it can restart tcoll: tcoll picks its device backend

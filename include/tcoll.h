@@ -141,11 +141,14 @@ TCOLL_API tcoll_tensor_t tcoll_tensor_make(void *data, tcoll_dtype_t dtype, int 
 TCOLL_API int64_t tcoll_tensor_numel(const tcoll_tensor_t *t);
 /* Bytes of t: numel times the dtype size; 0 for NULL or an invalid descriptor. */
 TCOLL_API size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t);
-/* Allocates zero-filled storage on `device` (TCOLL_HOST or a device ordinal). */
+/* Allocates zero-filled storage on `device` (TCOLL_HOST or a device ordinal), from tcoll's
+ * storage cache (see tcoll_cache_release). On a device the zeros are written on tcoll's own
+ * stream and complete on return: any stream may use the tensor at once. */
 TCOLL_API int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim,
                                  const int64_t *shape, int device);
-/* Frees storage tcoll allocated: waits first if the buffer has pending work, then sets
- * t->data = NULL. Memory tcoll did not allocate is not freed (a warning is logged). */
+/* Frees storage tcoll allocated: waits first if the buffer has pending work, returns the storage
+ * to tcoll's cache and sets t->data = NULL. Memory tcoll did not allocate is not freed (a warning
+ * is logged). */
 TCOLL_API void tcoll_tensor_free(tcoll_tensor_t *t);
 /* Copies src into dst: any device to any device, same dtype and numel (shapes may differ).
  * Synchronous. A pending src or dst is waited for first. */
@@ -179,13 +182,56 @@ typedef struct tcoll_config {
   int fake_devices;          /* TCOLL_FAKE_DEVICES */
   int progress_thread;       /* TCOLL_PROGRESS=thread */
   char trace_path[512];      /* TCOLL_TRACE; "" = off */
+  char algo[256];            /* TCOLL_ALGO: "auto" (default), "mpi" (the literal one-to-one MPI
+                                mapping everywhere) or "op:algorithm,..." (e.g.
+                                "all_reduce:ring,reduce_scatter:mpi"); same on every rank */
+  int wait_yield;            /* TCOLL_WAIT=yield: waits poll MPI and give the core up between polls */
+  size_t cache_bytes;        /* TCOLL_CACHE_BYTES: most bytes of free storage the cache keeps */
 } tcoll_config_t;
+
+/* The algorithm that ran this thread's last posted collective: "mpi" (the literal one-to-one
+ * MPI call), "ring", "alltoall", "ring_allgather" (see doc/guide.md, "Algorithms"). A literal. */
+TCOLL_API const char *tcoll_last_algorithm(void);
 
 /* The configuration in force. */
 TCOLL_API int tcoll_get_config(tcoll_config_t *config);
-/* Changes debug, timeout, abort_on_timeout, max_count and staging_chunk for work posted from
- * now on. The other fields are fixed at tcoll_init: changing them is an error. */
+/* Changes debug, timeout, abort_on_timeout, max_count, staging_chunk, algo and wait_yield
+ * for work posted from now on (every rank must make the same change between the same
+ * collectives), and cache_bytes at once (a lower limit gives back what the cache holds
+ * beyond it). The other fields are fixed at tcoll_init: changing them is an error. */
 TCOLL_API int tcoll_set_config(const tcoll_config_t *config);
+
+/* ---------------------------------------------------------------- storage cache
+ *
+ * Storage tcoll allocates (tcoll_tensor_alloc, outputs with data == NULL, the pinned host
+ * buffers of staging, device memory) comes from a cache, like PyTorch's caching allocators:
+ * tcoll_tensor_free returns it there, and a later allocation of a similar size on the same
+ * device (or the host) reuses it, without asking the system (no page faults, no cudaMalloc).
+ * An output tcoll allocates is not zero-filled where the collective writes all of it. The free
+ * storage kept is bounded by TCOLL_CACHE_BYTES (config->cache_bytes; beyond it the least
+ * recently freed blocks go back to the system); finalize gives everything back. */
+
+/* What the cache holds now, and what it did since tcoll was loaded. */
+typedef struct tcoll_cache_info {
+  size_t limit;          /* TCOLL_CACHE_BYTES in force */
+  size_t cached;         /* bytes of free blocks kept for reuse: host, pinned and device */
+  size_t cached_host;    /* of which pageable host memory */
+  size_t cached_pinned;  /* of which page-locked host memory (staging) */
+  size_t cached_device;  /* of which device memory, every device */
+  size_t in_use;         /* bytes of blocks handed out and not freed yet */
+  size_t peak;           /* the largest in_use + cached seen */
+  uint64_t reused;       /* allocations served by a cached block */
+  uint64_t allocated;    /* blocks allocated from the system (the cache grew) */
+  uint64_t freed;        /* blocks given back to the system (beyond the limit, or released) */
+} tcoll_cache_info_t;
+
+/* Gives every free block of the cache back to the system (like torch.cuda.empty_cache), and
+ * tcoll's pooled host scratch memory with it. Storage in use is not affected; device blocks are
+ * freed once the work last queued on them is done. Any thread, at any time (also before
+ * tcoll_init or after tcoll_finalize, when nothing is cached). */
+TCOLL_API int tcoll_cache_release(void);
+/* Fills *info (NULL: TCOLL_ERR_INVALID_ARGUMENT). Any thread, at any time. */
+TCOLL_API int tcoll_cache_info(tcoll_cache_info_t *info);
 
 /* ---------------------------------------------------------------- communicators */
 

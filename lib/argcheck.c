@@ -5,6 +5,7 @@
 #include "base/dtype.h"
 #include "tensor.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,18 +108,31 @@ typedef struct span {
   int idx;
 } span_t;
 
-/* Insertion sort: outputs are usually allocated one after the other, so they come nearly in
- * address order and this is close to linear (qsort's callbacks cost more at these sizes). */
-static void sort_spans(span_t *v, int m) {
+static void insertion_sort_spans(span_t *v, int m) {
   for (int i = 1; i < m; i++) {
     span_t x = v[i];
     int k = i;
-    while (k > 0 && v[k - 1].b > x.b) {
-      v[k] = v[k - 1];
-      k--;
-    }
+    for (; k > 0 && v[k - 1].b > x.b; k--) v[k] = v[k - 1];
     v[k] = x;
   }
+}
+
+/* Merge sort (insertion sort below 16: outputs allocated one after the other come nearly in
+ * order, which it handles in a pass; qsort's callbacks cost more at these sizes); tmp: room for
+ * m / 2 spans. */
+static void sort_spans(span_t *v, int m, span_t *tmp) {
+  if (m <= 16) {
+    insertion_sort_spans(v, m);
+    return;
+  }
+  int h = m / 2;
+  sort_spans(v, h, tmp);
+  sort_spans(v + h, m - h, tmp);
+  if (v[h - 1].b <= v[h].b) return;
+  memcpy(tmp, v, (size_t)h * sizeof *v);
+  int a = 0, b = h, o = 0;
+  while (a < h && b < m) v[o++] = tmp[a].b <= v[b].b ? tmp[a++] : v[b++];
+  while (a < h) v[o++] = tmp[a++];
 }
 
 static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t *in, int j, bool same_ok) {
@@ -129,12 +143,12 @@ static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t
 }
 
 static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n, bool same_ok) {
-  span_t small[64], *outs = n <= 64 ? small : malloc((size_t)n * sizeof *outs);
+  span_t small[64 + 32], *outs = n <= 64 ? small : malloc((size_t)(n + n / 2 + 1) * sizeof *outs);
   if (!outs) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d spans", n);
   int m = 0, rc = TCOLL_SUCCESS;
   for (int i = 0; i < n; i++)
     if (out[i].data) outs[m++] = (span_t){(uintptr_t)out[i].data, (uintptr_t)out[i].data + tc_nbytes(&out[i]), i};
-  sort_spans(outs, m);
+  sort_spans(outs, m, n <= 64 ? small + 64 : outs + n);
   for (int j = 0; j < n && !rc; j++) {
     if (!in[j].data) continue;
     uintptr_t ib = (uintptr_t)in[j].data, ie = ib + tc_nbytes(&in[j]);
@@ -187,16 +201,70 @@ int tc_reduce_scatter_shape(const tcoll_tensor_t *in, int dim, int group_size, i
   return TCOLL_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ fused checks
+ *
+ * The single-tensor collectives check their input and an output shaped exactly like it on every
+ * call: a valid call passes them in one pass over the shape, and only a call that fails one runs
+ * the detailed checks above, whose messages name what is wrong. */
+
+/* Whether t is a valid tensor with data (tc_check_tensor would pass), and its bytes; false when
+ * in doubt. */
+static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) {
+  if (!t || !tc_dtype_valid(t->dtype) || t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS) return false;
+  uint64_t n = tc_dtype_size(t->dtype);
+  bool empty = false, over = false;
+  for (int i = 0; i < t->ndim; i++) {
+    int64_t s = t->shape[i];
+    if (s < 0) return false;
+    empty |= s == 0;
+    over |= __builtin_mul_overflow(n, (uint64_t)s, &n);
+  }
+  if (empty) n = 0;
+  else if (over || n > (uint64_t)INT64_MAX) return false; /* an empty tensor's other dims may be anything */
+  if (!t->data && n > 0) return false;
+  if (t->device != TCOLL_HOST && (t->device < 0 || t->device >= tc_dev_count())) return false;
+  *nbytes = (size_t)n;
+  return true;
+}
+
+/* Whether out is to be allocated, or has exactly in's dtype, shape and device. */
+static bool quick_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in) {
+  return out && (!out->data || (out->dtype == in->dtype && out->ndim == in->ndim && out->device == in->device &&
+                                tc_same_shape(out->ndim, out->shape, in->ndim, in->shape)));
+}
+
+/* An output exactly like the checked input in (of nb bytes), disjoint from it unless the same
+ * buffer and same_ok. */
+static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
+  bool like = quick_like(out, in);
+  if (!like) {
+    int rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device);
+    return rc ? rc : tc_check_disjoint(out, "out", in, "in", same_ok);
+  }
+  if (!out->data || !in->data) return TCOLL_SUCCESS; /* to allocate: on in's device, checked */
+  uintptr_t ob = (uintptr_t)out->data, ib = (uintptr_t)in->data;
+  if ((same_ok && ob == ib) || ob >= ib + nb || ib >= ob + nb) return TCOLL_SUCCESS;
+  return tc_check_disjoint(out, "out", in, "in", same_ok);
+}
+
+/* The input's checks: quick, or detailed when quick has a doubt. */
+static int check_input(const tcoll_tensor_t *in, size_t *nb) {
+  if (quick_tensor(in, nb)) return TCOLL_SUCCESS;
+  int rc = tc_check_tensor(in, "in");
+  if (!rc) *nb = tcoll_tensor_nbytes(in);
+  return rc;
+}
+
 /* ------------------------------------------------------------------ per collective */
 
 int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm, const tcoll_tensor_t *out,
                         tcoll_comm_t **c, tc_redop_t *rop) {
   int rc;
+  size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = check_input(in, &nb))) return rc;
   if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
-  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
-  return tc_check_disjoint(out, "out", in, "in", true);
+  return check_out_like(out, in, nb, true);
 }
 
 /* Entry i of a coalesced all_reduce; in/out name its tensors in messages. */
@@ -234,7 +302,16 @@ int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
   if (n == 0) return tc_redop_lookup(op, "op", rop);
-  CHECK_ENTRIES(n, ar_entry(in, out, i_, op, rop, iname, oname))
+  /* Entries that pass the quick checks are done; the first that does not gets the detailed ones
+   * (from it on: they name what is wrong, with its index). */
+  int i = 0;
+  for (size_t nb; i < n; i++)
+    if (!quick_tensor(&in[i], &nb) || in[i].device != in[0].device || !quick_like(&out[i], &in[i]) ||
+        tc_redop_resolve(op, in[i].dtype, "op", rop) != TCOLL_SUCCESS)
+      break;
+  if (i < n) {
+    CHECK_ENTRIES(n, ar_entry(in, out, i_, op, rop, iname, oname))
+  }
   return check_lists_disjoint(out, in, n, true);
 }
 
@@ -371,11 +448,11 @@ int tc_check_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_s
 int tc_check_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm, const tcoll_tensor_t *out,
                        tcoll_comm_t **c) {
   int rc;
+  size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = check_input(in, &nb))) return rc;
   if ((rc = tc_check_rank(src, *c, "src"))) return rc;
-  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
-  return tc_check_disjoint(out, "out", in, "in", true);
+  return check_out_like(out, in, nb, true);
 }
 
 int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm, const tcoll_tensor_t *out,
@@ -422,12 +499,12 @@ int tc_check_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int 
 int tc_check_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_comm_t *comm,
                     const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
   int rc;
+  size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = tc_check_tensor(in, "in"))) return rc;
+  if ((rc = check_input(in, &nb))) return rc;
   if ((rc = tc_check_rank(dst, *c, "dst"))) return rc;
   if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
-  if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
-  return tc_check_disjoint(out, "out", in, "in", true);
+  return check_out_like(out, in, nb, true);
 }
 
 /* n tensors all shaped and typed like ref (outputs: data may be NULL). */

@@ -34,8 +34,7 @@ static bool is_live(const tcoll_comm_t *c) {
 }
 
 int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out) {
-  int rc = tc_require_init();
-  if (rc) return rc;
+  if (!tcoll_initialized()) return tc_require_init();
   if (!comm) {
     *out = tc_g.world;
     return TCOLL_SUCCESS;
@@ -51,11 +50,16 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   if (!c) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a communicator");
   int rc = MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(mpi, &c->ctrl);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Comm_dup(mpi, &c->sched);
+    if (rc != MPI_SUCCESS) MPI_Comm_free(&c->ctrl);
+  }
   if (rc != MPI_SUCCESS) {
     free(c);
     return tc_mpi_error(rc, "setting up a communicator");
   }
   MPI_Comm_set_errhandler(c->ctrl, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(c->sched, MPI_ERRORS_RETURN);
   c->magic = TC_COMM_MAGIC;
   c->kind = kind;
   c->mpi = mpi;
@@ -72,6 +76,7 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   tc_comms_unlock();
   if (rc) {
     MPI_Comm_free(&c->ctrl);
+    MPI_Comm_free(&c->sched);
     free(c);
     return tc_error(rc, "cannot record a new communicator");
   }
@@ -79,8 +84,44 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   return TCOLL_SUCCESS;
 }
 
+/* Names of freed communicators, by id (comms lock): the flight recorder keeps only ids, and may
+ * describe an op after its communicator is gone. Forgotten with the last communicator. */
+typedef struct gone_name {
+  uint32_t id;
+  char name[TC_COMM_NAME_LEN];
+} gone_name_t;
+static gone_name_t *gone;
+static size_t ngone, gone_cap;
+
+static void remember_name_locked(const tcoll_comm_t *c) {
+  if (!c->name[0]) return;
+  if (ngone == gone_cap) {
+    size_t cap = gone_cap ? 2 * gone_cap : 16;
+    gone_name_t *g = realloc(gone, cap * sizeof *g);
+    if (!g) return; /* the recorder shows the id instead */
+    gone = g;
+    gone_cap = cap;
+  }
+  gone[ngone].id = c->id;
+  memcpy(gone[ngone++].name, c->name, sizeof c->name);
+}
+
+const char *tc_comm_label_of(uint32_t id, char *buf, size_t len) {
+  const char *name = NULL;
+  tc_comms_lock();
+  for (const tcoll_comm_t *c = comms_head; c && !name; c = c->next)
+    if (c->id == id) name = c->name;
+  for (size_t i = ngone; i-- > 0 && !name;)
+    if (gone[i].id == id) name = gone[i].name;
+  if (name && name[0]) snprintf(buf, len, "'%s'", name);
+  else snprintf(buf, len, "#%u", id);
+  tc_comms_unlock();
+  return buf;
+}
+
 static void unlink_comm(tcoll_comm_t *c) {
   tc_comms_lock();
+  remember_name_locked(c);
   tc_ptrmap_del(&comms_live, (uintptr_t)c);
   __atomic_add_fetch(&comms_generation, 1, __ATOMIC_RELEASE);
   for (tcoll_comm_t **p = &comms_head; *p; p = &(*p)->next) {
@@ -105,6 +146,7 @@ void tc_comm_destroy(tcoll_comm_t *c) {
   if (drain_hook) drain_hook(c);
   unlink_comm(c);
   MPI_Comm_free(&c->ctrl);
+  MPI_Comm_free(&c->sched);
   MPI_Comm_free(&c->mpi);
   free(c->key_ranks);
   free(c->key_tag);
@@ -120,6 +162,11 @@ void tc_comms_destroy_all(void) {
     if (!c) break;
     tc_comm_destroy(c);
   }
+  tc_comms_lock();
+  free(gone);
+  gone = NULL;
+  ngone = gone_cap = 0;
+  tc_comms_unlock();
 }
 
 uint64_t tc_comm_next_seq(tcoll_comm_t *comm) { return __atomic_add_fetch(&comm->seq, 1, __ATOMIC_RELAXED); }

@@ -19,6 +19,7 @@ struct tcoll_comm {
   tc_comm_kind_t kind;
   MPI_Comm mpi;  /* collectives; MPI_ERRORS_RETURN */
   MPI_Comm ctrl; /* control traffic (checks, rendezvous), kept off the collective stream */
+  MPI_Comm sched; /* the schedule engine's messages and late-posted collectives (sched/) */
   int rank, size;
   uint32_t id;   /* process-local, for logs */
   char name[TC_COMM_NAME_LEN];
@@ -45,6 +46,8 @@ void tc_comm_set_drain(void (*drain)(const tcoll_comm_t *));
 uint64_t tc_comm_next_seq(tcoll_comm_t *comm);
 /* "'name'" or "#id" for messages. */
 const char *tc_comm_label(const tcoll_comm_t *comm, char *buf, size_t len);
+/* The same for a communicator known by its id, live or freed since (its last name). */
+const char *tc_comm_label_of(uint32_t id, char *buf, size_t len);
 
 /* Live communicator list (lookup, rank-list cache, finalize). */
 void tc_comms_lock(void);

@@ -80,7 +80,9 @@ static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *t
   }
   MPI_Group pg, g;
   MPI_Comm newc = MPI_COMM_NULL;
-  int rc = MPI_Comm_group(p->mpi, &pg);
+  /* The group comes from the communicator the new one is created on: a group of another one
+   * with the same members (p->mpi) is legal, but MPICH 4.0 crashes on it. */
+  int rc = MPI_Comm_group(p->ctrl, &pg);
   if (rc == MPI_SUCCESS) {
     rc = MPI_Group_incl(pg, n, ranks, &g);
     MPI_Group_free(&pg);

@@ -5,10 +5,12 @@
 #include "base/scratch.h"
 #include "bootstrap.h"
 #include "comm.h"
+#include "device/cache.h"
 #include "device/device.h"
-#include "device/pinned.h"
+#include "grad/grad.h"
 #include "local/local.h"
 #include "sched/mpi_glue.h"
+#include "sched/mpi_impl.h"
 #include "sched/placement.h"
 #include "sched/schedule.h"
 #include "work/pipeline.h"
@@ -47,6 +49,7 @@ static void teardown(void) {
   tc_progress_stop();
   tc_registry_report_unwaited();
   tc_wait_everything(0.0); /* finalize completes everything, however long */
+  tc_registry_flush();      /* works of the last waits go back to the pool now, before the pools go */
   tc_trace_dump("finalize");
   tc_bootstrap_fini();
   tc_meshes_destroy_all();
@@ -57,12 +60,13 @@ static void teardown(void) {
   tc_pipe_cleanup();
   tc_sched_cleanup();
   tc_local_cleanup();
-  tc_pinned_cleanup();
+  tc_cache_fini(); /* before the backend that device and pinned blocks came from goes */
   tc_dev_fini();
   tc_scratch_cleanup();
+  tc_registry_cleanup(); /* first: its deferred pops may still return works to the pool */
   tc_work_pool_cleanup();
-  tc_registry_cleanup();
   tc_redop_cleanup();
+  tg_cleanup();
   tc_trace_reset();
 }
 
@@ -116,7 +120,10 @@ static int start_library(void) {
   if ((rc = tc_mpi_glue_init())) return rc;
   tc_mpi_errors_init();
   if ((rc = tc_dev_init())) return rc;
+  tc_cache_init();
+  tc_config_on_cache_limit(tc_cache_trim);
   tc_placement_init();
+  tc_mpi_impl_init();
   log_devices();
   tc_comm_set_drain(tc_wait_comm);
   if ((rc = tc_bootstrap_init())) return rc;

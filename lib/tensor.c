@@ -1,41 +1,14 @@
-/* Tensor descriptors and tcoll-owned storage (freeing and copying, which wait for pending work,
- * are in work/release.c). */
+/* Tensor descriptors and tcoll-owned storage, from the storage cache (freeing and copying, which
+ * wait for pending work, are in work/release.c). */
 #include "tensor.h"
 #include "base/dtype.h"
 
 #include "argcheck.h"
-#include "device/device.h"
-#include "base/ptrmap.h"
+#include "device/cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Storage tcoll allocated: address -> device + 2 (the host, -1, is stored as 1: never NULL). */
-static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
-static tc_ptrmap_t alloc_table;
-
-static int alloc_record(void *p, int device) {
-  pthread_mutex_lock(&alloc_lock);
-  int rc = tc_ptrmap_put(&alloc_table, (uintptr_t)p, (void *)(intptr_t)(device + 2));
-  pthread_mutex_unlock(&alloc_lock);
-  return rc;
-}
-
-bool tc_alloc_owned(const void *p, int *device) {
-  pthread_mutex_lock(&alloc_lock);
-  intptr_t v = (intptr_t)tc_ptrmap_get(&alloc_table, (uintptr_t)p);
-  pthread_mutex_unlock(&alloc_lock);
-  if (v && device) *device = (int)v - 2;
-  return v != 0;
-}
-
-static bool alloc_forget(void *p) {
-  pthread_mutex_lock(&alloc_lock);
-  void *v = tc_ptrmap_del(&alloc_table, (uintptr_t)p);
-  pthread_mutex_unlock(&alloc_lock);
-  return v != NULL;
-}
 
 const char *tc_shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, len, "[");
@@ -74,29 +47,13 @@ size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
   return n;
 }
 
-/* Host memory, 64-byte aligned and zero-filled. */
-static int host_alloc(size_t n, void **p) {
-  if (posix_memalign(p, 64, n)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of host memory", n);
-  memset(*p, 0, n);
-  return TCOLL_SUCCESS;
-}
-
-static void storage_free(int device, void *p) {
-  if (device == TCOLL_HOST) free(p);
-  else tc_dev_free(device, p);
-}
-
-/* Storage for a tensor: never NULL, also for zero elements, so the registry can key it. */
-int tc_tensor_storage(tcoll_tensor_t *t) {
+/* Storage for a tensor from the cache: never NULL, also for zero elements, so the registry can
+ * key it. */
+int tc_tensor_storage(tcoll_tensor_t *t, bool zero) {
   size_t n = tcoll_tensor_nbytes(t);
   void *p = NULL;
-  int rc = t->device == TCOLL_HOST ? host_alloc(n ? n : 1, &p) : tc_dev_alloc(t->device, n ? n : 1, &p);
+  int rc = tc_cache_alloc(t->device, n ? n : 1, zero, &p);
   if (rc) return rc;
-  rc = alloc_record(p, t->device);
-  if (rc) {
-    storage_free(t->device, p);
-    return tc_error(rc, "cannot record a new allocation");
-  }
   t->data = p;
   return TCOLL_SUCCESS;
 }
@@ -112,19 +69,13 @@ int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim, const i
   tcoll_tensor_t tmp = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
   int rc = tc_check_tensor_desc(&tmp, "t");
   if (rc) return rc;
-  rc = tc_tensor_storage(&tmp);
+  rc = tc_tensor_storage(&tmp, true); /* the public contract: zeros */
   if (rc) return rc;
   *t = tmp;
   return TCOLL_SUCCESS;
 }
 
 void tc_tensor_release(tcoll_tensor_t *t) {
-  int device;
-  if (tc_alloc_owned(t->data, &device)) {
-    alloc_forget(t->data);
-    storage_free(device, t->data);
-  } else {
-    tc_warn("tcoll_tensor_free: %p was not allocated by tcoll; not freed", t->data);
-  }
+  if (!tc_cache_free(t->data)) tc_warn("tcoll_tensor_free: %p was not allocated by tcoll; not freed", t->data);
   t->data = NULL;
 }

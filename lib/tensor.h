@@ -44,14 +44,13 @@ static inline bool tc_same_shape(int ndim_a, const int64_t *a, int ndim_b, const
 /* "[2, 3, 4]" into buf. */
 const char *tc_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
 
-/* Gives t (dtype, shape, device set) zero-filled storage that tcoll owns; never NULL, also
- * for zero elements, so that the registry can key it. */
-int tc_tensor_storage(tcoll_tensor_t *t);
+/* Gives t (dtype, shape, device set) storage that tcoll owns, from the storage cache; never
+ * NULL, also for zero elements, so that the registry can key it. zero: zero-filled, complete on
+ * return (on a device too); otherwise its content is undefined, for a tensor the caller writes in
+ * full. */
+int tc_tensor_storage(tcoll_tensor_t *t, bool zero);
 
-/* Frees storage tcoll owns (nothing pending on it) and NULLs t->data. */
+/* Returns storage tcoll owns (nothing pending on it) to the cache and NULLs t->data. */
 void tc_tensor_release(tcoll_tensor_t *t);
-
-/* Allocation bookkeeping: whether tcoll allocated p, and on which device. */
-bool tc_alloc_owned(const void *p, int *device);
 
 #endif

@@ -74,9 +74,18 @@ tcoll_tensor_t t_empty(void);
 
 /* ---- heap ---- */
 
-/* Bytes of heap in use (mallinfo2). */
+/* The calling thread's heap balance after tcoll's storage cache gave back what it keeps:
+ * bytes it allocated minus bytes it freed (test/heap_count.c). Only differences of two
+ * readings mean something; other threads' allocations never count. */
 size_t t_heap_in_use(void);
-/* Whether t_heap_in_use() sees allocations (not under valgrind or ASan, which replace malloc). */
+/* The same balance, storage the cache keeps included. */
+size_t t_heap_raw(void);
+/* Whether t_heap_in_use() sees this thread's allocations and frees and ignores other threads'. */
 bool t_heap_measurable(void);
+/* The checker that owns the heap instead of test/heap_count.c (ASan, valgrind), NULL if none:
+ * only then may t_heap_measurable() be false. */
+const char *t_heap_checker(void);
+/* Fails the test if the heap checks could not fail here without a checker to stand in. */
+void t_heap_report(const char *suite);
 
 #endif

@@ -444,6 +444,9 @@ START_TEST(config) {
   if (!getenv("TCOLL_PROGRESS")) T_EXPECT(saved.progress_thread == 0, "default progress_thread");
   if (!getenv("TCOLL_TRACE")) T_EXPECT(saved.trace_path[0] == '\0', "default trace_path");
   if (!getenv("TCOLL_CUDA_AWARE")) T_EXPECT(saved.cuda_aware == -1, "default cuda_aware %d", saved.cuda_aware);
+  const char *wait = getenv("TCOLL_WAIT");
+  T_EXPECT(saved.wait_yield == (wait && !strcmp(wait, "yield")), "wait_yield %d with TCOLL_WAIT=%s", saved.wait_yield,
+           wait ? wait : "(unset)");
   const char *fd = getenv("TCOLL_FAKE_DEVICES");
   T_EXPECT(saved.fake_devices == (fd ? atoi(fd) : 0), "fake_devices %d", saved.fake_devices);
   T_EXPECT(saved.staging_chunk >= 256, "staging_chunk %zu", saved.staging_chunk);
@@ -454,10 +457,12 @@ START_TEST(config) {
   c.staging_chunk = 4096;
   c.abort_on_timeout = 0;
   c.debug = TCOLL_LOG_WARN;
+  c.wait_yield = !saved.wait_yield; /* the other way of waiting for the all_reduce below */
   T_OK(tcoll_set_config(&c));
   tcoll_config_t got;
   T_OK(tcoll_get_config(&got));
-  T_EXPECT(got.timeout == 12.5 && got.max_count == 7 && got.staging_chunk == 4096, "set_config did not take");
+  T_EXPECT(got.timeout == 12.5 && got.max_count == 7 && got.staging_chunk == 4096 && got.wait_yield == c.wait_yield,
+           "set_config did not take");
   /* max_count applies to work posted from now on: a 100-element all_reduce in calls of 7. */
   int64_t s[1] = {100};
   tcoll_tensor_t in = t_alloc(TCOLL_INT32, 1, s), out = t_empty();
@@ -505,7 +510,8 @@ START_TEST(config) {
   T_EXPECT(got.timeout == 12.5 && got.max_count == 7, "a refused set_config changed something");
   T_OK(tcoll_set_config(&saved));
   T_OK(tcoll_get_config(&got));
-  T_EXPECT(got.timeout == saved.timeout && got.max_count == saved.max_count && got.staging_chunk == saved.staging_chunk,
+  T_EXPECT(got.timeout == saved.timeout && got.max_count == saved.max_count && got.staging_chunk == saved.staging_chunk &&
+               got.wait_yield == saved.wait_yield,
            "restoring the configuration");
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);

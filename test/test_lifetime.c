@@ -13,7 +13,9 @@
  *             tcoll_init still owns (and finalizes) the MPI that the failed one started
  *   device    device work across sessions: init and finalize twice (and nested), each session
  *             posting staged and pipelined collectives on a user stream that the user destroys
- *             before waiting; runs on emulated devices, on the GPU with T_GPU=1 */
+ *             before waiting; runs on emulated devices, on the GPU with T_GPU=1
+ *   cache     finalize gives back the storage cache (host, device, pinned); storage freed after
+ *             finalize is not cached; the cache works again after a restart */
 #define _GNU_SOURCE 1
 #include "tcoll.h"
 
@@ -325,6 +327,9 @@ static int run_badenv(int *argc, char ***argv) {
       {"TCOLL_TIMEOUT", "inf"},        {"TCOLL_ON_TIMEOUT", "maybe"},   {"TCOLL_CUDA_AWARE", "2"},
       {"TCOLL_PROGRESS", "yes"},       {"TCOLL_STAGING_CHUNK", "1"},    {"TCOLL_STAGING_CHUNK", "4k"},
       {"TCOLL_FAKE_DEVICES", "-1"},    {"TCOLL_FAKE_DEVICES", "65"},    {"TCOLL_FAKE_DEVICES", "two"},
+      {"TCOLL_WAIT", "spin"},
+      {"TCOLL_CACHE_BYTES", "lots"},   {"TCOLL_CACHE_BYTES", "-1"},     {"TCOLL_CACHE_BYTES", "1X"},
+      {"TCOLL_CACHE_BYTES", "2 G"},    {"TCOLL_CACHE_BYTES", "99999999999T"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     setenv(bad[i].var, bad[i].value, 1);
@@ -352,13 +357,15 @@ static int run_badenv(int *argc, char ***argv) {
   static const char *good[][2] = {{"TCOLL_DEBUG", "warn"},         {"TCOLL_MAX_COUNT", "1000"},
                                   {"TCOLL_TIMEOUT", "2.5"},        {"TCOLL_ON_TIMEOUT", "RETURN"},
                                   {"TCOLL_STAGING_CHUNK", "4096"}, {"TCOLL_CUDA_AWARE", "Auto"},
-                                  {"TCOLL_PROGRESS", "none"},      {"TCOLL_FAKE_DEVICES", "0"}};
+                                  {"TCOLL_PROGRESS", "none"},      {"TCOLL_FAKE_DEVICES", "0"},
+                                  {"TCOLL_CACHE_BYTES", "64MiB"}};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) setenv(good[i][0], good[i][1], 1);
   OK(tcoll_init(argc, argv));
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) unsetenv(good[i][0]);
   tcoll_config_t cfg;
   OK(tcoll_get_config(&cfg));
   EXPECT(cfg.max_count == 1000, "TCOLL_MAX_COUNT=1000 gave max_count %lld", (long long)cfg.max_count);
+  EXPECT(cfg.cache_bytes == (size_t)64 << 20, "TCOLL_CACHE_BYTES=64MiB gave cache_bytes %zu", cfg.cache_bytes);
   EXPECT(cfg.timeout == 2.5 && cfg.debug == TCOLL_LOG_WARN && cfg.abort_on_timeout == 0 &&
              cfg.staging_chunk == 4096 && cfg.cuda_aware == -1 && cfg.progress_thread == 0 && cfg.fake_devices == 0,
          "configuration from the environment: timeout %g debug %d abort %d chunk %zu cuda_aware %d progress %d fake %d",
@@ -462,6 +469,81 @@ static int run_device(int *argc, char ***argv) {
   return failures;
 }
 
+/* ------------------------------------------------------------------ cache */
+
+static tcoll_cache_info_t cache_info(void) {
+  tcoll_cache_info_t i;
+  memset(&i, 0, sizeof i);
+  OK(tcoll_cache_info(&i));
+  return i;
+}
+
+static void alloc_odd_size(void *arg) {
+  (void)arg;
+  int64_t n = 777777; /* a size class nothing else here uses: the cache grows */
+  tcoll_tensor_t t;
+  OK(tcoll_tensor_alloc(&t, TCOLL_UINT8, 1, &n, TCOLL_HOST));
+  tcoll_tensor_free(&t);
+}
+
+/* Host and device storage (emulated devices) and staging's pinned buffers are cached while tcoll
+ * runs, and given back at finalize; storage still held then is freed by tcoll_tensor_free after
+ * finalize, without being cached, and the cache works again after a restart. With
+ * TCOLL_DEBUG=INFO, growing the cache is logged. */
+static int run_cache(int *argc, char ***argv) {
+  int provided = -1;
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  setenv("TCOLL_FAKE_DEVICES", "1", 1);
+  OK(tcoll_init(NULL, NULL));
+  int64_t n = (int64_t)1 << 16;
+  tcoll_tensor_t h, d, kept, y = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 0, NULL, TCOLL_HOST);
+  OK(tcoll_tensor_alloc(&h, TCOLL_FLOAT32, 1, &n, TCOLL_HOST));
+  OK(tcoll_tensor_alloc(&d, TCOLL_FLOAT32, 1, &n, 0));
+  OK(tcoll_tensor_alloc(&kept, TCOLL_FLOAT32, 1, &n, TCOLL_HOST));
+  OK(tcoll_all_reduce(&d, TCOLL_SUM, NULL, &y)); /* staged: pinned buffers */
+  OK(tcoll_wait(y.data));
+  OK(tcoll_device_synchronize(0));
+  tcoll_tensor_free(&h);
+  tcoll_tensor_free(&d);
+  tcoll_tensor_free(&y);
+  tcoll_cache_info_t before = cache_info();
+  EXPECT(before.cached_host > 0 && before.cached_device > 0 && before.cached_pinned > 0,
+         "cached before finalize: host %zu, device %zu, pinned %zu (expected each > 0)", before.cached_host,
+         before.cached_device, before.cached_pinned);
+  OK(tcoll_finalize());
+  tcoll_cache_info_t after = cache_info();
+  EXPECT(after.cached == 0 && after.cached_host == 0 && after.cached_device == 0 && after.cached_pinned == 0,
+         "after tcoll_finalize the cache holds %zu bytes (host %zu, device %zu, pinned %zu)", after.cached,
+         after.cached_host, after.cached_device, after.cached_pinned);
+  EXPECT(after.freed >= before.freed + 3, "finalize gave back %llu blocks (expected at least 3)",
+         (unsigned long long)(after.freed - before.freed));
+  EXPECT(after.in_use == before.in_use, "in use changed at finalize: %zu -> %zu", before.in_use, after.in_use);
+  tcoll_tensor_free(&kept); /* after finalize: back to the system, not cached */
+  tcoll_cache_info_t freed = cache_info();
+  EXPECT(kept.data == NULL && freed.cached == 0 && freed.in_use < after.in_use,
+         "a tensor freed after finalize: cached %zu, in use %zu -> %zu", freed.cached, after.in_use, freed.in_use);
+  OK(tcoll_cache_release()); /* harmless while tcoll is down */
+  /* Started again, the cache works again; at INFO it says when it grows. */
+  setenv("TCOLL_DEBUG", "INFO", 1);
+  OK(tcoll_init(NULL, NULL));
+  unsetenv("TCOLL_DEBUG");
+  const char *log = capture_stderr(alloc_odd_size, NULL);
+  EXPECT(strstr(log, "cache: allocated") && strstr(log, "host memory for 777777 bytes"),
+         "growing the cache was not logged at INFO: \"%s\"", log);
+  OK(tcoll_tensor_alloc(&h, TCOLL_FLOAT32, 1, &n, TCOLL_HOST));
+  void *p = h.data;
+  tcoll_tensor_free(&h);
+  OK(tcoll_tensor_alloc(&h, TCOLL_FLOAT32, 1, &n, TCOLL_HOST));
+  EXPECT(h.data == p, "after a restart, a freed block was not reused");
+  tcoll_tensor_free(&h);
+  OK(tcoll_finalize());
+  EXPECT(cache_info().cached == 0, "the second finalize left %zu bytes cached", cache_info().cached);
+  unsetenv("TCOLL_FAKE_DEVICES");
+  MPI_Finalize();
+  return failures;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   int bad;
@@ -471,8 +553,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "mpi-first")) bad = run_mpi_first(&argc, &argv);
   else if (!strcmp(mode, "badenv")) bad = run_badenv(&argc, &argv);
   else if (!strcmp(mode, "device")) bad = run_device(&argc, &argv);
+  else if (!strcmp(mode, "cache")) bad = run_cache(&argc, &argv);
   else {
-    fprintf(stderr, "usage: %s owned|embedded|unwaited|mpi-first|badenv|device\n", argv[0]);
+    fprintf(stderr, "usage: %s owned|embedded|unwaited|mpi-first|badenv|device|cache\n", argv[0]);
     return 2;
   }
   if (rank <= 0) printf("test_lifetime %s: %s (%d failure(s) on rank %d)\n", mode, bad ? "FAILED" : "passed", bad, rank);

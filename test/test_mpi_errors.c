@@ -9,8 +9,20 @@ static double ones(int64_t i, void *ctx) {
   return 1.0;
 }
 
+/* Whether msg carries MPI's own text for one of its error classes. */
+static bool has_mpi_error_text(const char *msg) {
+  for (int cls = 1; cls <= MPI_ERR_LASTCODE; cls++) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(cls, text, &len) == MPI_SUCCESS && len > 0 && t_contains(msg, text)) return true;
+  }
+  return false;
+}
+
 /* Without DETAIL, nothing stops ranks from disagreeing: a broadcast whose root sends more than
- * a receiver expects is truncated there. */
+ * a receiver expects is truncated there. The standard calls such a program erroneous without
+ * naming the error class (Open MPI says MPI_ERR_TRUNCATE, MPICH 4.0 MPI_ERR_OTHER): any MPI
+ * error will do, as long as it comes back as TCOLL_ERR_MPI with MPI's own message. */
 START_TEST(truncation_is_returned) {
   if (t_size < 2) return;
   int64_t shape[1] = {t_rank == 0 ? 64 : 16};
@@ -21,8 +33,8 @@ START_TEST(truncation_is_returned) {
     T_EXPECT(rc == TCOLL_SUCCESS, "the root got %s: %s", tcoll_status_string(rc), tcoll_last_error());
   } else {
     T_EXPECT(rc == TCOLL_ERR_MPI, "a truncated receiver got %s", tcoll_status_string(rc));
-    T_EXPECT(t_contains(tcoll_last_error(), "broadcast #") && t_contains(tcoll_last_error(), "MPI_ERR_TRUNCATE"),
-             "message: %s", tcoll_last_error());
+    T_EXPECT(t_contains(tcoll_last_error(), "broadcast #") && has_mpi_error_text(tcoll_last_error()),
+             "message (no MPI error text in it): %s", tcoll_last_error());
   }
   T_EXPECT(tcoll_pending_count() == 0, "the failed work stays pending");
   tcoll_tensor_free(&x);

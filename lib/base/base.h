@@ -55,6 +55,9 @@ extern tcoll_config_t tc_cfg;
 /* Reads TCOLL_* into tc_cfg; a malformed value is an error naming the variable. */
 int tc_config_load(void);
 #define TC_DEFAULT_STAGING_CHUNK ((size_t)4 << 20)
+#define TC_DEFAULT_CACHE_BYTES ((size_t)1 << 30)
+/* What tcoll_set_config calls after lowering cache_bytes (the cache gives back what is beyond). */
+void tc_config_on_cache_limit(void (*fn)(void));
 
 /* ---- process state (init.c) ---- */
 

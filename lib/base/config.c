@@ -1,6 +1,8 @@
 /* TCOLL_* environment variables and the tcoll_config_t that mirrors them. */
 #include "base.h"
 
+#include "algo.h"
+
 #include <limits.h>
 #include <errno.h>
 #include <math.h>
@@ -19,7 +21,13 @@ tcoll_config_t tc_cfg = {
     .fake_devices = 0,
     .progress_thread = 0,
     .trace_path = "",
+    .algo = "auto",
+    .wait_yield = 0,
+    .cache_bytes = TC_DEFAULT_CACHE_BYTES,
 };
+
+static void (*on_cache_limit)(void);
+void tc_config_on_cache_limit(void (*fn)(void)) { on_cache_limit = fn; }
 
 static int bad_env(const char *name, const char *value, const char *expected) {
   return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is invalid (expected %s)",
@@ -36,6 +44,28 @@ static int parse_int64(const char *name, const char *v, int64_t lo, int64_t hi, 
     return bad_env(name, v, expected);
   }
   *out = x;
+  return TCOLL_SUCCESS;
+}
+
+/* Bytes: an integer with an optional K, M, G or T suffix (powers of 1024, "KiB" style too). */
+static int parse_bytes(const char *name, const char *v, size_t *out) {
+  const char *expected = "bytes >= 0: an integer with an optional K, M, G or T suffix (powers of 1024)";
+  char *end = NULL;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || end == v || *v == '-' || *v == '+' || *v == ' ') return bad_env(name, v, expected);
+  int shift = 0;
+  switch (*end) {
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  case 't': case 'T': shift = 40; end++; break;
+  default: break;
+  }
+  if (shift && *end == 'i') end++;
+  if (shift && (*end == 'B' || *end == 'b')) end++;
+  if (*end != '\0' || (shift && x > (SIZE_MAX >> shift))) return bad_env(name, v, expected);
+  *out = (size_t)x << shift;
   return TCOLL_SUCCESS;
 }
 
@@ -78,6 +108,13 @@ static int load_progress(const char *v) {
   return TCOLL_SUCCESS;
 }
 
+static int load_wait(const char *v) {
+  if (!strcasecmp(v, "block")) tc_cfg.wait_yield = 0;
+  else if (!strcasecmp(v, "yield")) tc_cfg.wait_yield = 1;
+  else return bad_env("TCOLL_WAIT", v, "block or yield");
+  return TCOLL_SUCCESS;
+}
+
 int tc_config_load(void) {
   const char *v;
   int64_t x;
@@ -87,6 +124,7 @@ int tc_config_load(void) {
   if ((v = getenv("TCOLL_ON_TIMEOUT")) && *v && (rc = load_on_timeout(v))) return rc;
   if ((v = getenv("TCOLL_CUDA_AWARE")) && *v && (rc = load_cuda_aware(v))) return rc;
   if ((v = getenv("TCOLL_PROGRESS")) && *v && (rc = load_progress(v))) return rc;
+  if ((v = getenv("TCOLL_WAIT")) && *v && (rc = load_wait(v))) return rc;
   if ((v = getenv("TCOLL_MAX_COUNT")) && *v) {
     if ((rc = parse_int64("TCOLL_MAX_COUNT", v, 1, INT_MAX, &x))) return rc;
     tc_cfg.max_count = x;
@@ -99,6 +137,13 @@ int tc_config_load(void) {
     if ((rc = parse_int64("TCOLL_FAKE_DEVICES", v, 0, 64, &x))) return rc;
     tc_cfg.fake_devices = (int)x;
   }
+  if ((v = getenv("TCOLL_ALGO")) && *v) {
+    if (strlen(v) >= sizeof tc_cfg.algo) return bad_env("TCOLL_ALGO", v, "a setting shorter than 256 bytes");
+    if ((rc = tc_algo_parse(v, "TCOLL_ALGO", tc_algo_forced))) return rc;
+    strcpy(tc_cfg.algo, v);
+  }
+  if ((v = getenv("TCOLL_CACHE_BYTES")) && *v && (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
+    return rc;
   if ((v = getenv("TCOLL_TRACE")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.trace_path)
       return bad_env("TCOLL_TRACE", v, "a path shorter than 512 bytes");
@@ -132,6 +177,11 @@ int tcoll_set_config(const tcoll_config_t *c) {
   if (c->staging_chunk < 256)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->staging_chunk is %zu (expected >= 256 bytes)",
                     c->staging_chunk);
+  if (!memchr(c->algo, '\0', sizeof c->algo))
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string (expected < 256 bytes)");
+  tc_algo_t forced[TC_NUM_ALGO_OPS];
+  int rc = tc_algo_parse(c->algo, "config->algo", forced);
+  if (rc) return rc;
   if (!fixed_fields_equal(c, &tc_cfg))
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
                     "cuda_aware, fake_devices, progress_thread and trace_path are fixed at tcoll_init "
@@ -141,5 +191,11 @@ int tcoll_set_config(const tcoll_config_t *c) {
   tc_cfg.abort_on_timeout = c->abort_on_timeout ? 1 : 0;
   tc_cfg.max_count = c->max_count;
   tc_cfg.staging_chunk = c->staging_chunk;
+  memcpy(tc_algo_forced, forced, sizeof forced);
+  snprintf(tc_cfg.algo, sizeof tc_cfg.algo, "%s", c->algo);
+  tc_cfg.wait_yield = c->wait_yield ? 1 : 0;
+  bool lower = c->cache_bytes < tc_cfg.cache_bytes;
+  tc_cfg.cache_bytes = c->cache_bytes;
+  if (lower && on_cache_limit) on_cache_limit();
   return TCOLL_SUCCESS;
 }

@@ -87,6 +87,7 @@ void tc_dev_fini(void) {
 }
 
 const tc_device_ops_t *tc_dev(void) { return active; }
+unsigned tc_dev_generation(void) { return __atomic_load_n(&backend_gen, __ATOMIC_RELAXED); }
 int tc_dev_count(void) {
   int n = active->count();
   return n > TC_MAX_DEVICES ? TC_MAX_DEVICES : n;
@@ -145,14 +146,7 @@ int tc_dev_check_pointer(const void *p, int device, const char *argname) {
                   argname, p, where(actual, a, sizeof a), where(device, b, sizeof b));
 }
 
-int tc_dev_alloc(int device, size_t nbytes, void **p) {
-  int rc = active->alloc(device, nbytes, p);
-  if (rc) return rc;
-  rc = active->memset_async(*p, 0, nbytes, device, NULL);
-  if (!rc) rc = active->stream_sync(device, NULL);
-  if (rc) active->free(device, *p);
-  return rc;
-}
+int tc_dev_alloc(int device, size_t nbytes, void **p) { return active->alloc(device, nbytes, p); }
 
 void tc_dev_free(int device, void *p) { warn_failed(active->free(device, p)); }
 

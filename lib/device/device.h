@@ -32,7 +32,7 @@ typedef struct tc_device_ops {
   /* Devices this process touched through the backend since init (bit d: device d). Finalize
    * synchronizes only those: with CUDA, touching another device creates a context there. */
   uint64_t (*used_mask)(void);
-  /* Device memory. */
+  /* Device memory (uninitialized; the storage cache zero-fills where needed, on a stream). */
   int (*alloc)(int dev, size_t n, void **p);
   int (*free)(int dev, void *p);
   /* Page-locked host memory for staging. */
@@ -66,6 +66,8 @@ int tc_dev_init(void);
  * backend. */
 void tc_dev_fini(void);
 const tc_device_ops_t *tc_dev(void);
+/* Changes whenever a backend starts or stops: memory of an older generation is gone with it. */
+unsigned tc_dev_generation(void);
 int tc_dev_count(void);
 /* Whether this process touched dev through the backend (see used_mask). */
 bool tc_dev_used(int dev);
@@ -78,7 +80,8 @@ int tc_dev_check(int device, const char *argname);
  * otherwise. Host pointers are checked once the process used a device (a query before could
  * create a CUDA context on a GPU this process never uses). */
 int tc_dev_check_pointer(const void *p, int device, const char *argname);
-/* Zero-filled memory on a device (dev >= 0). */
+/* Uninitialized memory on a device (dev >= 0), straight from the backend: tcoll's storage comes
+ * from the cache (cache.h), which calls this when it grows. */
 int tc_dev_alloc(int device, size_t nbytes, void **p);
 /* A failure is logged (the callers free and cannot report). */
 void tc_dev_free(int device, void *p);

@@ -1,20 +1,19 @@
-/* The pool of page-locked host buffers (no allocation in steady state): staging copies between
- * device and host memory go through them. Buffers come from the device backend's host_alloc
- * (plain aligned memory when there is no backend), pooled by power-of-two size class. */
+/* Page-locked host buffers (no allocation in steady state): staging copies between device and
+ * host memory go through them. Buffers come from the device backend's host_alloc (plain aligned
+ * memory when there is no backend), kept by the storage cache (cache.h) between uses. */
 #ifndef TC_PINNED_H
 #define TC_PINNED_H
 
 #include "device.h"
 
-/* At least n bytes of page-locked host memory, 256-byte aligned, into *p; the backend's error
- * (TCOLL_ERR_CUDA naming the call, or TCOLL_ERR_NO_MEMORY) if none. */
+/* At least n bytes of page-locked host memory (256-byte aligned at least), its content
+ * undefined, into *p; the backend's error (TCOLL_ERR_CUDA naming the call, or
+ * TCOLL_ERR_NO_MEMORY) if none. */
 int tc_pinned_get(size_t n, void **p);
 /* Returns a buffer nothing uses any more. */
 void tc_pinned_put(void *p);
 /* Returns a buffer once what is queued now on each (devs[i], streams[i]) has completed:
  * copies from or to it may still be in flight (at most 8 streams; more are waited for). */
 void tc_pinned_put_after(void *p, int n, const int *devs, void *const *streams);
-/* Frees the pool (waiting for buffers still in flight). */
-void tc_pinned_cleanup(void);
 
 #endif

@@ -67,7 +67,9 @@ int tg_comp_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, int nout,
 
 int tg_comp_output(tc_work_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc, bool written) {
   tg_job_t *j = tg_job(w);
-  int rc = tc_work_output(w, out, desc->dtype, desc->ndim, desc->shape, desc->device);
+  /* Not written: left unchanged, so zeros when allocated here. */
+  int rc = written ? tc_work_output(w, out, desc->dtype, desc->ndim, desc->shape, desc->device)
+                   : tc_work_output_zeroed(w, out, desc->dtype, desc->ndim, desc->shape, desc->device);
   if (rc) return rc;
   if (k == 0) { /* what the op works on, for logs and traces */
     w->dtype = desc->dtype;

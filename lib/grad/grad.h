@@ -46,7 +46,7 @@ typedef struct tg_saved {
   tcoll_tensor_t t;
 } tg_saved_t;
 
-int tg_saved_new(const tcoll_tensor_t *like, tg_saved_t **out); /* host, zero-filled, refs 1 */
+int tg_saved_new(const tcoll_tensor_t *like, tg_saved_t **out); /* host, uninitialized, refs 1 */
 tg_saved_t *tg_saved_ref(tg_saved_t *s);
 void tg_saved_put(tg_saved_t *s); /* frees at the last reference (waits if pending) */
 
@@ -70,6 +70,7 @@ struct tcoll_grad_node {
   int naux;
   /* MAX / MIN / PRODUCT: x as it was at forward time; MAX / MIN: y on every rank. */
   tg_saved_t *x_saved, *y_saved;
+  tcoll_tensor_t descs[]; /* in_desc and out_desc point here: one allocation per node */
 };
 
 /* ---- nodes (node.c) ---- */
@@ -77,6 +78,8 @@ struct tcoll_grad_node {
 /* A node with n_in / n_out descriptors (filled by the caller). */
 int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_grad_node_t **out);
 void tg_node_destroy(tcoll_grad_node_t *n);
+/* At finalize: frees the table of live nodes if none is left. */
+void tg_cleanup(void);
 /* Descriptor of t without its data. */
 tcoll_tensor_t tg_desc(const tcoll_tensor_t *t);
 /* Keeps a host copy of x in node->x_saved (waits for x first if it is pending). */

@@ -42,7 +42,7 @@ int tg_saved_new(const tcoll_tensor_t *like, tg_saved_t **out) {
   tg_saved_t *s = calloc(1, sizeof *s);
   if (!s) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a saved tensor");
   s->t = tcoll_tensor_make(NULL, like->dtype, like->ndim, like->shape, TCOLL_HOST);
-  int rc = tc_tensor_storage(&s->t);
+  int rc = tc_tensor_storage(&s->t, false); /* filled at once by a copy or a collective */
   if (rc) {
     free(s);
     return rc;
@@ -77,23 +77,43 @@ static bool node_live(const tcoll_grad_node_t *n) {
   return live;
 }
 
-static void node_forget(const tcoll_grad_node_t *n) {
-  pthread_mutex_lock(&live_lock);
+/* Nodes of few descriptors (every single-tensor op) are kept for the next forward once freed:
+ * steady-state training steps allocate none. The table keeps its room once empty. Both are freed
+ * at finalize (tg_cleanup). */
+#define KEEP_DESCS 2
+#define KEEP_NODES 64
+static tcoll_grad_node_t *kept[KEEP_NODES];
+static int nkept;
+
+static size_t node_bytes(size_t ndesc) { return sizeof(tcoll_grad_node_t) + ndesc * sizeof(tcoll_tensor_t); }
+
+/* Unrecords n and keeps it, or says to free it (live_lock held). */
+static bool forget_and_keep_locked(tcoll_grad_node_t *n) {
   tc_ptrmap_del(&live_nodes, (uintptr_t)n);
-  if (live_nodes.count == 0) tc_ptrmap_clear(&live_nodes); /* nothing kept once all are freed */
+  if (n->n_in + n->n_out > KEEP_DESCS || nkept == KEEP_NODES) return false;
+  kept[nkept++] = n;
+  return true;
+}
+
+void tg_cleanup(void) {
+  pthread_mutex_lock(&live_lock);
+  while (nkept > 0) free(kept[--nkept]);
+  if (live_nodes.count == 0) tc_ptrmap_clear(&live_nodes); /* nodes still held stay known */
   pthread_mutex_unlock(&live_lock);
 }
 
 tcoll_tensor_t tg_desc(const tcoll_tensor_t *t) { return tcoll_tensor_make(NULL, t->dtype, t->ndim, t->shape, t->device); }
 
+/* One block: the node and its descriptors after it (a kept one when it has room for them). */
 int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_grad_node_t **out) {
-  tcoll_grad_node_t *n = calloc(1, sizeof *n);
-  tcoll_tensor_t *descs = calloc((size_t)(n_in + n_out > 0 ? n_in + n_out : 1), sizeof *descs);
-  if (!n || !descs) {
-    free(n);
-    free(descs);
-    return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a grad node");
-  }
+  size_t ndesc = (size_t)(n_in + n_out);
+  tcoll_grad_node_t *n = NULL;
+  pthread_mutex_lock(&live_lock);
+  if (ndesc <= KEEP_DESCS && nkept > 0) n = kept[--nkept];
+  pthread_mutex_unlock(&live_lock);
+  if (n) memset(n, 0, node_bytes(KEEP_DESCS));
+  else n = calloc(1, node_bytes(ndesc <= KEEP_DESCS ? KEEP_DESCS : ndesc));
+  if (!n) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a grad node");
   n->magic = TG_NODE_MAGIC;
   n->kind = kind;
   n->comm = comm;
@@ -104,13 +124,12 @@ int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_g
   n->op.scalar = 1.0;
   n->n_in = n_in;
   n->n_out = n_out;
-  n->in_desc = descs;
-  n->out_desc = descs + n_in;
+  n->in_desc = n->descs;
+  n->out_desc = n->descs + n_in;
   pthread_mutex_lock(&live_lock);
   int rc = tc_ptrmap_put(&live_nodes, (uintptr_t)n, n);
   pthread_mutex_unlock(&live_lock);
   if (rc) {
-    free(descs);
     free(n);
     return tc_error(rc, "cannot record a grad node");
   }
@@ -120,13 +139,14 @@ int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_g
 
 void tg_node_destroy(tcoll_grad_node_t *n) {
   if (!n) return;
-  node_forget(n);
   tg_saved_put(n->x_saved);
   tg_saved_put(n->y_saved);
-  free(n->in_desc); /* one block with out_desc */
   free(n->aux);
   n->magic = 0;
-  free(n);
+  pthread_mutex_lock(&live_lock);
+  bool keep = forget_and_keep_locked(n);
+  pthread_mutex_unlock(&live_lock);
+  if (!keep) free(n);
 }
 
 int tg_node_save_x(tcoll_grad_node_t *n, const tcoll_tensor_t *x) {
@@ -151,35 +171,47 @@ static int check_like(const tcoll_tensor_t *t, const char *name, const tcoll_ten
   return TCOLL_SUCCESS;
 }
 
+/* Checks run with a placeholder argument name; only a failing one runs again with its real name
+ * ("grad_inputs[3]"), so that a call that passes formats nothing. */
+static int check_gout(const tcoll_grad_node_t *n, const tcoll_tensor_t *g, int first, int i, const char *name) {
+  int rc = tc_check_tensor(&g[i], name);
+  return rc ? rc : check_like(&g[i], name, &n->out_desc[first + i]);
+}
+
 int tg_check_gouts(const tcoll_grad_node_t *n, const tcoll_tensor_t *g, int count, int first) {
-  char name[48];
   for (int i = 0; i < count; i++) {
+    if (check_gout(n, g, first, i, "grad_outputs[i]") == TCOLL_SUCCESS) continue;
+    char name[48];
     snprintf(name, sizeof name, "grad_outputs[%d]", i);
-    int rc = tc_check_tensor(&g[i], name);
-    if (!rc) rc = check_like(&g[i], name, &n->out_desc[first + i]);
-    if (rc) return rc;
+    return check_gout(n, g, first, i, name);
   }
   return TCOLL_SUCCESS;
 }
 
+/* grad_inputs[i]: its descriptor, and no overlap with the grad outputs or the earlier grad inputs;
+ * gnames: whether to name them ("grad_outputs[2]") or use placeholders. */
+static int check_gin(const tcoll_grad_node_t *n, const tcoll_tensor_t *gin, int first, int i, const tcoll_tensor_t *g,
+                     int count_g, bool named) {
+  char name[48] = "grad_inputs[i]", other[48] = "grad_outputs[k]";
+  if (named) snprintf(name, sizeof name, "grad_inputs[%d]", i);
+  const tcoll_tensor_t *want = &n->in_desc[first + i];
+  int rc = gin[i].data ? tc_check_tensor_desc(&gin[i], name) : TCOLL_SUCCESS; /* NULL: allocated like want */
+  if (!rc && gin[i].data) rc = check_like(&gin[i], name, want);
+  for (int k = 0; k < count_g && !rc; k++) {
+    if (named) snprintf(other, sizeof other, "grad_outputs[%d]", k);
+    rc = tc_check_disjoint(&gin[i], name, &g[k], other, false);
+  }
+  for (int k = 0; k < i && !rc; k++) {
+    if (named) snprintf(other, sizeof other, "grad_inputs[%d]", k);
+    rc = tc_check_disjoint(&gin[i], name, &gin[k], other, false);
+  }
+  return rc;
+}
+
 int tg_check_gins(const tcoll_grad_node_t *n, const tcoll_tensor_t *gin, int count, int first,
                   const tcoll_tensor_t *g, int count_g) {
-  char name[48], gname[48];
-  for (int i = 0; i < count; i++) {
-    snprintf(name, sizeof name, "grad_inputs[%d]", i);
-    const tcoll_tensor_t *want = &n->in_desc[first + i];
-    int rc = gin[i].data ? tc_check_tensor_desc(&gin[i], name) : TCOLL_SUCCESS; /* NULL: allocated like want */
-    if (!rc && gin[i].data) rc = check_like(&gin[i], name, want);
-    for (int k = 0; k < count_g && !rc; k++) {
-      snprintf(gname, sizeof gname, "grad_outputs[%d]", k);
-      rc = tc_check_disjoint(&gin[i], name, &g[k], gname, false);
-    }
-    for (int k = 0; k < i && !rc; k++) {
-      snprintf(gname, sizeof gname, "grad_inputs[%d]", k);
-      rc = tc_check_disjoint(&gin[i], name, &gin[k], gname, false);
-    }
-    if (rc) return rc;
-  }
+  for (int i = 0; i < count; i++)
+    if (check_gin(n, gin, first, i, g, count_g, false)) return check_gin(n, gin, first, i, g, count_g, true);
   return TCOLL_SUCCESS;
 }
 

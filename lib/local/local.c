@@ -100,7 +100,7 @@ static int out_prepare(outs_t *o, tcoll_tensor_t *out, tcoll_dtype_t dt, int ndi
     o->cap = cap;
   }
   *out = tcoll_tensor_make(NULL, dt, ndim, shape, dev);
-  int rc = tc_tensor_storage(out);
+  int rc = tc_tensor_storage(out, false);
   if (!rc) o->t[o->n++] = out;
   return rc;
 }

@@ -405,7 +405,7 @@ static int execute(mop_t *m, int local_rc) {
     if (m->out[i].data) continue;
     int dev = m->kind == M_REDUCE ? m->in[m->root % m->n].device : m->in[i].device;
     m->out[i] = tcoll_tensor_make(NULL, m->in[0].dtype, m->in[0].ndim, shape, dev);
-    if (!(rc = tc_tensor_storage(&m->out[i]))) made[nmade++] = &m->out[i];
+    if (!(rc = tc_tensor_storage(&m->out[i], false))) made[nmade++] = &m->out[i];
   }
   if (!rc) rc = run(m);
   if (rc)

@@ -112,8 +112,7 @@ int tcoll_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *com
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "all_gather", c, TC_SIG(.t = in, .dim = dim)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, dim, inplace);
   return tc_work_end(w, rc);
 }

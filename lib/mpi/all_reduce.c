@@ -1,13 +1,56 @@
-/* all_reduce -> MPI_Iallreduce (in place on the output; chunked above the per-call limit). */
+/* all_reduce -> MPI_Iallreduce (in place on the output; chunked above the per-call limit), or a
+ * composed algorithm: ring reduce_scatter, then a ring all-gather or MPI_Iallgatherv. */
 #include "../argcheck.h"
+#include "../sched/algorithms.h"
+#include "../sched/select.h"
 #include "../work/pipeline.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
 #include "post.h"
 
+/* Ring reduce_scatter into this rank's block of the output, then an all-gather of the blocks. */
+static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
+                         const tc_redop_t *op, tc_algo_t algo) {
+  int64_t n = tcoll_tensor_numel(in);
+  int p = w->comm->size, r = w->comm->rank;
+  const void *src = NULL;
+  void *buf;
+  w->host_math = true; /* local reductions on the host: staging hands host memory */
+  int rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
+  if (!rc && !inplace) rc = tc_stage_out(w, out, &buf);
+  if (rc) return rc;
+  if (inplace) src = buf;
+  tc_sched_t *s = &w->sched;
+  if (op->kind == TC_REDOP_PREMUL_SUM) { /* each rank's contribution is scaled first */
+    if ((rc = tc_sched_scale(s, buf, src, n, in->dtype, op->scalar, 1.0, true))) return rc;
+    src = buf;
+  }
+  bool gatherv = algo == TC_ALGO_RING_ALLGATHER && tc_allgatherv_fits(n, p);
+  size_t ring_bytes = tc_ring_reduce_scatter_scratch(n, p, in->dtype);
+  char *scratch = tc_work_scratch(w, ring_bytes + (gatherv ? tc_allgatherv_scratch(p) : 0));
+  if (!scratch) return TCOLL_ERR_NO_MEMORY;
+  char *mine = (char *)buf + (size_t)tc_block_offset(n, p, r) * tc_dtype_size(in->dtype);
+  rc = tc_build_ring_reduce_scatter(s, src, mine, n, in->dtype, tc_mpi_op(op, in->dtype), scratch, 0);
+  if (!rc && op->kind == TCOLL_AVG) /* each block is divided once, where it was reduced */
+    rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), in->dtype, 1.0, (double)p, true);
+  if (rc) return rc;
+  if (gatherv) return tc_build_allgatherv(s, buf, n, in->dtype, scratch + ring_bytes);
+  return tc_build_ring_all_gather(s, buf, n, in->dtype, p);
+}
+
+static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_redop_t *op) {
+  tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
+                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
+  tc_algo_t algo = q.bytes == 0 ? TC_ALGO_MPI : tc_algo_choose(&q);
+  return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
+}
+
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
                 const tc_redop_t *op) {
   int64_t n = tcoll_tensor_numel(in);
+  tc_algo_t algo = choose(w, in, op);
+  tc_work_set_algo(w, algo);
+  if (algo != TC_ALGO_MPI) return post_composed(w, in, out, inplace, op, algo);
   if (tc_pipe_wanted(in, TC_PIPE_ALL_REDUCE, n, n, w->comm->size)) {
     tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_REDUCE, .device = in->device, .dtype = in->dtype,
                         .mpi_dtype = tc_mpi_dtype(in->dtype), .mpi_op = tc_mpi_op(op, in->dtype),
@@ -40,8 +83,7 @@ int tcoll_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *c
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "all_reduce", c, TC_SIG(.t = in, .op = &rop)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, inplace, &rop);
   return tc_work_end(w, rc);
 }

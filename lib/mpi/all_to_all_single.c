@@ -52,8 +52,7 @@ int tcoll_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_spli
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "all_to_all_single", c, TC_SIG(.t = in, .agree = TC_AGREE_ROW)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, output_split_sizes, input_split_sizes);
   return tc_work_end(w, rc);
 }

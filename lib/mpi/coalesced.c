@@ -46,8 +46,7 @@ static int begin(tc_work_t *w, const tcoll_tensor_t *in, int n, tcoll_tensor_t *
     if (how == SCATTERED) shape[dims[i]] /= w->comm->size;
     rc = tc_work_output(w, &out[i], in[i].dtype, in[i].ndim, shape, in[i].device);
   }
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, n);
+  if (!rc) rc = tc_work_register_inputs(w, in, n);
   return rc;
 }
 

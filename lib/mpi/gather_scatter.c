@@ -43,8 +43,7 @@ int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, tcoll_te
     rc = tc_work_inputs(w, in, 1);
     if (!rc) rc = tc_work_key(w, in->data, tcoll_tensor_nbytes(in));
   }
-  if (!rc) rc = tc_work_register(w);
-  if (!rc && c->rank == dst) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, c->rank == dst ? 1 : 0); /* off dst: waited for above */
   if (!rc) rc = post_gather(w, in, outs, dst);
   return tc_work_end(w, rc);
 }
@@ -80,8 +79,7 @@ int tcoll_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm, tcoll_
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "scatter", c, TC_SIG(.t = out, .root = src)))) return rc;
   rc = tc_work_output(w, out, out->dtype, out->ndim, out->shape, out->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc && c->rank == src) rc = tc_work_inputs(w, ins, c->size);
+  if (!rc) rc = tc_work_register_inputs(w, ins, c->rank == src ? c->size : 0);
   if (!rc) rc = post_scatter(w, ins, out, src);
   return tc_work_end(w, rc);
 }

@@ -27,8 +27,7 @@ int tcoll_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm, tcoll_te
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "all_gather_list", c, TC_SIG(.t = in)))) return rc;
   for (int r = 0; r < c->size && !rc; r++) rc = tc_work_output(w, &outs[r], in->dtype, in->ndim, in->shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post_all_gather_list(w, in, outs);
   return tc_work_end(w, rc);
 }
@@ -59,8 +58,7 @@ int tcoll_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tcoll
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "reduce_scatter_list", c, TC_SIG(.t = ins, .n = c->size, .op = &rop)))) return rc;
   rc = tc_work_output(w, out, ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, ins, c->size);
+  if (!rc) rc = tc_work_register_inputs(w, ins, c->size);
   if (!rc) rc = post_reduce_scatter_list(w, ins, out, &rop);
   return tc_work_end(w, rc);
 }
@@ -101,8 +99,7 @@ int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, tcoll_tensor
   if ((rc = tc_work_begin(&w, "all_to_all", c, TC_SIG(.t = ins, .agree = TC_AGREE_DTYPE)))) return rc;
   for (int p = 0; p < c->size && !rc; p++)
     rc = tc_work_output(w, &outs[p], ins[0].dtype, outs[p].ndim, outs[p].shape, ins[0].device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, ins, c->size);
+  if (!rc) rc = tc_work_register_inputs(w, ins, c->size);
   if (!rc) rc = post_all_to_all(w, ins, outs);
   return tc_work_end(w, rc);
 }

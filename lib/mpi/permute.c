@@ -31,8 +31,7 @@ int tcoll_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *co
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "permute", c, TC_SIG(.t = in)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, src_dst);
   return tc_work_end(w, rc);
 }

@@ -36,9 +36,10 @@ int tcoll_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_comm
   if (rc) return tc_call_failed("reduce", c, rc);
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "reduce", c, TC_SIG(.t = in, .root = dst, .op = &rop)))) return rc;
-  rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  /* Off dst the output is never written: one tcoll allocates holds zeros. */
+  rc = c->rank == dst ? tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device)
+                      : tc_work_output_zeroed(w, out, in->dtype, in->ndim, in->shape, in->device);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, dst, &rop);
   return tc_work_end(w, rc);
 }

@@ -9,6 +9,8 @@
  * host pipeline instead: chunk by chunk, packed in cache and reduced with
  * MPI_Ireduce_scatter_block straight into the output (HOST_PIPE_MIN_BYTES). */
 #include "../argcheck.h"
+#include "../sched/algorithms.h"
+#include "../sched/select.h"
 #include "../work/pipeline.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
@@ -85,10 +87,52 @@ static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
   return in->device == TCOLL_HOST && v.outer > 1 && tcoll_tensor_nbytes(in) >= HOST_PIPE_MIN_BYTES;
 }
 
+/* Along dim 0: a ring of point-to-point steps, or MPI_Ialltoall and a reduction in rank order. */
+static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const tc_redop_t *op,
+                         tc_algo_t algo) {
+  int p = w->comm->size;
+  int64_t nper = tcoll_tensor_numel(in) / p, n = nper * p;
+  const void *src;
+  void *dst;
+  w->host_math = true; /* local reductions on the host: staging hands host memory */
+  int rc = tc_stage_in(w, in, &src);
+  if (!rc) rc = tc_stage_out(w, out, &dst);
+  if (rc) return rc;
+  tc_sched_t *s = &w->sched;
+  if (op->kind == TC_REDOP_PREMUL_SUM) { /* each rank's contribution is scaled first */
+    void *scaled = tc_work_scratch(w, tcoll_tensor_nbytes(in));
+    if (!scaled || (rc = tc_sched_scale(s, scaled, src, n, in->dtype, op->scalar, 1.0, true)))
+      return scaled ? rc : TCOLL_ERR_NO_MEMORY;
+    src = scaled;
+  }
+  MPI_Op mop = tc_mpi_op(op, in->dtype);
+  bool a2a = algo == TC_ALGO_ALLTOALL && tc_alltoall_fits(nper);
+  size_t bytes = a2a ? tc_alltoall_reduce_scatter_scratch(nper, p, in->dtype)
+                     : tc_ring_reduce_scatter_scratch(n, p, in->dtype);
+  void *scratch = tc_work_scratch(w, bytes);
+  if (!scratch) return TCOLL_ERR_NO_MEMORY;
+  rc = a2a ? tc_build_alltoall_reduce_scatter(s, src, dst, nper, in->dtype, mop, scratch)
+           : tc_build_ring_reduce_scatter(s, src, dst, n, in->dtype, mop, scratch, 0);
+  if (!rc && op->kind == TCOLL_AVG) rc = tc_sched_scale(s, dst, dst, nper, in->dtype, 1.0, (double)p, true);
+  return rc;
+}
+
+/* Composed algorithms serve dim 0 (other dims keep their packing and pipelines). */
+static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_redop_t *op, tc_dimview_t v) {
+  if (v.outer != 1 || tcoll_tensor_numel(in) == 0) return TC_ALGO_MPI;
+  tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
+                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
+  tc_algo_t algo = tc_algo_choose(&q);
+  return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
+}
+
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, const tc_redop_t *op) {
   int size = w->comm->size;
   int64_t nper = tcoll_tensor_numel(in) / size;
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
+  tc_algo_t algo = choose(w, in, op, v);
+  tc_work_set_algo(w, algo);
+  if (algo != TC_ALGO_MPI) return post_composed(w, in, out, op, algo);
   /* Rank r's piece of the input: runs of len / size * inner elements, len * inner apart. */
   int64_t run = v.outer == 1 ? nper : v.len / size * v.inner;
   if (tc_pipe_wanted(in, TC_PIPE_REDUCE_SCATTER, nper, run, size) || host_chunked(in, v)) {
@@ -132,8 +176,7 @@ int tcoll_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "reduce_scatter", c, TC_SIG(.t = in, .op = &rop, .dim = dim)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, dim, &rop);
   return tc_work_end(w, rc);
 }

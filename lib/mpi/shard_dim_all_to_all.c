@@ -60,8 +60,7 @@ int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int sha
   tc_work_t *w;
   if ((rc = tc_work_begin(&w, "shard_dim_all_to_all", c, TC_SIG(.t = in, .dim = gdim * TCOLL_MAX_DIMS + sdim)))) return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
-  if (!rc) rc = tc_work_register(w);
-  if (!rc) rc = tc_work_inputs(w, in, 1);
+  if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, gdim, sdim);
   return tc_work_end(w, rc);
 }

@@ -15,8 +15,10 @@ static int ompi_major;        /* Open MPI's major version, 0 for another MPI */
 
 void tc_placement_init(void) {
   mpi_cuda_support = 0;
-#if defined(MPIX_CUDA_AWARE_SUPPORT)
+#if defined(MPIX_CUDA_AWARE_SUPPORT) /* Open MPI's mpi-ext.h */
   mpi_cuda_support = MPIX_Query_cuda_support();
+#elif defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000 && defined(MPIX_GPU_SUPPORT_CUDA)
+  mpi_cuda_support = MPIX_Query_cuda_support(); /* MPICH 4 (and its derivatives built on it) */
 #endif
   ompi_major = 0;
   char ver[MPI_MAX_LIBRARY_VERSION_STRING];

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Messages of one collective between two ranks carry tag_base + (offset % TAG_SPAN): offsets
  * only need to differ among the messages in flight at once. */
@@ -16,7 +17,6 @@
 
 struct tc_sched_comm {
   MPI_Comm mpi;
-  MPI_Request dup_req;        /* MPI_Comm_idup in flight */
   int tag_works;              /* collectives whose tags differ before they wrap */
   tc_sched_t *fifo_head, *fifo_tail; /* schedules with COLL steps still to post, oldest first */
 };
@@ -56,15 +56,12 @@ static int delete_sched_comm(MPI_Comm comm, int kv, void *attr, void *extra) {
   TC_UNUSED(comm);
   TC_UNUSED(kv);
   TC_UNUSED(extra);
-  tc_sched_comm_t *sc = attr;
-  if (sc->dup_req != MPI_REQUEST_NULL) MPI_Wait(&sc->dup_req, MPI_STATUS_IGNORE);
-  if (sc->mpi != MPI_COMM_NULL) MPI_Comm_free(&sc->mpi);
-  free(sc);
+  free(attr); /* the communicator itself goes with its tcoll_comm_t */
   return MPI_SUCCESS;
 }
 
-/* The schedule communicator of comm, its duplication posted the first time (eng_mu held).
- * Collective: every rank builds the same schedules, so every rank gets here in the same call. */
+/* The engine's state for comm's schedule communicator (comm->sched, duplicated with the
+ * communicator), made the first time (eng_mu held). Local: no communication. */
 static int sched_comm_of(tcoll_comm_t *comm, tc_sched_comm_t **out) {
   int rc;
   if (keyval == MPI_KEYVAL_INVALID) {
@@ -81,19 +78,12 @@ static int sched_comm_of(tcoll_comm_t *comm, tc_sched_comm_t **out) {
   }
   tc_sched_comm_t *sc = calloc(1, sizeof *sc);
   if (!sc) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a schedule communicator");
-  sc->mpi = MPI_COMM_NULL;
   int *ub = NULL;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
   sc->tag_works = (flag && ub ? *ub : 32767) / TAG_SPAN;
-  rc = MPI_Comm_idup(comm->mpi, &sc->mpi, &sc->dup_req);
-  if (rc != MPI_SUCCESS) {
-    free(sc);
-    return tc_mpi_error(rc, "MPI_Comm_idup (the schedule communicator)");
-  }
+  sc->mpi = comm->sched;
   rc = MPI_Comm_set_attr(comm->mpi, keyval, sc);
   if (rc != MPI_SUCCESS) {
-    MPI_Wait(&sc->dup_req, MPI_STATUS_IGNORE);
-    MPI_Comm_free(&sc->mpi);
     free(sc);
     return tc_mpi_error(rc, "MPI_Comm_set_attr");
   }
@@ -101,14 +91,21 @@ static int sched_comm_of(tcoll_comm_t *comm, tc_sched_comm_t **out) {
   return TCOLL_SUCCESS;
 }
 
+/* The schedule communicator for s (eng_mu held). */
+static int attach_sched_comm(tc_sched_t *s) {
+  if (s->sc) return TCOLL_SUCCESS;
+  int rc = sched_comm_of(s->comm, &s->sc);
+  if (!rc) s->tag_base = (int)((unsigned)s->tag_base % (unsigned)s->sc->tag_works) * TAG_SPAN;
+  return rc;
+}
+
 tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
   if (tc_sched_reserve(s, 1)) return NULL;
-  if (communicates(kind) && !s->sc) {
+  if ((kind == TC_STEP_SEND || kind == TC_STEP_RECV) && !s->sc) {
     pthread_mutex_lock(&eng_mu);
-    int rc = sched_comm_of(s->comm, &s->sc);
+    int rc = attach_sched_comm(s);
     pthread_mutex_unlock(&eng_mu);
     if (rc) return NULL;
-    s->tag_base = (int)((unsigned)s->tag_base % (unsigned)s->sc->tag_works) * TAG_SPAN;
   }
   tc_step_t *st = &s->steps[s->n];
   st->kind = (uint8_t)kind;
@@ -300,19 +297,6 @@ static bool deps_done(const tc_sched_t *s, const tc_step_t *st) {
   return true;
 }
 
-/* Whether the schedule communicator can carry messages yet (eng_mu held when driven). */
-static bool sched_comm_ready(tc_sched_t *s) {
-  tc_sched_comm_t *sc = s->sc;
-  if (sc->dup_req == MPI_REQUEST_NULL) return true;
-  int flag = 0, rc = MPI_Test(&sc->dup_req, &flag, MPI_STATUS_IGNORE);
-  if (rc != MPI_SUCCESS) {
-    fail_mpi(s, rc, "MPI_Comm_idup (the schedule communicator)");
-    return false;
-  }
-  if (flag) MPI_Comm_set_errhandler(sc->mpi, MPI_ERRORS_RETURN);
-  return flag != 0;
-}
-
 static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
   const typeof(st->u.coll) *c = &st->u.coll;
   switch (c->what) {
@@ -337,13 +321,12 @@ static bool start_comm(tc_sched_t *s, tc_step_t *st) {
      * other call; later ones go on the schedule communicator, in FIFO order. */
     MPI_Comm comm = s->comm->mpi;
     if (!s->starting) {
-      if (s->sc->fifo_head != s || !sched_comm_ready(s)) return false;
+      if (s->sc->fifo_head != s) return false;
       comm = s->sc->mpi;
     }
     rc = post_coll(s, st, comm);
     if (--s->unposted_coll == 0) fifo_remove(s);
   } else {
-    if (!sched_comm_ready(s)) return false;
     const typeof(st->u.p2p) *p = &st->u.p2p;
     int tag = s->tag_base + p->tag;
     if (st->kind == TC_STEP_SEND) rc = MPI_Isend(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
@@ -464,6 +447,12 @@ void tc_sched_start(tc_sched_t *s) {
   pthread_mutex_lock(&eng_mu);
   advance(s);
   s->starting = false;
+  /* Collectives left for later go on the schedule communicator: every rank gets here with the
+   * same steps left, so its duplication (collective) happens in the same call everywhere. */
+  if (s->status == TCOLL_SUCCESS && s->unposted_coll > 0) {
+    int rc = attach_sched_comm(s);
+    if (rc) fail(s, rc, "%s", tc_last_message());
+  }
   if (s->status == TCOLL_SUCCESS && s->unstarted_comm > 0) {
     if (s->unposted_coll > 0) fifo_add(s);
     driven_add(s);
@@ -503,13 +492,28 @@ static void run_blocking(tc_sched_t *s) {
   }
 }
 
+/* Between polls: yield the core. With TCOLL_WAIT=yield a long wait also sleeps a little, so
+ * that oversubscribed ranks spinning inside MPI (MPICH's MPI_Wait) do not starve the ranks they
+ * wait for. */
+static void pause_between_polls(int *polls) {
+  if (tc_cfg.wait_yield && ++*polls > 1000) {
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+    return;
+  }
+  sched_yield();
+}
+
 int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
+  int polls = 0;
   for (;;) {
     if (is_driven(s)) {
       pthread_mutex_lock(&eng_mu);
       drive_all_locked();
       pthread_mutex_unlock(&eng_mu);
-    } else if (block && deadline <= 0 && !tc_sched_any_driven()) {
+    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield) {
+      /* TCOLL_WAIT=yield polls instead: MPICH's MPI_Wait spins without yielding, and with more
+       * ranks than cores it starves the very ranks it waits for (a 4-rank demo on 2 cores). */
       run_blocking(s);
     } else {
       advance(s);
@@ -518,7 +522,7 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
     if (finished(s)) break;
     if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;
     /* MPI advances transfers only inside MPI calls: test often, yielding the core between. */
-    sched_yield();
+    pause_between_polls(&polls);
   }
   if (s->status != TCOLL_SUCCESS) return tc_error(s->status, "%s", s->err);
   return TCOLL_SUCCESS;

@@ -12,8 +12,8 @@
  *   TC_STEP_COLL  an MPI_I* collective the engine posts when the step starts;
  *   TC_STEP_SEND, TC_STEP_RECV  point-to-point, posted when the step starts.
  * COLL, SEND and RECV steps run on the schedule communicator, a duplicate of the collective's
- * communicator made for them (MPI_Comm_idup, the first time one is needed), so they never
- * match the user's messages nor the literal calls. Point-to-point steps carry tags derived from
+ * communicator made for them with it (tcoll_comm_t.sched), so they never match the user's
+ * messages nor the literal calls. Point-to-point steps carry tags derived from
  * the collective's sequence number on the communicator, which keeps concurrent collectives
  * apart whatever the order in which ranks post and wait. Collective steps have no tags: every
  * rank posts them in the same order because a schedule posts its COLL steps only once every

@@ -23,10 +23,10 @@ static void *loop(void *arg) {
     int n = tc_registry_snapshot(batch, BATCH);
     for (int i = 0; i < n; i++) {
       tc_work_t *w = batch[i];
-      /* A waiter holding the work completes it itself: never block on it here. */
-      if (pthread_mutex_trylock(&w->lock) == 0) {
+      /* A waiter driving the work completes it itself: never block on it here. */
+      if (tc_work_try_claim(w)) {
         tc_work_progress(w, false, 0.0);
-        pthread_mutex_unlock(&w->lock);
+        tc_work_unclaim(w);
       }
       tc_registry_release(w, NULL, false);
     }

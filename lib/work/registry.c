@@ -1,7 +1,6 @@
 #include "registry.h"
 
 #include "../comm.h"
-#include "../base/ptrmap.h"
 #include "../tensor.h"
 
 #include <stdio.h>
@@ -11,11 +10,13 @@
 typedef struct entry {
   uintptr_t base, end; /* [base, end); a zero-byte buffer occupies one byte */
   tc_work_t *work;
+  int k; /* the buffer's index in work->bufs (reads: unused) */
 } entry_t;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static tc_ptrmap_t by_base;  /* base -> work */
-/* By base; entries never overlap. A double-ended array: ordered = ordered_buf + head, with free
+/* Every pending output, by base; entries never overlap, so one binary search answers every
+ * lookup: the buffer starting at a base, the one containing a pointer, the ones overlapping a
+ * range. A double-ended array: ordered = ordered_buf + head, with free
  * room on both sides, so that removing or inserting near either end moves only the entries on
  * that side (waiting for many buffers in address order, or in reverse, stays linear). */
 static entry_t *ordered_buf, *ordered;
@@ -28,6 +29,20 @@ static size_t nreads, reads_cap, longest_read;
 static size_t dead_reads; /* entries of forgotten reads (work NULL), dropped in bulk */
 
 static bool is_done(const tc_work_t *w) { return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE); }
+
+/* Deferred pops. A wait that completed its work does not take the lock again to pop the entry
+ * it found: it queues the buffer (lock-free: a push onto a list that only the registry lock's
+ * holder takes, whole) and the next critical section of any thread pops it first, with the
+ * reference the waiter held. Every lookup happens after that, so no one ever sees a popped
+ * entry: one critical section per wait, and a post-wait cycle takes the lock twice. */
+static tc_wbuf_t *pops;
+
+static void sweep_locked(void);
+
+static void lock_registry(void) {
+  pthread_mutex_lock(&reg_lock);
+  if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
+}
 
 /* First read whose base is > key (reads with equal bases stay in arrival order). */
 static size_t reads_upper_bound(uintptr_t key) {
@@ -42,6 +57,7 @@ static size_t reads_upper_bound(uintptr_t key) {
 
 /* A read of work still running that overlaps [b, e); reads of done work no longer count. */
 static entry_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
+  if (nreads == 0) return NULL;
   uintptr_t from = b > longest_read ? b - longest_read : 0;
   for (size_t i = from ? reads_upper_bound(from - 1) : 0; i < nreads && reads[i].base < e; i++)
     if (reads[i].work && reads[i].work != self && reads[i].end > b && !is_done(reads[i].work)) return &reads[i];
@@ -53,9 +69,35 @@ static int cmp_base(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Sorts by base. One call's buffers are usually allocated one after another, so they come in
- * address order or in reverse: one pass, and no qsort (which allocates above 1 KiB). */
-static void sort_by_base(entry_t *v, size_t m) {
+static void insertion_sort(entry_t *v, size_t m) {
+  for (size_t i = 1; i < m; i++) {
+    entry_t x = v[i];
+    size_t k = i;
+    for (; k > 0 && v[k - 1].base > x.base; k--) v[k] = v[k - 1];
+    v[k] = x;
+  }
+}
+
+/* Stable merge sort by base (equal bases keep their order); tmp: room for m / 2 entries. */
+static void merge_sort(entry_t *v, size_t m, entry_t *tmp) {
+  if (m <= 16) {
+    insertion_sort(v, m);
+    return;
+  }
+  size_t h = m / 2;
+  merge_sort(v, h, tmp);
+  merge_sort(v + h, m - h, tmp);
+  if (v[h - 1].base <= v[h].base) return; /* the halves are already in order */
+  memcpy(tmp, v, h * sizeof *v);
+  size_t a = 0, b = h, o = 0;
+  while (a < h && b < m) v[o++] = tmp[a].base <= v[b].base ? tmp[a++] : v[b++];
+  while (a < h) v[o++] = tmp[a++];
+}
+
+/* Sorts by base, stably. One call's buffers are usually allocated one after another, so they come
+ * in address order or in reverse: one pass. Otherwise a merge sort in tmp (room for m / 2
+ * entries; NULL: qsort, which may allocate, for when no room could be had). */
+static void sort_by_base(entry_t *v, size_t m, entry_t *tmp) {
   if (m < 2) return;
   size_t rising = 0, falling = 0;
   for (size_t i = 1; i < m; i++) {
@@ -71,7 +113,8 @@ static void sort_by_base(entry_t *v, size_t m) {
     }
     return;
   }
-  qsort(v, m, sizeof *v, cmp_base);
+  if (tmp) merge_sort(v, m, tmp);
+  else qsort(v, m, sizeof *v, cmp_base);
 }
 
 /* Merges the m sorted entries at fresh into the na sorted entries at dst, giving dst[0, na + m),
@@ -102,6 +145,12 @@ static void compact_reads(void) {
  * together once they are half the table, so forgetting costs O(log n) amortized. Among reads of
  * one base the newest come last, so the search runs backwards from there. */
 static void remove_reads_of(tc_work_t *w) {
+  if (w->nread_bases == 0) return;
+  if (w->nread_bases == 1 && reads[nreads - 1].work == w && dead_reads == 0) { /* a call's one input */
+    w->nread_bases = 0;
+    if (--nreads == 0) longest_read = 0;
+    return;
+  }
   /* Mostly w's reads are the last entries (its inputs, the only ones or the highest addresses):
    * those and dead ones go from the end in one pass; the rest are searched by base below. */
   size_t popped = 0;
@@ -133,6 +182,41 @@ static void unref_locked(tc_work_t *w) {
   if (--w->refs > 0) return;
   remove_reads_of(w);
   tc_work_recycle(w);
+}
+
+static size_t lower_bound(uintptr_t key);
+static void remove_at(size_t i);
+
+/* Pops the entry at base if it still belongs to w (the index may have moved since it was found:
+ * a binary search, no hash), without the ready-event wait (registry lock held). */
+static void pop_entry_locked(tc_work_t *w, uintptr_t base) {
+  size_t i = lower_bound(base);
+  if (i < nordered && ordered[i].base == base && ordered[i].work == w) {
+    remove_at(i);
+    w->refs--;
+  }
+}
+
+static void sweep_locked(void) {
+  tc_wbuf_t *b = __atomic_exchange_n(&pops, NULL, __ATOMIC_ACQUIRE);
+  while (b) {
+    tc_wbuf_t *next = b->pop_next; /* b goes with its work if this was its last reference */
+    tc_work_t *w = b->owner;
+    pop_entry_locked(w, (uintptr_t)b->base);
+    unref_locked(w);
+    b = next;
+  }
+}
+
+/* Queues buffer b of w (held by the caller, whose reference goes with it) to be popped; false if
+ * another waiter queued it already. The caller touches w no more. */
+static bool defer_pop(tc_wbuf_t *b) {
+  int no = 0;
+  if (!__atomic_compare_exchange_n(&b->queued, &no, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return false;
+  tc_wbuf_t *top = __atomic_load_n(&pops, __ATOMIC_RELAXED);
+  do b->pop_next = top;
+  while (!__atomic_compare_exchange_n(&pops, &top, b, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+  return true;
 }
 
 /* First index whose base is >= key. */
@@ -174,27 +258,31 @@ static int reserve(size_t extra) {
   return TCOLL_SUCCESS;
 }
 
+/* Moves n entries (none: no call, the common case of one pending buffer). */
+static inline void move_entries(entry_t *to, const entry_t *from, size_t n) {
+  if (n) memmove(to, from, n * sizeof *to);
+}
+
 /* Inserts x at index i (room reserved), moving the shorter side. */
 static void insert_at(size_t i, entry_t x) {
   if (head > 0 && i < nordered / 2) {
     ordered--;
     head--;
-    memmove(&ordered[0], &ordered[1], i * sizeof *ordered);
+    move_entries(&ordered[0], &ordered[1], i);
   } else {
-    memmove(&ordered[i + 1], &ordered[i], (nordered - i) * sizeof *ordered);
+    move_entries(&ordered[i + 1], &ordered[i], nordered - i);
   }
   ordered[i] = x;
   nordered++;
 }
 
 static void remove_at(size_t i) {
-  tc_ptrmap_del(&by_base, ordered[i].base);
   if (i < nordered / 2) { /* the shorter side moves */
-    memmove(&ordered[1], &ordered[0], i * sizeof *ordered);
+    move_entries(&ordered[1], &ordered[0], i);
     ordered++;
     head++;
   } else {
-    memmove(&ordered[i], &ordered[i + 1], (nordered - i - 1) * sizeof *ordered);
+    move_entries(&ordered[i], &ordered[i + 1], nordered - i - 1);
   }
   if (--nordered == 0) {
     ordered = ordered_buf;
@@ -222,48 +310,56 @@ static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
                   w->bufs[k].nbytes, x ? "a buffer with pending work" : "the input of pending work", what);
 }
 
-/* Keys w under each of its buffers. All are checked first, so that a refused call keys nothing;
- * several buffers are sorted and merged in one pass, so that keying n buffers below the pending
- * ones costs O(n log n), not O(n^2). */
-int tc_registry_add(tc_work_t *w) {
+/* Keys w under each of its buffers (registry lock held). All are checked first, so that a refused
+ * call keys nothing; several buffers are sorted and merged in one pass, so that keying n buffers
+ * below the pending ones costs O(n log n), not O(n^2). */
+static int add_outputs_locked(tc_work_t *w) {
   size_t m = (size_t)w->nbuf;
-  pthread_mutex_lock(&reg_lock);
-  int rc = reserve(2 * m) ? tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry") : TCOLL_SUCCESS;
-  entry_t *fresh = &ordered[nordered + m]; /* scratch room: the merge fills [nordered, nordered + m) */
+  if (m == 0) return TCOLL_SUCCESS;
+  if (reserve(3 * m)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry");
+  if (m == 1) { /* one search finds both its neighbours and its place */
+    uintptr_t b = (uintptr_t)w->bufs[0].base, e = b + (w->bufs[0].nbytes ? w->bufs[0].nbytes : 1);
+    size_t i = lower_bound(b);
+    bool busy = (i > 0 && ordered[i - 1].end > b) || (i < nordered && ordered[i].base < e) ||
+                (w->bufs[0].written && read_overlapping(b, e, w));
+    if (busy) return refuse_buffer(w, 0, b, e);
+    insert_at(i, (entry_t){b, e, w, 0}); /* near the front, the room there is used */
+    w->refs++;
+    return TCOLL_SUCCESS;
+  }
+  /* Scratch room: the merge fills [nordered, nordered + m); the sort uses what follows fresh. */
+  entry_t *fresh = &ordered[nordered + m];
+  int rc = TCOLL_SUCCESS;
   for (size_t k = 0; k < m && !rc; k++) {
     uintptr_t b = (uintptr_t)w->bufs[k].base;
     uintptr_t e = b + (w->bufs[k].nbytes ? w->bufs[k].nbytes : 1);
     rc = refuse_buffer(w, (int)k, b, e);
-    fresh[k] = (entry_t){b, e, w};
+    fresh[k] = (entry_t){b, e, w, (int)k};
   }
-  if (!rc && m > 1) {
-    sort_by_base(fresh, m);
-    for (size_t j = 1; j < m && !rc; j++) {
-      if (fresh[j].base >= fresh[j - 1].end) continue;
-      int k = 0;
-      while (k < w->nbuf && (uintptr_t)w->bufs[k].base != fresh[j].base) k++;
-      rc = tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
+  if (rc) return rc;
+  sort_by_base(fresh, m, fresh + m);
+  for (size_t j = 1; j < m; j++) {
+    if (fresh[j].base >= fresh[j - 1].end) continue;
+    int k = 0;
+    while (k < w->nbuf && (uintptr_t)w->bufs[k].base != fresh[j].base) k++;
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
                     (void *)fresh[j].base);
-    }
   }
-  size_t put = 0;
-  for (; put < m && !rc; put++)
-    if ((rc = tc_ptrmap_put(&by_base, fresh[put].base, w))) rc = tc_error(rc, "cannot grow the registry");
-  if (rc) {
-    for (size_t j = 0; j + 1 < put; j++) tc_ptrmap_del(&by_base, fresh[j].base); /* the failed put stored nothing */
-  } else if (m == 1) {
-    insert_at(lower_bound(fresh[0].base), fresh[0]); /* near the front, the room there is used */
-  } else {
-    merge_sorted(ordered, nordered, fresh, m);
-    nordered += m;
-  }
-  if (!rc) w->refs += (int)m;
+  merge_sorted(ordered, nordered, fresh, m);
+  nordered += m;
+  w->refs += (int)m;
+  return TCOLL_SUCCESS;
+}
+
+int tc_registry_add(tc_work_t *w) {
+  lock_registry();
+  int rc = add_outputs_locked(w);
   pthread_mutex_unlock(&reg_lock);
   return rc;
 }
 
 void tc_registry_remove_entries(tc_work_t *w) {
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   remove_entries_of(w);
   remove_reads_of(w);
   pthread_mutex_unlock(&reg_lock);
@@ -302,21 +398,37 @@ static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
     w->read_bases_cap = cap;
   }
   if (grow_reads(nreads + 1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
-  reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w};
+  reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w, 0};
   w->read_bases[w->nread_bases++] = (uintptr_t)p;
   return TCOLL_SUCCESS;
 }
 
 
+/* One read of w, inserted in its place in the sorted table (after the reads of the same base). */
+static int add_read_sorted_locked(tc_work_t *w, uintptr_t p, size_t n) {
+  size_t at = nreads > 0 && reads[nreads - 1].base > p ? reads_upper_bound(p) : nreads;
+  int rc = add_read_locked(w, (const void *)p, n);
+  if (rc) return rc;
+  if (at < nreads - 1) {
+    entry_t x = reads[nreads - 1];
+    memmove(&reads[at + 1], &reads[at], (nreads - 1 - at) * sizeof *reads);
+    reads[at] = x;
+  }
+  if (n > longest_read) longest_read = n;
+  return TCOLL_SUCCESS;
+}
+
 /* Sorts the reads added after the first `sorted` and merges them into those: one call's inputs
  * cost O(n + m log m), wherever they lie in memory. */
 static void settle_reads(size_t sorted) {
   size_t m = nreads - sorted;
+  if (m == 0) return;
   for (size_t i = sorted; i < nreads; i++)
     if (reads[i].end - reads[i].base > longest_read) longest_read = reads[i].end - reads[i].base;
-  if (m > 1) sort_by_base(&reads[sorted], m);
-  if (m == 0 || sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
-  if (grow_reads(nreads + m)) { /* no room to merge: sort everything in place */
+  bool room = grow_reads(nreads + m) == TCOLL_SUCCESS; /* past the end: the sort's and the merge's scratch */
+  if (m > 1) sort_by_base(&reads[sorted], m, room ? &reads[nreads] : NULL);
+  if (sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
+  if (!room) { /* no room to merge: sort everything in place */
     qsort(reads, nreads, sizeof *reads, cmp_base);
     return;
   }
@@ -327,7 +439,7 @@ static void settle_reads(size_t sorted) {
 
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
   if (!p || !n) return TCOLL_SUCCESS;
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   size_t sorted = nreads;
   int rc = add_read_locked(w, p, n);
   settle_reads(sorted);
@@ -335,11 +447,24 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
   return rc;
 }
 
-tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
-                                     int *rc) {
-  *rc = TCOLL_SUCCESS;
+/* Records w's reads of in[*next..n) (registry lock held); stops at an input overlapping a pending
+ * output of other work and returns that work, referenced (see tc_registry_claim_inputs). */
+static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc) {
   tc_work_t *other = NULL;
-  pthread_mutex_lock(&reg_lock);
+  if (n - *next == 1 && in[*next].data) { /* one input: straight into its place */
+    uintptr_t b = (uintptr_t)in[*next].data;
+    size_t nb = tc_nbytes(&in[*next]);
+    entry_t *x = foreign_overlapping(b, b + (nb ? nb : 1), w);
+    if (x) {
+      other = x->work;
+      other->refs++;
+      *base = (void *)x->base;
+      return other;
+    }
+    ++*next;
+    if (nb) *rc = add_read_sorted_locked(w, b, nb);
+    return NULL;
+  }
   size_t sorted = nreads;
   for (; *next < n && !other && !*rc; ++*next) {
     const tcoll_tensor_t *t = &in[*next];
@@ -356,22 +481,44 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
     if (nb) *rc = add_read_locked(w, t->data, nb);
   }
   settle_reads(sorted);
+  return other;
+}
+
+tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
+                                     int *rc) {
+  *rc = TCOLL_SUCCESS;
+  lock_registry();
+  tc_work_t *other = claim_inputs_locked(w, in, n, next, base, rc);
   pthread_mutex_unlock(&reg_lock);
   return other;
+}
+
+tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc) {
+  tc_work_t *other = NULL;
+  lock_registry();
+  *rc = add_outputs_locked(w);
+  if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc);
+  pthread_mutex_unlock(&reg_lock);
+  return other;
+}
+
+/* Completes w (held by the caller), once no other thread drives it; its entries stay. */
+static void complete_held(tc_work_t *w) {
+  tc_work_claim(w, 0.0);
+  tc_work_progress(w, true, 0.0);
+  tc_work_unclaim(w);
 }
 
 void tc_wait_readers(const void *p, size_t n) {
   uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
   for (;;) {
-    pthread_mutex_lock(&reg_lock);
+    lock_registry();
     entry_t *r = read_overlapping(b, e, NULL);
     tc_work_t *w = r ? r->work : NULL;
     if (w) w->refs++;
     pthread_mutex_unlock(&reg_lock);
     if (!w) return;
-    pthread_mutex_lock(&w->lock);
-    tc_work_progress(w, true, 0.0); /* completing it ends its reads; its result stays pending */
-    pthread_mutex_unlock(&w->lock);
+    complete_held(w); /* completing it ends its reads; its result stays pending */
     tc_registry_release(w, NULL, false);
   }
 }
@@ -391,7 +538,7 @@ int tc_registry_check_writable(const void *p, size_t n, const char *name) {
   if (!p) return TCOLL_SUCCESS;
   uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
   char what[160] = "";
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   entry_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
   if (x || r) tc_work_describe(x ? x->work : r->work, what, sizeof what);
   pthread_mutex_unlock(&reg_lock);
@@ -401,7 +548,7 @@ int tc_registry_check_writable(const void *p, size_t n, const char *name) {
 }
 
 void tc_registry_remove_work(tc_work_t *w) {
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   remove_entries_of(w);
   remove_reads_of(w);
   if (w->refs == 0) tc_work_recycle(w);
@@ -410,45 +557,39 @@ void tc_registry_remove_work(tc_work_t *w) {
 
 tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void **base) {
   uintptr_t b = (uintptr_t)p;
-  pthread_mutex_lock(&reg_lock);
-  tc_work_t *w = n == 0 ? tc_ptrmap_get(&by_base, b) : NULL;
-  uintptr_t at = b;
-  if (!w) {
-    /* Entries overlapping [b, e) are consecutive, ending at the last one starting before e. */
-    uintptr_t e = b + (n ? n : 1);
-    for (size_t i = lower_bound(e); i-- > 0 && ordered[i].end > b;) {
-      if (ordered[i].work != self) {
-        w = ordered[i].work;
-        at = ordered[i].base;
-        break;
-      }
-    }
-  }
-  if (w == self) w = NULL;
+  lock_registry();
+  entry_t *x = foreign_overlapping(b, b + (n ? n : 1), self);
+  tc_work_t *w = x ? x->work : NULL;
   if (w) {
     w->refs++;
-    *base = (void *)at;
+    *base = (void *)x->base;
   }
   pthread_mutex_unlock(&reg_lock);
   return w;
 }
 
-int tc_registry_release(tc_work_t *w, void *base, bool pop) {
+/* Pops the entry at base if it still belongs to w (the index binary search finds it: it may have
+ * moved since it was found), then drops the caller's reference (registry lock held). */
+static int release_locked(tc_work_t *w, uintptr_t base, bool pop) {
   int rc = TCOLL_SUCCESS;
-  pthread_mutex_lock(&reg_lock);
-  if (pop && base && tc_ptrmap_get(&by_base, (uintptr_t)base) == w) {
+  if (pop && base) {
     rc = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
-    remove_at(lower_bound((uintptr_t)base));
-    w->refs--;
+    pop_entry_locked(w, base);
   }
   unref_locked(w);
+  return rc;
+}
+
+int tc_registry_release(tc_work_t *w, void *base, bool pop) {
+  lock_registry();
+  int rc = release_locked(w, (uintptr_t)base, pop);
   pthread_mutex_unlock(&reg_lock);
   return rc;
 }
 
 int tc_registry_snapshot(tc_work_t **works, int max) {
   int n = 0;
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   for (size_t i = 0; i < nordered && n < max; i++) {
     tc_work_t *w = ordered[i].work;
     bool seen = is_done(w);
@@ -465,7 +606,7 @@ void tc_registry_describe_pending(char *buf, size_t len, int max) {
   size_t off = 0;
   int shown = 0;
   buf[0] = '\0';
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   for (size_t i = 0; i < nordered && shown < max && off + 200 < len; i++) {
     tc_work_t *w = ordered[i].work;
     bool first = true;
@@ -485,29 +626,26 @@ static int report_failure(tc_work_t *w, int rc) {
   return tc_error(rc, "%s", w->err);
 }
 
-/* Pops p's entry at once if its work is already complete (a coalesced work's second and later
- * buffers, or work the progress thread finished): one lock, no work lock. Otherwise returns
- * TCOLL_IN_PROGRESS with the work held (*held, *base its buffer) for the caller to advance. */
-static int pop_if_done(const void *p, tc_work_t **held, void **base) {
+/* The start of a wait, in one critical section: finds the entry containing p. Work already
+ * complete (a coalesced work's second and later buffers, or work the progress thread finished) is
+ * popped at once. Otherwise returns TCOLL_IN_PROGRESS with the work held (*held, *base its entry)
+ * and *driving telling whether this thread became its driver. TCOLL_SUCCESS if nothing is
+ * pending on p. */
+static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_t **buf, bool *driving) {
   uintptr_t b = (uintptr_t)p;
-  *held = NULL;
-  pthread_mutex_lock(&reg_lock);
-  tc_work_t *w = tc_ptrmap_get(&by_base, b);
-  if (!w) {
-    entry_t *x = overlapping(b, b + 1);
-    if (x) {
-      w = x->work;
-      b = x->base;
-    }
-  }
-  if (!w) {
+  lock_registry();
+  entry_t *x = overlapping(b, b + 1);
+  if (!x) {
     pthread_mutex_unlock(&reg_lock);
-    return TCOLL_SUCCESS; /* nothing pending */
+    return TCOLL_SUCCESS;
   }
+  tc_work_t *w = x->work;
   if (!is_done(w)) {
     w->refs++;
     *held = w;
-    *base = (void *)b;
+    *base = x->base;
+    *buf = &w->bufs[x->k];
+    *driving = tc_work_try_claim(w);
     pthread_mutex_unlock(&reg_lock);
     return TCOLL_IN_PROGRESS;
   }
@@ -515,7 +653,7 @@ static int pop_if_done(const void *p, tc_work_t **held, void **base) {
   char err[TC_WORK_ERR_LEN];
   if (status) memcpy(err, w->err, sizeof err);
   int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
-  remove_at(lower_bound(b));
+  remove_at((size_t)(x - ordered));
   unref_locked(w);
   pthread_mutex_unlock(&reg_lock);
   return status ? tc_error(status, "%s", err) : ready;
@@ -523,14 +661,20 @@ static int pop_if_done(const void *p, tc_work_t **held, void **base) {
 
 int tc_wait_ptr(const void *p, double seconds, bool block) {
   if (!p) return TCOLL_SUCCESS;
-  void *base = NULL;
-  tc_work_t *w;
-  int fast = pop_if_done(p, &w, &base);
-  if (fast != TCOLL_IN_PROGRESS) return fast;
+  tc_work_t *w = NULL;
+  uintptr_t base = 0;
+  tc_wbuf_t *buf = NULL;
+  bool driving = false;
+  int rc = begin_wait(p, &w, &base, &buf, &driving);
+  if (rc != TCOLL_IN_PROGRESS) return rc;
   double deadline = seconds > 0 ? tc_now() + seconds : 0.0;
-  pthread_mutex_lock(&w->lock);
-  int rc = tc_work_progress(w, block, deadline);
-  pthread_mutex_unlock(&w->lock);
+  if (!driving && block) driving = tc_work_claim(w, deadline); /* another thread drives it: after it */
+  if (driving) {
+    rc = tc_work_progress(w, block, deadline);
+    tc_work_unclaim(w);
+  } else {
+    rc = block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
+  }
   bool finished = rc != TCOLL_IN_PROGRESS && rc != TCOLL_ERR_TIMEOUT;
   if (rc == TCOLL_ERR_TIMEOUT) {
     char what[160];
@@ -538,14 +682,38 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
              tc_work_describe(w, what, sizeof what), seconds);
   }
   rc = report_failure(w, rc);
-  int ready = tc_registry_release(w, base, finished);
-  return rc ? rc : ready;
+  if (finished) {
+    int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+    if (rc == TCOLL_SUCCESS) rc = ready;
+    if (defer_pop(buf)) return rc; /* the entry found at the start, popped by the next critical section */
+  }
+  tc_registry_release(w, NULL, false);
+  return rc;
+}
+
+void tc_wait_users(const void *p, size_t n) {
+  uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
+  for (;;) {
+    lock_registry();
+    entry_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
+    tc_work_t *w = x ? x->work : r ? r->work : NULL;
+    uintptr_t at = x ? x->base : 0;
+    if (w && !x) w->refs++;
+    pthread_mutex_unlock(&reg_lock);
+    if (!w) return;
+    if (x) {
+      tc_wait_ptr((void *)at, 0.0, true); /* pops it, whatever its status */
+    } else {
+      complete_held(w);
+      tc_registry_release(w, NULL, false);
+    }
+  }
 }
 
 /* The base of some entry matching (comm == NULL: any), or NULL. */
 static void *any_pending(const tcoll_comm_t *comm) {
   void *base = NULL;
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   for (size_t i = 0; i < nordered && !base; i++)
     if (!comm || ordered[i].work->comm == comm) base = (void *)ordered[i].base;
   pthread_mutex_unlock(&reg_lock);
@@ -568,15 +736,20 @@ int tc_wait_everything(double seconds) {
   return first;
 }
 
+void tc_registry_flush(void) {
+  lock_registry();
+  pthread_mutex_unlock(&reg_lock);
+}
+
 size_t tc_registry_count(void) {
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   size_t n = nordered;
   pthread_mutex_unlock(&reg_lock);
   return n;
 }
 
 void tc_registry_report_unwaited(void) {
-  pthread_mutex_lock(&reg_lock);
+  lock_registry();
   size_t nwork = 0;
   char list[512] = "";
   size_t off = 0;
@@ -600,8 +773,7 @@ void tc_registry_report_unwaited(void) {
 }
 
 void tc_registry_cleanup(void) {
-  pthread_mutex_lock(&reg_lock);
-  tc_ptrmap_clear(&by_base);
+  lock_registry();
   free(ordered_buf);
   ordered_buf = ordered = NULL;
   head = nordered = ordered_cap = 0;

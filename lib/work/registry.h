@@ -1,10 +1,13 @@
 /* The work registry: pending output buffers -> their work.
  *
- * A hash table keyed by buffer base address answers the common lookup (wait on the pointer a
- * collective returned) in O(1). An index of the same buffers ordered by address answers the
- * other two questions in O(log n): which pending buffer contains a pointer (a view), and
- * whether a new buffer overlaps a pending one (TCOLL_ERR_BUSY). Inputs that pending work still
- * reads are recorded too, so that they are neither freed nor overwritten under MPI. */
+ * One index of the buffers ordered by address answers every question in O(log n) under one lock:
+ * which pending buffer starts at or contains a pointer (a wait, also on a view), and whether a
+ * new buffer overlaps a pending one (TCOLL_ERR_BUSY). Inputs that pending work still reads are
+ * recorded too, so that they are neither freed nor overwritten under MPI.
+ *
+ * Per call on the host path: posting takes the registry lock once (outputs keyed and inputs
+ * recorded together: tc_registry_add_io), a wait at most twice (finding the work and becoming
+ * its driver; popping the entry it found); the work itself takes no lock (see tc_work_claim). */
 #ifndef TC_REGISTRY_H
 #define TC_REGISTRY_H
 
@@ -13,6 +16,9 @@
 /* Keys w under each of its buffers; TCOLL_ERR_BUSY (nothing keyed) if one overlaps a pending
  * buffer of other work, TCOLL_ERR_INVALID_ARGUMENT if two of w's own buffers overlap. */
 int tc_registry_add(tc_work_t *w);
+/* tc_registry_add and tc_registry_claim_inputs (from *next = 0) in one critical section: nothing
+ * is recorded if the outputs are refused (*rc); otherwise as tc_registry_claim_inputs. */
+tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc);
 /* Records that w reads [p, p + n) until it completes: such a buffer is not freed under MPI
  * (tcoll_tensor_free waits) and another collective may not write it (TCOLL_ERR_BUSY). */
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n);
@@ -28,6 +34,9 @@ int tc_wait_writers(const void *p, size_t n);
 int tc_registry_check_writable(const void *p, size_t n, const char *name);
 /* Completes every work that reads any byte of [p, p + n). */
 void tc_wait_readers(const void *p, size_t n);
+/* Both (tcoll_tensor_free): pops every pending output overlapping [p, p + n) and completes every
+ * work reading it, whatever their status; one critical section when there is none. */
+void tc_wait_users(const void *p, size_t n);
 /* Removes w's entries (w stays alive). */
 void tc_registry_remove_entries(tc_work_t *w);
 /* Removes whatever entries w still has (undo of a failed call); recycles w unless a waiter
@@ -55,6 +64,8 @@ void tc_wait_comm(const tcoll_comm_t *comm);
  * leaves the rest pending). */
 int tc_wait_everything(double seconds);
 size_t tc_registry_count(void);
+/* Applies the pops that waits deferred (recycling their works): at finalize, before the pools go. */
+void tc_registry_flush(void);
 /* Logs the unwaited work (count, op, sequence numbers), as finalize does before completing it. */
 void tc_registry_report_unwaited(void);
 void tc_registry_cleanup(void);

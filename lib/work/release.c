@@ -13,9 +13,7 @@ void tcoll_tensor_free(tcoll_tensor_t *t) {
   if (!t || !t->data) return;
   /* A pending buffer is never freed under MPI: neither a pending output nor an input that
    * pending work still reads. */
-  size_t n = tcoll_tensor_nbytes(t);
-  tc_wait_writers(t->data, n);
-  tc_wait_readers(t->data, n);
+  tc_wait_users(t->data, tcoll_tensor_nbytes(t));
   tc_tensor_release(t);
 }
 

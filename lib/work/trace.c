@@ -1,6 +1,7 @@
 #include "trace.h"
 
 #include "../comm.h"
+#include "../device/cache.h"
 #include "../tensor.h"
 
 #include <stdio.h>
@@ -13,8 +14,7 @@ typedef struct record {
   uint64_t version; /* seqlock: odd while a writer fills the record */
   uint64_t seq, comm_seq;
   const char *op; /* a string literal of the op's source file */
-  char comm_name[TC_COMM_NAME_LEN]; /* copied: the communicator may be gone by dump time */
-  uint32_t comm_id;
+  uint32_t comm_id; /* named at dump time (tc_comm_label_of: also once the communicator is gone) */
   int comm_size;
   tcoll_dtype_t dtype;
   int ndim;
@@ -29,8 +29,7 @@ typedef struct record {
 /* "'name'", "#id" or "local", as tc_comm_label writes it. */
 static const char *comm_label(const record_t *r, char *buf, size_t len) {
   if (r->comm_id == UINT32_MAX) snprintf(buf, len, "local");
-  else if (r->comm_name[0]) snprintf(buf, len, "'%s'", r->comm_name);
-  else snprintf(buf, len, "#%u", r->comm_id);
+  else tc_comm_label_of(r->comm_id, buf, len);
   return buf;
 }
 
@@ -57,8 +56,6 @@ void tc_trace_posted(const tc_work_t *w) {
   r->seq = w->seq;
   r->comm_seq = w->comm_seq;
   r->op = w->op;
-  if (w->comm) memcpy(r->comm_name, w->comm->name, sizeof r->comm_name);
-  else r->comm_name[0] = '\0';
   r->comm_id = w->comm ? w->comm->id : UINT32_MAX; /* local work gets a row of its own */
   r->comm_size = w->comm ? w->comm->size : 1;
   r->dtype = w->dtype;
@@ -73,16 +70,16 @@ void tc_trace_posted(const tc_work_t *w) {
   publish(r, v);
 }
 
+/* Completion updates its record in place, without claiming the slot: the status, the time, then
+ * the state, which says the others are there (a dump that reads the record meanwhile sees it
+ * pending, or done a little early with its time still 0). */
 void tc_trace_done(const tc_work_t *w) {
-  uint64_t v;
-  record_t *r = claim(w->seq, &v);
-  if (!r) return;
-  if (r->seq == w->seq) {
-    r->t_done = w->t_done;
-    r->state = w->status ? REC_FAILED : REC_DONE;
-    r->status = w->status;
-  }
-  publish(r, v);
+  record_t *r = &ring[w->seq % TC_TRACE_RECORDS];
+  if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) != w->seq) return; /* overwritten since */
+  __atomic_store_n(&r->status, w->status, __ATOMIC_RELAXED);
+  double t = w->t_done;
+  __atomic_store(&r->t_done, &t, __ATOMIC_RELAXED);
+  __atomic_store_n(&r->state, w->status ? REC_FAILED : REC_DONE, __ATOMIC_RELEASE);
 }
 
 /* A consistent copy of a slot, or false if it stays busy. */
@@ -177,7 +174,13 @@ static void write_json(FILE *f, const record_t *recs, int n, const char *reason)
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, r->device, state_name(r->state),
             tcoll_status_string(r->status));
   }
-  fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"reason\":\"%s\",\"rank\":%d}}\n", reason, rank);
+  tcoll_cache_info_t c;
+  tc_cache_stats(&c);
+  fprintf(f,
+          "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"reason\":\"%s\",\"rank\":%d,\"cache\":{\"in_use\":%zu,"
+          "\"cached\":%zu,\"peak\":%zu,\"limit\":%zu,\"grew\":%llu,\"reused\":%llu,\"freed\":%llu}}}\n",
+          reason, rank, c.in_use, c.cached, c.peak, c.limit, (unsigned long long)c.allocated,
+          (unsigned long long)c.reused, (unsigned long long)c.freed);
 }
 
 static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
@@ -196,6 +199,12 @@ static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, state_name(r->state),
             1e3 * elapsed(r, now));
   }
+  tcoll_cache_info_t c;
+  tc_cache_stats(&c);
+  tc_warn("  storage cache: %zu bytes in use, %zu cached (limit %zu, peak %zu); grew %llu times, reused %llu, "
+          "gave back %llu",
+          c.in_use, c.cached, c.limit, c.peak, (unsigned long long)c.allocated, (unsigned long long)c.reused,
+          (unsigned long long)c.freed);
 }
 
 void tc_trace_dump(const char *reason) {

@@ -60,11 +60,7 @@ int tcoll_query(const void *buffer) {
   void *base;
   tc_work_t *w = buffer ? tc_registry_hold(buffer, 0, NULL, &base) : NULL;
   if (!w) return TCOLL_SUCCESS;
-  bool done = false;
-  if (pthread_mutex_trylock(&w->lock) == 0) { /* a waiter holding it is not done yet */
-    done = w->done;
-    pthread_mutex_unlock(&w->lock);
-  }
+  bool done = __atomic_load_n(&w->done, __ATOMIC_ACQUIRE); /* set once its completion steps ran */
   tc_registry_release(w, base, false);
   return done ? TCOLL_SUCCESS : TCOLL_IN_PROGRESS;
 }

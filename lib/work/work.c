@@ -68,9 +68,8 @@ static bool cache_push(tc_work_t *w) {
 
 uint64_t tc_work_count_posted(void) { return __atomic_load_n(&next_seq, __ATOMIC_RELAXED); }
 
-/* Grows *arr (of elem bytes each) to hold at least need entries. */
-static int grow(void **arr, int *cap, int need, size_t elem) {
-  if (need <= *cap) return TCOLL_SUCCESS;
+/* Grows *arr (of elem bytes each) to hold at least need entries (rarely: tables are kept). */
+static int grow_slow(void **arr, int *cap, int need, size_t elem) {
   int c = *cap ? *cap : 4;
   while (c < need) c *= 2;
   void *p = realloc(*arr, (size_t)c * elem);
@@ -78,6 +77,10 @@ static int grow(void **arr, int *cap, int need, size_t elem) {
   *arr = p;
   *cap = c;
   return TCOLL_SUCCESS;
+}
+
+static inline int grow(void **arr, int *cap, int need, size_t elem) {
+  return TC_LIKELY(need <= *cap) ? TCOLL_SUCCESS : grow_slow(arr, cap, need, elem);
 }
 
 static uint64_t hash_shapes(const tcoll_tensor_t *t, int n) {
@@ -94,19 +97,27 @@ static uint64_t hash_shapes(const tcoll_tensor_t *t, int n) {
 }
 
 static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
-  const tcoll_tensor_t *t = sig && sig->t ? sig->t : NULL;
-  w->dtype = t ? t->dtype : TCOLL_UINT8;
-  w->ndim = t ? t->ndim : 0;
-  w->device = t ? t->device : TCOLL_HOST;
-  memset(w->shape, 0, sizeof w->shape);
-  if (t) memcpy(w->shape, t->shape, sizeof w->shape);
+  static const tc_sig_t none = {.n = 1, .root = -1, .dim = -1};
+  if (!sig) sig = &none;
+  const tcoll_tensor_t *t = sig->t;
+  if (t) {
+    w->dtype = t->dtype;
+    w->ndim = t->ndim;
+    w->device = t->device;
+    memcpy(w->shape, t->shape, sizeof w->shape);
+  } else {
+    w->dtype = TCOLL_UINT8;
+    w->ndim = 0;
+    w->device = TCOLL_HOST;
+    memset(w->shape, 0, sizeof w->shape);
+  }
   w->ntensors = t ? sig->n : 0;
-  w->root = sig ? sig->root : -1;
-  w->redop = sig && sig->op ? sig->op->kind : -1;
-  w->scalar = sig && sig->op ? sig->op->scalar : 0.0;
-  w->dim = sig ? sig->dim : -1;
-  w->agree = sig ? sig->agree : TC_AGREE_SHAPE;
-  w->local = sig ? sig->local : false;
+  w->root = sig->root;
+  w->redop = sig->op ? sig->op->kind : -1;
+  w->scalar = sig->op ? sig->op->scalar : 0.0;
+  w->dim = sig->dim;
+  w->agree = sig->agree;
+  w->local = sig->local;
   /* Only DETAIL compares it across ranks; skip the hashing otherwise. */
   w->shapes_hash = t && w->agree == TC_AGREE_SHAPE && tc_cfg.debug >= TCOLL_LOG_DETAIL ? hash_shapes(t, sig->n) : 0;
 }
@@ -126,24 +137,32 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
     w = calloc(1, sizeof *w);
     if (!w) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a work");
     pthread_mutex_init(&w->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines come from tc_now() */
+    pthread_cond_init(&w->wake, &ca);
+    pthread_condattr_destroy(&ca);
   }
+  /* The tables' counts (requests, buffers, held blocks...) are 0 here: a new work's, or reset by
+   * tc_work_recycle. The per-call fields are set below. */
   w->op = op;
   w->comm = comm;
   w->seq = w->comm_seq = 0;
   w->bytes = 0;
   w->refs = 0;
   w->posted = w->done = w->host_math = false;
+  w->algo = TC_ALGO_MPI;
   w->status = TCOLL_SUCCESS;
   w->err[0] = '\0';
   w->t_post = w->t_done = 0.0;
   set_signature(w, sig);
   tc_sched_reset(&w->sched, comm, 0);
-  w->nbuf = w->nalloc = w->nheld = w->ncb = w->npiece = w->ndivide = w->nready = 0;
   w->divisor = 1.0;
   w->finish = NULL;
   w->progress = NULL;
   w->next_free = NULL;
-  pthread_mutex_lock(&w->lock);
+  w->driver = 1; /* the poster drives it until tc_work_end; nobody else sees it before */
+  w->sleepers = 0;
   *out = w;
   return TCOLL_SUCCESS;
 }
@@ -152,27 +171,58 @@ static int add_buf(tc_work_t *w, void *base, size_t nbytes, bool written) {
   if (!base) return TCOLL_SUCCESS; /* an empty buffer without storage: nothing to key or wait for */
   int rc = grow((void **)&w->bufs, &w->buf_cap, w->nbuf + 1, sizeof *w->bufs);
   if (rc) return rc;
-  w->bufs[w->nbuf++] = (tc_wbuf_t){base, nbytes, written};
+  w->bufs[w->nbuf++] = (tc_wbuf_t){.base = base, .nbytes = nbytes, .written = written, .owner = w};
   w->bytes += nbytes;
   return TCOLL_SUCCESS;
 }
 
 int tc_work_key(tc_work_t *w, void *base, size_t nbytes) { return add_buf(w, base, nbytes, false); }
 
-int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
-                   int device) {
-  int rc = grow((void **)&w->allocated, &w->alloc_cap, w->nalloc + 1, sizeof *w->allocated);
-  if (rc) return rc;
+/* Zeros into a fresh output: on the host at once; on a device on tcoll's h2d stream, without
+ * waiting: the work's ready event makes whoever pops the output wait for them. */
+static int zero_output(tc_work_t *w, const tcoll_tensor_t *out) {
+  size_t n = tc_nbytes(out);
+  if (out->device == TCOLL_HOST || n == 0) {
+    memset(out->data, 0, n);
+    return TCOLL_SUCCESS;
+  }
+  int dev = out->device;
+  void *d2h, *h2d, *ev = NULL;
+  int rc = tc_dev_copy_streams(dev, &d2h, &h2d);
+  if (!rc) rc = tc_dev()->memset_async(out->data, 0, n, dev, h2d);
+  if (!rc) rc = tc_dev_event_get(dev, &ev);
+  if (!rc) rc = tc_dev()->event_record(dev, ev, h2d);
+  if (!rc) return tc_work_ready(w, dev, ev, true);
+  if (ev) tc_dev_event_put(dev, ev);
+  return rc;
+}
+
+static int prepare_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                          int device, bool zero) {
+  int rc;
   if (!out->data) {
+    if ((rc = grow((void **)&w->allocated, &w->alloc_cap, w->nalloc + 1, sizeof *w->allocated))) return rc;
     *out = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
-    if ((rc = tc_tensor_storage(out))) return rc;
+    if ((rc = tc_tensor_storage(out, false))) return rc;
     w->allocated[w->nalloc++] = out;
+    if (zero && (rc = zero_output(w, out))) return rc;
   }
   return add_buf(w, out->data, tc_nbytes(out), true);
 }
 
-int tc_work_register(tc_work_t *w) {
-  int rc = tc_registry_add(w);
+int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                   int device) {
+  return prepare_output(w, out, dtype, ndim, shape, device, false);
+}
+
+int tc_work_output_zeroed(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                          int device) {
+  return prepare_output(w, out, dtype, ndim, shape, device, true);
+}
+
+/* Numbers w (process-wide and on its communicator) and, with TCOLL_DEBUG=DETAIL, checks it
+ * across ranks; rc: whether keying it worked here. */
+static int number_and_check(tc_work_t *w, int rc) {
   w->seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
   if (w->local) return rc;
   w->comm_seq = tc_comm_next_seq(w->comm);
@@ -188,6 +238,8 @@ int tc_work_register(tc_work_t *w) {
   return rc;
 }
 
+int tc_work_register(tc_work_t *w) { return number_and_check(w, tc_registry_add(w)); }
+
 int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
   if (rc && comm && tc_cfg.debug >= TCOLL_LOG_DETAIL) {
     tc_work_t w = {.op = op, .comm = comm, .dtype = TCOLL_UINT8, .root = -1, .redop = -1, .dim = -1};
@@ -200,16 +252,41 @@ int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
   return rc;
 }
 
-int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
-  int next = 0, rc = TCOLL_SUCCESS;
-  void *base;
-  tc_work_t *other;
+/* Waits for other (held: pending on base, the output of earlier work that in[*next] reads), then
+ * records the inputs from in[*next] on, waiting likewise for each pending one. */
+static int inputs_after(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, tc_work_t *other, void *base) {
+  int rc = TCOLL_SUCCESS;
   /* Like PyTorch's AsyncCollectiveTensor: using a pending result waits for it. */
-  while ((other = tc_registry_claim_inputs(w, in, n, &next, &base, &rc))) {
+  while (other) {
     tc_registry_release(other, base, false);
     if ((rc = tc_wait_ptr(base, 0.0, true))) return rc;
+    other = tc_registry_claim_inputs(w, in, n, next, &base, &rc);
   }
   return rc;
+}
+
+int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
+  int next = 0, rc = TCOLL_SUCCESS;
+  void *base = NULL;
+  tc_work_t *other = tc_registry_claim_inputs(w, in, n, &next, &base, &rc);
+  return other ? inputs_after(w, in, n, &next, other, base) : rc;
+}
+
+int tc_work_register_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n) {
+  /* DETAIL checks across ranks before the inputs are waited for, as tc_work_register would. */
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && !w->local) {
+    int rc = tc_work_register(w);
+    return rc ? rc : tc_work_inputs(w, in, n);
+  }
+  int next = 0, rc = TCOLL_SUCCESS;
+  void *base = NULL;
+  tc_work_t *other = tc_registry_add_io(w, in, n, &next, &base, &rc);
+  rc = number_and_check(w, rc);
+  if (rc) {
+    if (other) tc_registry_release(other, base, false);
+    return rc;
+  }
+  return other ? inputs_after(w, in, n, &next, other, base) : rc;
 }
 
 int tc_work_reserve(tc_work_t *w, int n) { return tc_sched_reserve(&w->sched, n); }
@@ -296,7 +373,7 @@ int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size
   return TCOLL_SUCCESS;
 }
 
-static void release_held(tc_work_t *w) {
+static void release_held_slow(tc_work_t *w) {
   for (int i = 0; i < w->nheld; i++) {
     if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
     else if (w->held[i].kind == TC_HELD_PIPE) tc_pipe_release(w->held[i].p);
@@ -309,15 +386,25 @@ static void release_held(tc_work_t *w) {
   w->nheld = 0;
 }
 
-void tc_work_recycle(tc_work_t *w) {
-  release_held(w);
-  for (int i = 0; i < w->ncb; i++) /* copy-backs never run (a failed work): their events */
+static inline void release_held(tc_work_t *w) {
+  if (w->nheld) release_held_slow(w);
+}
+
+/* Device events a work still holds: of copy-backs that never ran (a failed work), and of its
+ * outputs' readiness. */
+static void put_events(tc_work_t *w) {
+  for (int i = 0; i < w->ncb; i++)
     if (w->cbs[i].owns_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
   for (int i = 0; i < w->nready; i++)
     if (w->ready[i].pooled) tc_dev_event_put(w->ready[i].device, w->ready[i].event);
   w->nready = 0;
+}
+
+void tc_work_recycle(tc_work_t *w) {
+  release_held(w);
+  if (w->ncb || w->nready) put_events(w);
   w->sched.n = w->sched.first = 0;
-  w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0;
+  w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0; /* tc_work_begin relies on it */
   if (cache_push(w)) return;
   pthread_mutex_lock(&pool_lock);
   if (pool_size < POOL_KEEP) {
@@ -339,6 +426,7 @@ static void free_work(tc_work_t *w) {
   free(w->cbs);
   free(w->pieces);
   pthread_mutex_destroy(&w->lock);
+  pthread_cond_destroy(&w->wake);
   free(w);
 }
 
@@ -351,10 +439,10 @@ static void undo_outputs(tc_work_t *w) {
 static void log_posted(const tc_work_t *w) {
   if (tc_cfg.debug < TCOLL_LOG_INFO || !w->comm) return;
   char shape[96], comm[80];
-  tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d", (unsigned long long)w->seq, w->op,
-          tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
+  tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d, algorithm %s",
+          (unsigned long long)w->seq, w->op, tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
           tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->comm->size, w->bytes,
-          w->device);
+          w->device, tc_algo_name(w->algo));
 }
 
 int tc_work_end(tc_work_t *w, int rc) {
@@ -365,17 +453,18 @@ int tc_work_end(tc_work_t *w, int rc) {
   if (rc == TCOLL_SUCCESS && w->nbuf == 0 && w->sched.n == 0 && !w->progress) {
     /* Nothing to key and nothing posted (an empty gather off its root): already complete. */
     w->done = true;
-    pthread_mutex_unlock(&w->lock);
+    tc_work_unclaim(w);
     tc_registry_remove_work(w);
     return TCOLL_SUCCESS;
   }
   if (rc == TCOLL_SUCCESS) {
     w->posted = true;
+    tc_algo_note(w->algo);
     w->t_post = tc_stamp();
     w->nalloc = 0;
     log_posted(w);
     tc_trace_posted(w);
-    pthread_mutex_unlock(&w->lock);
+    tc_work_unclaim(w);
     return TCOLL_SUCCESS;
   }
   bool started = w->posted || tc_sched_posted_any(&w->sched);
@@ -385,7 +474,7 @@ int tc_work_end(tc_work_t *w, int rc) {
     w->status = rc; /* a waiter that found it meanwhile sees a finished work */
     w->done = true;
     snprintf(w->err, sizeof w->err, "%s", tc_last_message());
-    pthread_mutex_unlock(&w->lock);
+    tc_work_unclaim(w);
     tc_registry_remove_work(w);
     return rc;
   }
@@ -395,8 +484,47 @@ int tc_work_end(tc_work_t *w, int rc) {
   w->nalloc = 0;
   w->t_post = tc_stamp();
   tc_trace_posted(w);
-  pthread_mutex_unlock(&w->lock);
+  tc_work_unclaim(w);
   return rc;
+}
+
+/* ------------------------------------------------------------------ drivers */
+
+bool tc_work_try_claim(tc_work_t *w) {
+  int free_ = 0;
+  return __atomic_compare_exchange_n(&w->driver, &free_, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+/* The sleeper counts itself before it looks at driver, and the driver clears driver before it
+ * looks at the sleepers (both sequentially consistent): one of them sees the other, so a
+ * sleeper is either woken or never sleeps. */
+bool tc_work_claim(tc_work_t *w, double deadline) {
+  while (!tc_work_try_claim(w)) {
+    pthread_mutex_lock(&w->lock);
+    __atomic_add_fetch(&w->sleepers, 1, __ATOMIC_SEQ_CST);
+    bool late = false;
+    while (__atomic_load_n(&w->driver, __ATOMIC_SEQ_CST) && !late) {
+      if (deadline <= 0) {
+        pthread_cond_wait(&w->wake, &w->lock);
+        continue;
+      }
+      double t = deadline;
+      struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+      late = pthread_cond_timedwait(&w->wake, &w->lock, &ts) != 0 && tc_now() >= deadline;
+    }
+    __atomic_sub_fetch(&w->sleepers, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&w->lock);
+    if (late) return false;
+  }
+  return true;
+}
+
+void tc_work_unclaim(tc_work_t *w) {
+  __atomic_store_n(&w->driver, 0, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&w->sleepers, __ATOMIC_SEQ_CST) == 0) return;
+  pthread_mutex_lock(&w->lock);
+  pthread_cond_broadcast(&w->wake);
+  pthread_mutex_unlock(&w->lock);
 }
 
 /* The schedule's error, said with what the work is. */

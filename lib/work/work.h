@@ -1,14 +1,16 @@
 /* A work: one posted collective, its MPI requests and what must happen when they complete.
  *
  * Life of a work (every collective follows it):
- *   tc_work_begin    take a work from the pool, locked by the posting thread, with the call's
- *                    signature (tc_sig_t)
- *   tc_work_output   name each output (allocating it if out->data == NULL)
+ *   tc_work_begin    take a work from the pool, driven by the posting thread (tc_work_claim),
+ *                    with the call's signature (tc_sig_t)
+ *   tc_work_output   name each output (allocating it if out->data == NULL: uninitialized, the
+ *                    collective writes all of it; tc_work_output_zeroed where it may not)
  *   tc_work_register put the outputs in the registry (TCOLL_ERR_BUSY if one is pending); with
  *                    TCOLL_DEBUG=DETAIL, check the signature across ranks first
  *   tc_work_inputs   wait for inputs that are pending outputs of earlier work
+ *                    (tc_work_register_inputs: both, in one registry critical section)
  *   ...post MPI_I* calls into tc_work_req() slots, set w->finish...
- *   tc_work_end      unlock; on failure before anything was posted, undo everything
+ *   tc_work_end      let go of it; on failure before anything was posted, undo everything
  * A waiter completes the requests, then runs the completion steps in this order: divide (AVG),
  * finish (op-specific), pieces (unpacking), copy-backs (staged outputs to device memory); then it
  * pops its buffer. The work returns to the pool when its last buffer is popped. */
@@ -18,6 +20,7 @@
 #include "../base/base.h"
 #include "../base/redop.h"
 #include "../sched/schedule.h"
+#include "../sched/select.h"
 
 typedef struct tc_work tc_work_t;
 
@@ -51,6 +54,11 @@ typedef struct tc_wbuf {
   void *base;
   size_t nbytes;
   bool written; /* an output; false for a key that only names the work (gather off its root) */
+  /* A wait that completed the work pops this buffer's entry later, at the registry's next
+   * critical section (registry.c, "deferred pops"): queued says it is on that list. */
+  int queued;
+  struct tc_wbuf *pop_next;
+  tc_work_t *owner;
 } tc_wbuf_t;
 
 /* Host memory whose content goes to device memory once the work completes (a staged output, or
@@ -102,7 +110,11 @@ enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda
 #define TC_WORK_ERR_LEN 512
 
 struct tc_work {
-  pthread_mutex_t lock; /* held while posting and while completing */
+  /* One thread at a time advances a work: its driver (see tc_work_claim). driver: 1 while one
+   * is; sleepers: threads waiting on `wake` (under `lock`) for it to let go. */
+  int driver, sleepers;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
   const char *op;
   tcoll_comm_t *comm;
   uint64_t seq;      /* process-wide */
@@ -113,6 +125,7 @@ struct tc_work {
   bool host_math;    /* the op computes on its buffers on the host (AVG, premul, packing...):
                         staging then hands it host buffers even where MPI takes device ones */
   bool done;
+  tc_algo_t algo;    /* how it runs (TC_ALGO_MPI: the literal MPI call) */
   int status;
   char err[TC_WORK_ERR_LEN];
   double t_post, t_done;
@@ -156,10 +169,18 @@ struct tc_work {
 #define TC_PRIV_FITS(type) _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
 
 int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig);
+/* The algorithm the collective runs (for logs, traces and tcoll_last_algorithm). */
+static inline void tc_work_set_algo(tc_work_t *w, tc_algo_t algo) { w->algo = algo; }
 /* Prepares an output: with out->data == NULL allocates it (dtype, ndim, shape, device given),
- * otherwise it was already checked. Records it as a buffer of the work. */
+ * otherwise it was already checked. Records it as a buffer of the work. The storage comes from
+ * the cache uninitialized: the collective must write every byte of it on success. */
 int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
                    int device);
+/* The same for an output the work may leave (partly) unwritten on this rank, where the contract
+ * promises zeros (reduce's output off its root, a gradient output left unchanged): an allocated
+ * one is zero-filled. */
+int tc_work_output_zeroed(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
+                          int device);
 /* Records a buffer to key the work under without it being an output tensor. */
 int tc_work_key(tc_work_t *w, void *base, size_t nbytes);
 int tc_work_register(tc_work_t *w);
@@ -169,6 +190,10 @@ int tc_work_register(tc_work_t *w);
 int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc);
 /* Waits for pending work on each input (skipping this work's own buffers). */
 int tc_work_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n);
+/* tc_work_register then tc_work_inputs, with the outputs keyed and the inputs recorded in one
+ * registry critical section (without TCOLL_DEBUG=DETAIL, which checks across ranks between the
+ * two). */
+int tc_work_register_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n);
 /* Space for n more requests (so that posting never fails half-way for lack of memory). */
 int tc_work_reserve(tc_work_t *w, int n);
 MPI_Request *tc_work_req(tc_work_t *w);
@@ -189,8 +214,19 @@ int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size
  * registered with the error so that a wait completes what was posted and reports it. */
 int tc_work_end(tc_work_t *w, int rc);
 
-/* Advances w (caller holds w->lock). Returns the work's status once done, TCOLL_IN_PROGRESS,
- * or TCOLL_ERR_TIMEOUT when block and deadline passed. */
+/* Who advances a work: the driver. The poster drives it from tc_work_begin to tc_work_end;
+ * afterwards any thread may claim it (a waiter, the progress thread). Claiming is an atomic flag,
+ * without a lock of its own (a waiter claims inside the registry critical section where it found
+ * the work); a thread that finds it taken returns (tc_work_try_claim) or sleeps until the driver
+ * lets go (tc_work_claim). */
+bool tc_work_try_claim(tc_work_t *w);
+/* Claims w, sleeping while another thread drives it; false if the deadline (> 0) passed first. */
+bool tc_work_claim(tc_work_t *w, double deadline);
+/* Lets go of w, waking the threads that wait to claim it. */
+void tc_work_unclaim(tc_work_t *w);
+
+/* Advances w (the caller drives it: tc_work_claim). Returns the work's status once done,
+ * TCOLL_IN_PROGRESS, or TCOLL_ERR_TIMEOUT when block and deadline passed. */
 int tc_work_progress(tc_work_t *w, bool block, double deadline);
 /* Returns w to the pool (nobody references it any more). */
 void tc_work_recycle(tc_work_t *w);

@@ -1,0 +1,44 @@
+/* Composed algorithms: builders that append a collective's steps to a schedule, for host buffers
+ * (device buffers reach them staged). Each fixes its reduction order per (algorithm, ranks,
+ * count), so results are reproducible bit for bit, and every rank of an all_reduce gets the
+ * same bits (each block is reduced once, on one rank, then copied to the others).
+ *
+ * Blocks: a vector of n elements split over p ranks gives block b n / p elements, plus one for
+ * the first n % p blocks (equal blocks when p divides n, as in reduce_scatter). */
+#ifndef TC_ALGORITHMS_H
+#define TC_ALGORITHMS_H
+
+#include "schedule.h"
+
+static inline int64_t tc_block_count(int64_t n, int p, int b) { return n / p + (b < n % p ? 1 : 0); }
+static inline int64_t tc_block_offset(int64_t n, int p, int b) {
+  return (int64_t)b * (n / p) + (b < n % p ? b : n % p);
+}
+
+/* Scratch bytes of the ring reduce_scatter of n elements (two blocks). */
+size_t tc_ring_reduce_scatter_scratch(int64_t n, int p, tcoll_dtype_t d);
+/* Ring reduce_scatter: in holds the p blocks of n elements; this rank's reduced block goes to
+ * out (which may be in's own block: in place). p - 1 steps; at step s rank r sends its partial
+ * of block r - s - 1 to r + 1 and adds its own contribution to the partial of block r - s - 2
+ * it receives from r - 1. Block b is summed along the ring starting at rank b + 1. */
+int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                                 void *scratch, int tag0);
+/* Ring all-gather in place: buf holds the p blocks of n elements, this rank's filled in. */
+int tc_build_ring_all_gather(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int tag0);
+/* Scratch bytes of the MPI_Iallgatherv all-gather (its counts and displacements). */
+size_t tc_allgatherv_scratch(int p);
+/* Whether one MPI_Iallgatherv can carry blocks of n elements (counts within the per-call limit). */
+bool tc_allgatherv_fits(int64_t n, int p);
+/* MPI_Iallgatherv in place over buf's p blocks, posted once the steps before it are done. */
+int tc_build_allgatherv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, void *scratch);
+
+/* Scratch bytes of the all-to-all reduce_scatter (every rank's block of this rank). */
+size_t tc_alltoall_reduce_scatter_scratch(int64_t nper, int p, tcoll_dtype_t d);
+/* Whether one MPI_Ialltoall can carry blocks of nper elements. */
+bool tc_alltoall_fits(int64_t nper);
+/* MPI_Ialltoall of the p blocks of nper elements, then out = block of rank p-1 (op) ... (op)
+ * block of rank 0, reduced on the host in rank order. */
+int tc_build_alltoall_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64_t nper, tcoll_dtype_t d,
+                                     MPI_Op op, void *scratch);
+
+#endif
