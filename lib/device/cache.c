@@ -8,10 +8,11 @@
 #include <string.h>
 
 #define MIN_BYTES 256          /* class 0: every request up to this size */
-#define MAX_SHIFT 48           /* blocks up to 2^48 bytes */
+#define MAX_SHIFT 48           /* classes up to 2^48 bytes; larger requests pass through uncached */
 #define NCLASS (1 + 4 * (MAX_SHIFT - 8))
 #define MAX_FENCES 8
 #define NPLACES (TC_MAX_DEVICES + 2) /* pinned, host, devices */
+#define NO_CLASS (-1)
 #define READY_SCAN 4           /* free blocks of a class examined for completed fences */
 
 typedef enum { FROM_MALLOC, FROM_HOST_ALLOC, FROM_DEVICE } origin_t;
@@ -20,7 +21,7 @@ typedef enum { FROM_MALLOC, FROM_HOST_ALLOC, FROM_DEVICE } origin_t;
 typedef struct block {
   void *p;
   size_t size; /* its class's size: what was allocated */
-  int place, cls;
+  int place, cls; /* cls NO_CLASS: a request larger than any class, never cached */
   origin_t origin;
   unsigned gen; /* backend generation it was allocated under (backend memory) */
   int nfence;
@@ -43,7 +44,8 @@ static struct {
 static int place_index(int place) { return place + 2; }
 
 /* The class of an n-byte request and its size: class 0 up to MIN_BYTES, then four classes per
- * power of two. 0 with *size 0 for what no class holds. */
+ * power of two. NO_CLASS with *size n for what no class holds: such a request still goes to the
+ * system, so that its failure is the system's (on a GPU: cudaMalloc's out of memory). */
 static int class_of(size_t n, size_t *size) {
   if (n <= MIN_BYTES) {
     *size = MIN_BYTES;
@@ -51,8 +53,8 @@ static int class_of(size_t n, size_t *size) {
   }
   int k = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
   if (k >= MAX_SHIFT) {
-    *size = 0;
-    return 0;
+    *size = n;
+    return NO_CLASS;
   }
   size_t step = (size_t)1 << (k - 2), base = (size_t)1 << k;
   size_t q = (n - base + step - 1) / step; /* 1..4 */
@@ -104,7 +106,7 @@ static bool fences_done(const block_t *b) {
  * completed, else the most recent (its next owner waits for it); NULL if none. */
 static block_t *list_take(int place, int cls) {
   block_t **l = lists[place_index(place)];
-  block_t *b = l ? l[cls] : NULL;
+  block_t *b = l && cls != NO_CLASS ? l[cls] : NULL;
   if (!b) return NULL;
   int seen = 0;
   for (block_t *c = b; c && seen < READY_SCAN; c = c->next, seen++) {
@@ -232,7 +234,6 @@ int tc_cache_alloc(int place, size_t n, bool zero, void **p) {
     return tc_error(TCOLL_ERR_INTERNAL, "no storage place %d", place);
   size_t size;
   int cls = class_of(n, &size);
-  if (!size) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes (more than 2^%d)", n, MAX_SHIFT);
   pthread_mutex_lock(&mu);
   block_t *b = list_take(place, cls);
   int rc = TCOLL_SUCCESS;
@@ -315,7 +316,7 @@ static bool give_back(void *p, int n, const int *devs, void *const *streams) {
     }
     pthread_mutex_lock(&mu);
   }
-  if (enabled && backend_current(b) && b->size <= tc_cfg.cache_bytes && ensure_lists(b->place) == TCOLL_SUCCESS) {
+  if (enabled && backend_current(b) && b->cls != NO_CLASS && b->size <= tc_cfg.cache_bytes && ensure_lists(b->place) == TCOLL_SUCCESS) {
     list_push(b);
     evict_locked(tc_cfg.cache_bytes, &victims);
   } else {
