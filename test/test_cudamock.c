@@ -9,12 +9,14 @@
  *   device1   a rank that only uses device 1 creates a context on device 1 only: the device
  *             guard, pinned memory and finalize leave device 0 alone
  *   guard     a thread's own device choice is given back after tcoll's calls on another device
- *   faults    each CUDA call of the backend fails, at many points of a round of device work:
- *             every failure comes back as TCOLL_ERR_CUDA naming the call (or, where nobody can
- *             be told, a warning naming it), nothing crashes or hangs, the next round works
+ *   faults    each CUDA call of the backend fails, at many points of a round of device work
+ *             (ending with tcoll_cache_release, where the cache's frees happen): every failure
+ *             comes back as TCOLL_ERR_CUDA naming the call (or, where nobody can be told, a
+ *             warning naming it), nothing crashes or hangs, the next round works
  *   copyback  a scatter's output copied back by a rank whose first tcoll stream cannot be
  *             created at that moment: the wait reports the failed call (the copy-backs' stream
- *             table used to be read uninitialized on that path)
+ *             table used to be read uninitialized on that path); alone, rank 0 makes its
+ *             streams with its inputs (a zero-fill), so there the allocation reports it
  *   pinned    coalesced, list, gather / scatter, all_to_all and gradient staging copy through
  *             pinned memory only (no asynchronous copy touches pageable memory)
  *   aware     with TCOLL_CUDA_AWARE=1 the coalesced collectives still pack device tensors
@@ -321,6 +323,9 @@ static void round_of_work(tcoll_comm_t *mine, outcome_t *o) {
   }
   tcoll_tensor_t *all[] = {&x, &x1, &y, &z, &sum, &small[0], &small[1], &out[0], &out[1]};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tcoll_tensor_free(all[i]);
+  /* The storage cache keeps freed blocks: their cudaFree and cudaFreeHost (and the waits for
+   * their fences) happen here, where a failure is the status, rather than at finalize. */
+  STEP(tcoll_cache_release());
 }
 
 /* One round from tcoll_init to tcoll_finalize, with `call`'s nth next call failing (nth 0: no
@@ -391,17 +396,32 @@ static void scenario_faults(void) {
 
 /* ------------------------------------------------------------------ copyback */
 
+/* Alone, rank 0 is source and receiver, and making its inputs makes tcoll's streams (the
+ * zero-fill of tcoll_tensor_alloc runs on one): the first stream creation failing is then that
+ * allocation's error, and its scatter finds the streams made. */
+static void first_stream_fails_at_alloc(void) {
+  tcoll_tensor_t t = empty();
+  mock_cuda_fail("cudaStreamCreateWithFlags", 1, CUDA_ERROR_UNKNOWN);
+  int rc = make(&t, 0, 8, 0);
+  mock_cuda_fail_none();
+  EXPECT(rc == TCOLL_ERR_CUDA, "a device allocation whose zero-fill stream cannot be made gave %s",
+         tcoll_status_string(rc));
+  HAS(tcoll_last_error(), "cudaStreamCreateWithFlags failed: unknown error (cudaErrorUnknown)");
+  EXPECT(t.data == NULL, "a failed allocation left data %p", t.data);
+}
+
 static void scenario_copyback(void) {
   OK(tcoll_init(NULL, NULL));
   int64_t n = 32;
   tcoll_tensor_t list[8];
+  if (size == 1) first_stream_fails_at_alloc();
   for (int r = 0; r < size && rank == 0; r++) OK(make(&list[r], 0, n, r));
   int64_t piece[1] = {n};
   tcoll_tensor_t out = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 1, piece, 0);
-  /* Nothing has made tcoll's streams yet: on a rank that only receives, the first is made by the
-   * copy-back at completion. Rank 0, the source, makes them when it reads its inputs at the post:
-   * it fails there only when alone (with others waiting it must post). */
-  bool fails = rank != 0 || size == 1;
+  /* On a rank that only receives, nothing has made tcoll's streams yet (its output is not
+   * zero-filled: the scatter writes all of it): the first is made by the copy-back at
+   * completion. Rank 0 made them with its inputs. */
+  bool fails = rank != 0;
   if (fails) mock_cuda_fail("cudaStreamCreateWithFlags", 1, CUDA_ERROR_UNKNOWN);
   int rc = tcoll_scatter(rank == 0 ? list : NULL, 0, NULL, &out);
   if (rc == TCOLL_SUCCESS) rc = tcoll_wait(out.data);
