@@ -409,7 +409,7 @@ static int drain(tc_pipe_t *p, slot_t *s) {
 static void finish(tc_pipe_t *p) {
   if (p->status == TCOLL_SUCCESS) {
     int rc = record(p, p->ev_done, p->h2d);
-    if (rc) fail(p, rc, tcoll_last_error());
+    if (rc) fail(p, rc, tc_last_message());
   }
   p->done = true;
   fifo_remove(p);
@@ -430,21 +430,21 @@ static void advance(tc_pipe_t *p) {
       fail_mpi(p, mrc, "MPI_Test");
       rc = TCOLL_ERR_MPI;
     } else if (flag && (rc = drain(p, s))) {
-      fail(p, rc, tcoll_last_error());
+      fail(p, rc, tc_last_message());
     }
   }
   /* Fills into free slots, in chunk order. */
   while (!rc && p->next_fill < p->K) {
     slot_t *s = &p->slots[p->next_fill % TC_PIPE_SLOTS];
     if (s->state != SLOT_FREE) break;
-    if ((rc = start_fill(p, s, p->next_fill))) fail(p, rc, tcoll_last_error());
+    if ((rc = start_fill(p, s, p->next_fill))) fail(p, rc, tc_last_message());
     else p->next_fill++;
   }
   for (int i = 0; i < TC_PIPE_SLOTS && !rc; i++) {
     slot_t *s = &p->slots[i];
     if (s->state != SLOT_FILLING) continue;
     int q = check_ready(p, s);
-    if (q != TCOLL_SUCCESS && q != TCOLL_IN_PROGRESS) fail(p, rc = q, tcoll_last_error());
+    if (q != TCOLL_SUCCESS && q != TCOLL_IN_PROGRESS) fail(p, rc = q, tc_last_message());
   }
   /* MPI calls, in chunk order, once every earlier pipeline on the communicator posted all. */
   while (!rc && p->next_post < p->K && p->pc->head == p) {
@@ -604,7 +604,7 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
   fifo_add(p);
   /* Start copying right away: the device-to-host copies overlap the caller's own work. */
   while (p->next_fill < p->K && p->next_fill < TC_PIPE_SLOTS && !rc) {
-    if ((rc = start_fill(p, &p->slots[p->next_fill], p->next_fill))) fail(p, rc, tcoll_last_error());
+    if ((rc = start_fill(p, &p->slots[p->next_fill], p->next_fill))) fail(p, rc, tc_last_message());
     else p->next_fill++;
   }
   if (rc) finish(p);
