@@ -17,6 +17,8 @@
  *             created at that moment: the wait reports the failed call (the copy-backs' stream
  *             table used to be read uninitialized on that path); alone, rank 0 makes its
  *             streams with its inputs (a zero-fill), so there the allocation reports it
+ *   reuse     a cached device block whose fence cannot be queried or waited for: the allocation
+ *             that would reuse it fails naming the call, the block goes back to the system
  *   pinned    coalesced, list, gather / scatter, all_to_all and gradient staging copy through
  *             pinned memory only (no asynchronous copy touches pageable memory)
  *   aware     with TCOLL_CUDA_AWARE=1 the coalesced collectives still pack device tensors
@@ -441,6 +443,41 @@ static void scenario_copyback(void) {
   OK(tcoll_finalize());
 }
 
+/* ------------------------------------------------------------------ reuse */
+
+/* A freed device block is cached with a fence on this thread's stream; `call` (cudaEventQuery or
+ * cudaEventSynchronize) then fails on the allocation that would reuse it. */
+static void reuse_fails(const char *call) {
+  int64_t shape[1] = {1000};
+  tcoll_tensor_t t = empty();
+  OK(tcoll_tensor_alloc(&t, TCOLL_FLOAT32, 1, shape, 0));
+  tcoll_tensor_free(&t);
+  tcoll_cache_info_t before, after;
+  OK(tcoll_cache_info(&before));
+  mock_cuda_fail(call, 1, CUDA_ERROR_UNKNOWN);
+  int rc = tcoll_tensor_alloc(&t, TCOLL_FLOAT32, 1, shape, 0);
+  mock_cuda_fail_none();
+  EXPECT(rc == TCOLL_ERR_CUDA, "reusing a block whose fence's %s fails gave %s", call, tcoll_status_string(rc));
+  char want[128];
+  snprintf(want, sizeof want, "%s failed: unknown error (cudaErrorUnknown)", call);
+  HAS(tcoll_last_error(), want);
+  EXPECT(t.data == NULL, "a failed allocation left data %p", t.data);
+  OK(tcoll_cache_info(&after));
+  EXPECT(after.freed == before.freed + 1 && after.cached_device < before.cached_device && after.in_use == before.in_use,
+         "the block was not given back: freed %llu -> %llu, cached on devices %zu -> %zu, in use %zu -> %zu",
+         (unsigned long long)before.freed, (unsigned long long)after.freed, before.cached_device, after.cached_device,
+         before.in_use, after.in_use);
+  OK(tcoll_tensor_alloc(&t, TCOLL_FLOAT32, 1, shape, 0)); /* and the next allocation works */
+  tcoll_tensor_free(&t);
+}
+
+static void scenario_reuse(void) {
+  OK(tcoll_init(NULL, NULL));
+  reuse_fails("cudaEventQuery");
+  reuse_fails("cudaEventSynchronize");
+  OK(tcoll_finalize());
+}
+
 /* ------------------------------------------------------------------ pinned */
 
 static void scenario_pinned(void) {
@@ -555,6 +592,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(scenario, "guard")) scenario_guard();
   else if (!strcmp(scenario, "faults")) scenario_faults();
   else if (!strcmp(scenario, "pinned")) scenario_pinned();
+  else if (!strcmp(scenario, "reuse")) scenario_reuse();
   else if (!strcmp(scenario, "copyback")) scenario_copyback();
   else if (!strcmp(scenario, "aware")) scenario_aware();
   else fail_at(__LINE__, "unknown scenario \"%s\"", scenario);
