@@ -25,7 +25,6 @@ static pthread_mutex_t eng_mu = PTHREAD_MUTEX_INITIALIZER;
 static tc_sched_t *driven_head, *driven_tail;
 static int ndriven; /* atomic reads outside eng_mu */
 static int keyval = MPI_KEYVAL_INVALID;
-static bool (*peer_engine)(void);
 
 /* ------------------------------------------------------------------ building */
 
@@ -477,12 +476,6 @@ void tc_sched_drive_all(void) {
 
 bool tc_sched_any_driven(void) { return __atomic_load_n(&ndriven, __ATOMIC_RELAXED) > 0; }
 
-void tc_sched_set_peer_engine(bool (*fn)(void)) { peer_engine = fn; }
-
-/* Advances the other engine; whether it has work in flight. A rank polling a schedule may be
- * the one whose pipeline chunks another rank waits for before it can drive its own steps. */
-static bool peer_busy(void) { return peer_engine && peer_engine(); }
-
 static bool is_driven(const tc_sched_t *s) { return __atomic_load_n(&s->driven, __ATOMIC_ACQUIRE); }
 
 /* Blocks in MPI for the first posted step, running what becomes startable in order: for a
@@ -514,12 +507,11 @@ static void pause_between_polls(int *polls) {
 int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
   int polls = 0;
   for (;;) {
-    bool peer = peer_busy();
     if (is_driven(s)) {
       pthread_mutex_lock(&eng_mu);
       drive_all_locked();
       pthread_mutex_unlock(&eng_mu);
-    } else if (block && deadline <= 0 && !peer && !tc_sched_any_driven() && !tc_cfg.wait_yield) {
+    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield) {
       /* TCOLL_WAIT=yield polls instead: MPICH's MPI_Wait spins without yielding, and with more
        * ranks than cores it starves the very ranks it waits for (a 4-rank demo on 2 cores). */
       run_blocking(s);

@@ -165,10 +165,6 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline);
 static inline bool tc_sched_done(const tc_sched_t *s) { return s->first == s->n; }
 /* Advances every driven schedule (the progress thread, and whoever waits). */
 void tc_sched_drive_all(void);
-/* The other engine whose work a rank waiting here may owe its peers (the staging pipelines, on
- * their own communicator): advanced at every poll of a wait or test, and a wait does not block
- * in MPI while it has work in flight (fn returns whether it has). */
-void tc_sched_set_peer_engine(bool (*fn)(void));
 /* Whether any schedule is driven now (a cheap, unlocked read). */
 bool tc_sched_any_driven(void);
 /* Completes whatever a schedule still has posted and drops it from the engine's lists (a work

@@ -6,7 +6,6 @@
 #include "../comm.h"
 #include "../base/dtype.h"
 #include "../sched/mpi_glue.h"
-#include "../sched/schedule.h"
 #include "../base/scratch.h"
 #include "../device/device.h"
 #include "staging.h"
@@ -61,7 +60,6 @@ TC_PRIV_FITS(pipe_priv_t);
 
 static pthread_mutex_t eng_mu = PTHREAD_MUTEX_INITIALIZER;
 static tc_pipe_t *active_head, *active_tail;
-static int nactive; /* atomic reads outside eng_mu */
 static tc_pipe_t *free_pipes[TC_MAX_DEVICES + 1]; /* the last: host pipelines */
 static int keyval = MPI_KEYVAL_INVALID;
 
@@ -230,7 +228,6 @@ static void active_add(tc_pipe_t *p) {
   else active_head = p;
   active_tail = p;
   p->active = true;
-  __atomic_add_fetch(&nactive, 1, __ATOMIC_RELAXED);
 }
 
 static void active_remove(tc_pipe_t *p) {
@@ -240,7 +237,6 @@ static void active_remove(tc_pipe_t *p) {
   if (p->next_active) p->next_active->prev_active = p->prev_active;
   else active_tail = p->prev_active;
   p->active = false;
-  __atomic_sub_fetch(&nactive, 1, __ATOMIC_RELAXED);
 }
 
 static void fifo_add(tc_pipe_t *p) {
@@ -477,15 +473,6 @@ static void advance_all_locked(void) {
   }
 }
 
-bool tc_pipe_drive_all(void) {
-  if (__atomic_load_n(&nactive, __ATOMIC_RELAXED) == 0) return false;
-  pthread_mutex_lock(&eng_mu);
-  advance_all_locked();
-  bool busy = active_head != NULL;
-  pthread_mutex_unlock(&eng_mu);
-  return busy;
-}
-
 /* ------------------------------------------------------------------ the work's hooks */
 
 /* MPI advances a nonblocking collective round by round, only inside MPI calls: between tests
@@ -505,7 +492,6 @@ static int pipe_progress(tc_work_t *w, bool block, double deadline) {
     bool done = p->done;
     int status = p->status;
     pthread_mutex_unlock(&eng_mu);
-    tc_sched_drive_all(); /* a peer may wait for this rank's steps of a schedule before its chunks */
     if (done) {
       if (status) return tc_error(status, "%s", p->err);
       if (on_host(p)) return TCOLL_SUCCESS;

@@ -70,9 +70,6 @@ bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int
 int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d);
 /* Returns a pipeline held by a work (TC_HELD_PIPE). */
 void tc_pipe_release(void *pipe);
-/* Advances every pipeline (as a wait on one does); whether any is still in flight. The schedule
- * engine runs it while a thread waits for a schedule (tc_sched_set_peer_engine). */
-bool tc_pipe_drive_all(void);
 void tc_pipe_cleanup(void);
 
 #endif
