@@ -228,7 +228,10 @@ typedef struct tcoll_cache_info {
 /* Gives every free block of the cache back to the system (like torch.cuda.empty_cache), and
  * tcoll's pooled host scratch memory with it. Storage in use is not affected; device blocks are
  * freed once the work last queued on them is done. Any thread, at any time (also before
- * tcoll_init or after tcoll_finalize, when nothing is cached). */
+ * tcoll_init or after tcoll_finalize, when nothing is cached). Every block is given back even
+ * when the backend fails to free one: the first failure is returned (TCOLL_ERR_CUDA naming the
+ * call), any further one logged. Frees elsewhere (beyond the limit, at finalize) tell nobody:
+ * their failures are logged. */
 TCOLL_API int tcoll_cache_release(void);
 /* Fills *info (NULL: TCOLL_ERR_INVALID_ARGUMENT). Any thread, at any time. */
 TCOLL_API int tcoll_cache_info(tcoll_cache_info_t *info);

@@ -38,7 +38,7 @@ int tc_check_tensor(const tcoll_tensor_t *t, const char *name) {
   if (rc) return rc;
   if (!t->data && tcoll_tensor_numel(t) > 0)
     return INVALID("%s->data is NULL with %lld elements (expected a buffer)", name, (long long)tcoll_tensor_numel(t));
-  return TCOLL_SUCCESS;
+  return tc_dev_check_pointer(t->data, t->device, name);
 }
 
 int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
@@ -56,7 +56,7 @@ int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t d
   }
   if (out->device != device)
     return INVALID("%s->device is %d (expected %d, the input's device)", name, out->device, device);
-  return TCOLL_SUCCESS;
+  return tc_dev_check_pointer(out->data, out->device, name);
 }
 
 int tc_check_dim(int dim, int ndim, const char *name, int *norm) {
@@ -207,8 +207,9 @@ int tc_reduce_scatter_shape(const tcoll_tensor_t *in, int dim, int group_size, i
  * call: a valid call passes them in one pass over the shape, and only a call that fails one runs
  * the detailed checks above, whose messages name what is wrong. */
 
-/* Whether t is a valid tensor with data (tc_check_tensor would pass), and its bytes; false when
- * in doubt. */
+/* Whether t's description is valid and it has data (tc_check_tensor would pass but for the
+ * pointer query, which the callers make: it can fail with a backend error to report), and its
+ * bytes; false when in doubt. */
 static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) {
   if (!t || !tc_dtype_valid(t->dtype) || t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS) return false;
   uint64_t n = tc_dtype_size(t->dtype);
@@ -242,6 +243,8 @@ static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, s
     return rc ? rc : tc_check_disjoint(out, "out", in, "in", same_ok);
   }
   if (!out->data || !in->data) return TCOLL_SUCCESS; /* to allocate: on in's device, checked */
+  int rc = tc_dev_check_pointer(out->data, out->device, "out"); /* the device field is not trusted */
+  if (rc) return rc;
   uintptr_t ob = (uintptr_t)out->data, ib = (uintptr_t)in->data;
   if ((same_ok && ob == ib) || ob >= ib + nb || ib >= ob + nb) return TCOLL_SUCCESS;
   return tc_check_disjoint(out, "out", in, "in", same_ok);
@@ -249,7 +252,7 @@ static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, s
 
 /* The input's checks: quick, or detailed when quick has a doubt. */
 static int check_input(const tcoll_tensor_t *in, size_t *nb) {
-  if (quick_tensor(in, nb)) return TCOLL_SUCCESS;
+  if (quick_tensor(in, nb)) return tc_dev_check_pointer(in->data, in->device, "in");
   int rc = tc_check_tensor(in, "in");
   if (!rc) *nb = tcoll_tensor_nbytes(in);
   return rc;
@@ -277,18 +280,30 @@ static int ar_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, 
   return tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, in[i].shape, in[i].device);
 }
 
+/* Entry i's pointer queries, for entries that passed the quick checks. */
+static int pointers_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, const char *iname,
+                          const char *oname) {
+  int rc = tc_dev_check_pointer(in[i].data, in[i].device, iname);
+  if (!rc && out[i].data) rc = tc_dev_check_pointer(out[i].data, out[i].device, oname);
+  return rc;
+}
+
 /* Runs an entry check with placeholder names, and again with real ones ("in[3]") only when it
- * fails, so that a call with many tensors formats nothing. */
+ * fails, so that a call with many tensors formats nothing. A failure that does not happen twice
+ * (a device query that failed once) keeps the first one's status and message. */
 #define CHECK_ENTRIES(n, CALL)                                                                   \
   for (int i_ = 0; i_ < (n); i_++) {                                                             \
     const char *iname = "in[i]", *oname = "out[i]";                                              \
     if ((rc = CALL)) {                                                                           \
-      char ibuf[32], obuf[32];                                                                   \
+      char ibuf[32], obuf[32], first[1024];                                                      \
+      snprintf(first, sizeof first, "%s", tcoll_last_error());                                   \
       snprintf(ibuf, sizeof ibuf, "in[%d]", i_);                                                 \
       snprintf(obuf, sizeof obuf, "out[%d]", i_);                                                \
       iname = ibuf;                                                                              \
       oname = obuf;                                                                              \
-      return CALL;                                                                               \
+      int again_ = CALL;                                                                         \
+      if (!again_) tc_restore_error(first);                                                      \
+      return again_ ? again_ : rc;                                                               \
     }                                                                                            \
   }
 
@@ -307,6 +322,8 @@ int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t
       break;
   if (i < n) {
     CHECK_ENTRIES(n, ar_entry(in, out, i_, op, rop, iname, oname))
+  } else {
+    CHECK_ENTRIES(n, pointers_entry(in, out, i_, iname, oname))
   }
   return check_lists_disjoint(out, in, n, true);
 }

@@ -11,9 +11,11 @@
 
 /* dtype, ndim, non-negative shape, byte size without overflow, an existing device. */
 int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name);
-/* A descriptor plus data (NULL data is allowed only with zero elements). */
+/* A descriptor plus data (NULL data is allowed only with zero elements) that lives where
+ * device says (checked with the backend: tc_dev_check_pointer). */
 int tc_check_tensor(const tcoll_tensor_t *t, const char *name);
-/* An output: data == NULL (tcoll allocates) or exactly dtype / shape / device. */
+/* An output: data == NULL (tcoll allocates) or exactly dtype / shape / device, with data where
+ * device says. */
 int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dtype, int ndim,
                     const int64_t *shape, int device);
 /* dim in [-ndim, ndim); *norm gets it in [0, ndim). */

@@ -102,6 +102,13 @@ static int start_mpi(int *argc, char ***argv) {
   return TCOLL_SUCCESS;
 }
 
+/* TCOLL_DEBUG=INFO: what the device path will do on this rank. */
+static void log_devices(void) {
+  if (tc_cfg.debug < TCOLL_LOG_INFO) return;
+  char dev[512], mpi[256];
+  tc_info("devices: %s; %s", tc_dev_describe(dev, sizeof dev), tc_placement_describe(mpi, sizeof mpi));
+}
+
 static int start_library(void) {
   MPI_Comm_rank(MPI_COMM_WORLD, &tc_g.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &tc_g.world_size);
@@ -117,6 +124,7 @@ static int start_library(void) {
   tc_config_on_cache_limit(tc_cache_trim);
   tc_placement_init();
   tc_mpi_impl_init();
+  log_devices();
   tc_comm_set_drain(tc_wait_comm);
   tc_sched_set_peer(&(tc_sched_peer_t){tc_pipe_drive_all, tc_pipe_any_active});
   if ((rc = tc_bootstrap_init())) return rc;

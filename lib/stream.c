@@ -47,8 +47,8 @@ int tcoll_stream_destroy(int device, void *stream) {
   if (!stream) return TCOLL_SUCCESS; /* the default stream is not destroyed */
   rc = tc_dev()->stream_sync(device, stream);
   if (tc_dev_current_stream(device) == stream) tc_dev_set_current_stream(device, NULL);
-  tc_dev()->stream_destroy(device, stream);
-  return rc;
+  int destroyed = tc_dev()->stream_destroy(device, stream);
+  return rc ? rc : destroyed;
 }
 
 int tcoll_stream_synchronize(int device, void *stream) {

@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "gpu_probe.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -129,8 +131,10 @@ static float half_to_float(uint16_t h) {
 }
 
 static uint16_t float_to_half_exact(double v) {
-  /* Tests only store values exactly representable in float16. */
+  /* Tests only store values exactly representable in float16, NaN and infinities. */
+  if (isnan(v)) return 0x7e00;
   uint16_t sign = v < 0 ? 0x8000 : 0;
+  if (isinf(v)) return sign | 0x7c00;
   v = fabs(v);
   if (v == 0) return sign;
   int e;
@@ -185,6 +189,7 @@ static double load(const void *buf, tcoll_dtype_t d, int64_t i) {
 }
 
 int main(int argc, char **argv) {
+  bool gpu_visible = t_gpu_prepare();
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &t_rank);
@@ -193,11 +198,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "[rank %d] tcoll_init failed: %s\n", t_rank, tcoll_last_error());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  if (getenv("T_NEEDS_GPU") && strcmp(tcoll_device_backend(), "cuda") != 0) {
-    if (t_rank == 0) printf("no CUDA device: skipped\n");
+  int verdict = t_gpu_verdict(tcoll_device_backend(), gpu_visible, t_rank);
+  if (verdict) {
     tcoll_finalize();
     MPI_Finalize();
-    return 77;
+    return verdict;
   }
   SRunner *sr = srunner_create(t_suite());
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -3,6 +3,11 @@
 # arguments. Normally it just execs the program; with TCOLL_VALGRIND set (meson test --setup
 # valgrind) it runs the rank under valgrind memcheck, and any error valgrind reports makes the
 # rank exit with 99, which fails the test. Extra valgrind options: TCOLL_VALGRIND_ARGS.
+# TCOLL_TEST_LIBDIR puts a folder first in the library path: the mock-CUDA build of libtcoll
+# (test/mockcuda) stands in for the real one that way.
+if [ -n "${TCOLL_TEST_LIBDIR:-}" ]; then
+  export LD_LIBRARY_PATH="$TCOLL_TEST_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 if [ -n "${TCOLL_VALGRIND:-}" ]; then
   if ! command -v valgrind >/dev/null 2>&1; then
     echo "rank-launcher.sh: TCOLL_VALGRIND is set but valgrind is not installed (apt-get install valgrind)" >&2

@@ -1,12 +1,26 @@
-/* Real-GPU checks (run with T_NEEDS_GPU=1: exits 77, skipped, without a CUDA device): the CUDA
- * backend under the staging pipeline, stream order with real CUDA streams and events, the CUDA
- * add kernel of the local ops (float16 / bfloat16 included), the multi-buffer ops on CUDA
- * streams, and MPI's CUDA-awareness as detected. Only the public API is used, so this builds
- * without the CUDA toolkit too. */
+/* Real-GPU checks (run with T_NEEDS_GPU=1: exits 77, skipped, without a CUDA device; fails when
+ * a GPU is visible but tcoll does not use it): the CUDA backend under the staging pipeline
+ * (float16 / bfloat16 with PREMUL_SUM and AVG, gathers and scatters along dim 1, a lowered
+ * TCOLL_MAX_COUNT), stream order with real CUDA streams and events (a busy stream: a spin kernel
+ * then a kernel writing the input, queued right before the call), the CUDA add kernel of the
+ * local ops in every dtype (NaN and infinities included, and more than 2^31 elements), the
+ * multi-buffer ops on CUDA streams, and MPI's CUDA-awareness as detected. Apart from the test's
+ * own kernels (cuda_kernels.cu, when built with CUDA) only the public API is used.
+ *
+ * The -mock variant runs it on the mock CUDA runtime: there the test's own kernels cannot run
+ * (its runtime sees no GPU) and the 2^31-element case is left out (it needs 6 GiB of device
+ * memory); everything else runs. */
 #include "harness.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if T_HAVE_CUDA
+#include "cuda_kernels.h"
+#endif
+
+static bool on_mock(void) { return getenv("MOCK_CUDA_DEVICES") != NULL; }
 
 static size_t saved_chunk;
 
@@ -134,25 +148,217 @@ START_TEST(stream_order) {
 }
 END_TEST
 
-/* Local reduce_add with the CUDA add kernel, float16 and bfloat16 included. */
+/* Local reduce_add with the CUDA add kernel in every dtype: sum over groups g of
+ * (g + 1) * (i % 7 + 1) is exact in each (at most 42); bool adds as a logical or. */
+static double one(int64_t i, void *c) {
+  (void)i;
+  (void)c;
+  return 1.0;
+}
+
 START_TEST(local_kernels) {
   int nd = tcoll_device_count();
-  tcoll_dtype_t dts[4] = {TCOLL_FLOAT32, TCOLL_FLOAT16, TCOLL_BFLOAT16, TCOLL_INT64};
-  for (int k = 0; k < 4; k++) {
+  for (int dt = 0; dt < 10; dt++) {
     int groups = nd > 1 ? 3 : 2;
     int where[3] = {0, nd > 1 ? 1 : TCOLL_HOST, TCOLL_HOST};
     tcoll_tensor_t in[3];
     for (int g = 0; g < groups; g++) {
-      in[g] = on(where[g], dts[k], 1000);
+      in[g] = on(where[g], (tcoll_dtype_t)dt, 1000);
       t_set_all(&in[g], mine, &g);
     }
     tcoll_tensor_t out = t_empty();
     T_OK(tcoll_local_reduce_add_coalesced(in, groups, 1, 0, &out));
     double tri = (double)groups * (groups + 1) / 2;
-    t_check_all("cuda reduce_add", &out, times, &tri, 0);
+    char what[64];
+    snprintf(what, sizeof what, "cuda reduce_add %s", tcoll_dtype_name((tcoll_dtype_t)dt));
+    if (dt == TCOLL_BOOL) t_check_all(what, &out, one, NULL, 0);
+    else t_check_all(what, &out, times, &tri, 0);
     tcoll_tensor_free(&out);
     for (int g = 0; g < groups; g++) tcoll_tensor_free(&in[g]);
   }
+}
+END_TEST
+
+/* The kernel's float16 / bfloat16 rounding keeps NaN a NaN and infinities infinite. */
+static double specials(int64_t i, void *c) {
+  (void)c;
+  return i == 0 ? NAN : i == 1 ? INFINITY : i == 2 ? -INFINITY : 1.0;
+}
+static double two_up(int64_t i, void *c) {
+  (void)c;
+  return (double)i + 2.0;
+}
+
+START_TEST(kernel_nan_inf) {
+  tcoll_dtype_t dts[2] = {TCOLL_BFLOAT16, TCOLL_FLOAT16};
+  for (int k = 0; k < 2; k++) {
+    tcoll_tensor_t in[2] = {on(0, dts[k], 4), on(TCOLL_HOST, dts[k], 4)}, out = t_empty();
+    t_set_all(&in[0], specials, NULL);
+    t_set_all(&in[1], two_up, NULL);
+    T_OK(tcoll_local_reduce_add_coalesced(in, 2, 1, 0, &out));
+    double v[4];
+    t_read(&out, v);
+    T_EXPECT(isnan(v[0]) && isinf(v[1]) && v[1] > 0 && isinf(v[2]) && v[2] < 0 && v[3] == 6.0,
+             "%s add kernel: NaN + 2, inf + 3, -inf + 4, 1 + 5 gave %g %g %g %g", tcoll_dtype_name(dts[k]), v[0], v[1],
+             v[2], v[3]);
+    tcoll_tensor_free(&out);
+    tcoll_tensor_free(&in[0]);
+    tcoll_tensor_free(&in[1]);
+  }
+}
+END_TEST
+
+/* More than 2^31 elements through the add kernel (64-bit indices), on rank 0 only (6 GiB of
+ * device memory for the inputs, the output and the copy of the host group). uint8 elements:
+ * (i % 100) + (i % 7) never wraps; checked against a pattern of period 700. */
+START_TEST(kernel_beyond_2g) {
+  if (t_rank != 0 || on_mock()) return;
+  int64_t n = (INT64_C(1) << 31) + 1000;
+  enum { PERIOD = 700, BLOCK = PERIOD * 1000 };
+  unsigned char *pa = malloc(BLOCK), *pb = malloc(BLOCK), *ps = malloc(BLOCK);
+  for (int i = 0; i < BLOCK; i++) {
+    pa[i] = (unsigned char)(i % 100);
+    pb[i] = (unsigned char)(i % 7);
+    ps[i] = (unsigned char)(i % 100 + i % 7);
+  }
+  tcoll_tensor_t a = on(TCOLL_HOST, TCOLL_UINT8, n), b = on(TCOLL_HOST, TCOLL_UINT8, n);
+  for (int64_t at = 0; at < n; at += BLOCK) {
+    size_t len = (size_t)(n - at < BLOCK ? n - at : BLOCK);
+    memcpy((char *)a.data + at, pa, len);
+    memcpy((char *)b.data + at, pb, len);
+  }
+  tcoll_tensor_t da = on(0, TCOLL_UINT8, n), out = t_empty();
+  T_OK(tcoll_tensor_copy(&da, &a));
+  tcoll_tensor_t in[2] = {da, b};
+  T_OK(tcoll_local_reduce_add_coalesced(in, 2, 1, 0, &out));
+  T_OK(tcoll_tensor_copy(&a, &out)); /* the result, back on the host */
+  int64_t bad_blocks = 0;
+  for (int64_t at = 0; at < n; at += BLOCK) {
+    size_t len = (size_t)(n - at < BLOCK ? n - at : BLOCK);
+    bad_blocks += memcmp((char *)a.data + at, ps, len) != 0;
+  }
+  T_EXPECT(bad_blocks == 0, "add kernel over %lld uint8 elements: %lld blocks of %d wrong", (long long)n,
+           (long long)bad_blocks, BLOCK);
+  tcoll_tensor_free(&out);
+  tcoll_tensor_free(&da);
+  tcoll_tensor_free(&a);
+  tcoll_tensor_free(&b);
+  free(pa);
+  free(pb);
+  free(ps);
+}
+END_TEST
+
+/* The staging pipeline on float16 / bfloat16 with PREMUL_SUM and AVG (scaled and divided per
+ * chunk on the host), and along dim 1; then with TCOLL_MAX_COUNT lowered below the chunk (each
+ * chunk's MPI call is capped). Values (r + 1) * (i % 7 + 1) keep every result exact. */
+static double scaled_sum(int64_t i, void *c) {
+  return *(double *)c * (double)t_size * (t_size + 1) / 2 * (double)(i % 7 + 1);
+}
+
+static void half_precision_round(void) {
+  int64_t n = 40000; /* 80000 bytes: 20 chunks of 4 KiB */
+  tcoll_redop_t half;
+  T_OK(tcoll_redop_create_premul_sum(0.5, &half));
+  tcoll_dtype_t dts[2] = {TCOLL_FLOAT16, TCOLL_BFLOAT16};
+  for (int k = 0; k < 2; k++) {
+    tcoll_tensor_t x = on(0, dts[k], n), p = t_empty(), a = t_empty();
+    t_set_all(&x, mine, &t_rank);
+    T_OK(tcoll_all_reduce(&x, half, NULL, &p));
+    T_OK(tcoll_all_reduce(&x, TCOLL_AVG, NULL, &a));
+    T_OK(tcoll_wait(p.data));
+    T_OK(tcoll_wait(a.data));
+    double s_half = 0.5, s_avg = 1.0 / t_size;
+    char what[64];
+    snprintf(what, sizeof what, "pipelined premul_sum(0.5) %s", tcoll_dtype_name(dts[k]));
+    t_check_all(what, &p, scaled_sum, &s_half, 0);
+    snprintf(what, sizeof what, "pipelined AVG %s", tcoll_dtype_name(dts[k]));
+    t_check_all(what, &a, scaled_sum, &s_avg, 0);
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&p);
+    tcoll_tensor_free(&a);
+  }
+  T_OK(tcoll_redop_destroy(half));
+  /* all_gather and reduce_scatter along dim 1 of [4, 3000 * size]: runs of 3000 elements */
+  int64_t cols = 3000, shape[2] = {4, cols}, big[2] = {4, cols * t_size};
+  tcoll_tensor_t x = t_empty(), g = t_empty(), y = t_empty(), r = t_empty();
+  T_OK(tcoll_tensor_alloc(&x, TCOLL_FLOAT32, 2, shape, 0));
+  T_OK(tcoll_tensor_alloc(&y, TCOLL_FLOAT32, 2, big, 0));
+  t_set_all(&x, mine, &t_rank);
+  t_set_all(&y, mine, &t_rank);
+  T_OK(tcoll_all_gather(&x, 1, NULL, &g));
+  T_OK(tcoll_reduce_scatter(&y, TCOLL_SUM, 1, NULL, &r));
+  T_OK(tcoll_wait(g.data));
+  T_OK(tcoll_wait(r.data));
+  double *gv = malloc((size_t)(4 * cols * t_size) * sizeof *gv), *rv = malloc((size_t)(4 * cols) * sizeof *rv);
+  t_read(&g, gv);
+  t_read(&r, rv);
+  int gbad = 0, rbad = 0;
+  for (int64_t row = 0; row < 4; row++)
+    for (int64_t c = 0; c < cols * t_size; c++) /* block c / cols is rank c / cols's row */
+      gbad += gv[row * cols * t_size + c] != val((int)(c / cols), row * cols + c % cols);
+  for (int64_t row = 0; row < 4; row++)
+    for (int64_t c = 0; c < cols; c++) /* this rank's columns of the sum */
+      rbad += rv[row * cols + c] != summed(row * cols * t_size + t_rank * cols + c, NULL);
+  T_EXPECT(gbad == 0, "pipelined all_gather along dim 1: %d wrong", gbad);
+  T_EXPECT(rbad == 0, "pipelined reduce_scatter along dim 1: %d wrong", rbad);
+  free(gv);
+  free(rv);
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+  tcoll_tensor_free(&g);
+  tcoll_tensor_free(&r);
+}
+
+START_TEST(pipeline_half_and_dim1) {
+  set_chunk(4096);
+  half_precision_round();
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  int64_t saved = c.max_count;
+  c.max_count = 700; /* below a chunk of any dtype here */
+  T_OK(tcoll_set_config(&c));
+  half_precision_round();
+  c.max_count = saved;
+  T_OK(tcoll_set_config(&c));
+  restore_chunk();
+}
+END_TEST
+
+/* A busy stream: a spin kernel, then a kernel writing the input, queued on the caller's stream
+ * right before the call; the collective must read the input after them (whole buffer,
+ * pipelined, coalesced). Zeros would show an early read. */
+START_TEST(busy_stream) {
+#if T_HAVE_CUDA
+  if (!t_cuda_usable()) {
+    T_EXPECT(on_mock(), "this process's own CUDA runtime sees no GPU, but tcoll's does");
+    return;
+  }
+  set_chunk(64 << 10);
+  void *s = NULL;
+  T_OK(tcoll_stream_create(0, &s));
+  T_OK(tcoll_set_stream(0, s));
+  int64_t sizes[2] = {1000, 300000}; /* whole buffer; 1.2 MB pipelined in 64 KiB chunks */
+  for (int k = 0; k < 2; k++) {
+    tcoll_tensor_t x = on(0, TCOLL_FLOAT32, sizes[k]), y = t_empty(), c[1] = {t_empty()};
+    int e = t_cuda_spin_then_fill(s, x.data, sizes[k], (float)(t_rank + 1), 100);
+    T_EXPECT(e == 0, "spin / fill kernel launch failed: error %d", e);
+    T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
+    T_OK(tcoll_wait(y.data));
+    t_check_all("all_reduce of an input written by a kernel on a busy stream", &y, summed, NULL, 0);
+    e = t_cuda_spin_then_fill(s, x.data, sizes[k], (float)(t_rank + 1), 100);
+    T_EXPECT(e == 0, "spin / fill kernel launch failed: error %d", e);
+    T_OK(tcoll_all_reduce_coalesced(&x, 1, TCOLL_SUM, NULL, c));
+    T_OK(tcoll_wait(c[0].data));
+    t_check_all("all_reduce_coalesced of an input written by a kernel on a busy stream", &c[0], summed, NULL, 0);
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&y);
+    tcoll_tensor_free(&c[0]);
+  }
+  T_OK(tcoll_set_stream(0, NULL));
+  T_OK(tcoll_stream_destroy(0, s));
+  restore_chunk();
+#endif
 }
 END_TEST
 
@@ -187,6 +393,10 @@ Suite *t_suite(void) {
   tcase_add_test(tc, pipeline);
   tcase_add_test(tc, stream_order);
   tcase_add_test(tc, local_kernels);
+  tcase_add_test(tc, kernel_nan_inf);
+  tcase_add_test(tc, kernel_beyond_2g);
+  tcase_add_test(tc, pipeline_half_and_dim1);
+  tcase_add_test(tc, busy_stream);
   tcase_add_test(tc, multi_on_streams);
   suite_add_tcase(s, tc);
   return s;

@@ -698,6 +698,46 @@ START_TEST(device_errors) {
 }
 END_TEST
 
+/* A tensor's device field is checked against where its memory is (the backend's pointer query),
+ * not trusted: host code would otherwise read device memory, or MPI be handed it. */
+START_TEST(device_field_checked) {
+  if (!have_devices()) return;
+  int64_t shape[1] = {8};
+  int nd = tcoll_device_count();
+  tcoll_tensor_t d = t_alloc(TCOLL_FLOAT32, 1, shape), h = t_host(TCOLL_FLOAT32, 1, shape), out = t_empty();
+  tcoll_tensor_t lie = d;
+  lie.device = TCOLL_HOST;
+  T_FAILS(tcoll_all_reduce(&lie, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "in->device is -1 but in->data");
+  T_FAILS(tcoll_all_reduce(&lie, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "is memory of device 0 (expected host memory)");
+  lie = h;
+  lie.device = 0;
+  T_FAILS(tcoll_broadcast(&lie, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "in->device is 0 but in->data");
+  T_FAILS(tcoll_broadcast(&lie, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "is host memory (expected memory of device 0)");
+  tcoll_tensor_t wrong_out = d; /* a host call whose output is device memory said to be host */
+  wrong_out.device = TCOLL_HOST;
+  T_FAILS(tcoll_all_reduce(&h, TCOLL_SUM, NULL, &wrong_out), TCOLL_ERR_INVALID_ARGUMENT, "out->device is -1 but out->data");
+  if (nd > 1) {
+    lie = d;
+    lie.device = 1;
+    T_FAILS(tcoll_all_gather(&lie, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+            "is memory of device 0 (expected memory of device 1)");
+  }
+  tcoll_tensor_t view = d; /* a view into device memory is that device's memory */
+  view.data = (float *)d.data + 2;
+  view.shape[0] = 4;
+  T_OK(tcoll_all_reduce(&view, TCOLL_SUM, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  T_EXPECT(out.data == NULL || out.device == 0, "the output of a device view is on %d", out.device);
+  T_EXPECT(tcoll_pending_count() == 0, "refused calls left pending work");
+  tcoll_tensor_free(&out);
+  tcoll_tensor_free(&d);
+  tcoll_tensor_free(&h);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("device");
   TCase *tc = t_tcase("pipeline");
@@ -718,6 +758,7 @@ Suite *t_suite(void) {
   TCase *er = t_tcase("errors");
   tcase_add_test(er, cuda_aware_detection);
   tcase_add_test(er, device_errors);
+  tcase_add_test(er, device_field_checked);
   suite_add_tcase(s, er);
   return s;
 }

@@ -3,6 +3,7 @@
  * order, bad arguments. Every rank runs them on its own (they involve no MPI). */
 #include "harness.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +91,62 @@ START_TEST(reduce_add_coalesced) {
     reduce_add_case(devs[k], TCOLL_FLOAT32, false);
     reduce_add_case(devs[k], TCOLL_FLOAT16, false);
     reduce_add_case(devs[k], TCOLL_FLOAT64, true);
+  }
+}
+END_TEST
+
+/* Every dtype through the add (the CUDA add kernel with a device destination, host math with the
+ * host): sum over groups d of (d + 1) * (i % 5 + 1) is exact in each; bool adds as a logical or. */
+START_TEST(reduce_add_every_dtype) {
+  int64_t shape[1] = {1001};
+  for (int dt = 0; dt < 10; dt++) {
+    for (int k = 0; k < 3; k += 2) { /* destination device 0, then the host */
+      tcoll_tensor_t in[3];
+      for (int d = 0; d < 3; d++) {
+        in[d] = on(devs[d], (tcoll_dtype_t)dt, 1, shape);
+        pat_t p = {d + 1, 0};
+        t_set_all(&in[d], pattern, &p);
+      }
+      tcoll_tensor_t out = t_empty();
+      T_OK(tcoll_local_reduce_add_coalesced(in, 3, 1, devs[k], &out));
+      pat_t want = {dt == TCOLL_BOOL ? 0 : 6, dt == TCOLL_BOOL ? 1 : 0};
+      char what[80];
+      snprintf(what, sizeof what, "reduce_add of %s to %d", tcoll_dtype_name((tcoll_dtype_t)dt), devs[k]);
+      t_check_all(what, &out, pattern, &want, 0);
+      tcoll_tensor_free(&out);
+      free_all(in, 3);
+    }
+  }
+}
+END_TEST
+
+/* bfloat16 and float16 sums keep NaN a NaN and infinity infinite (a rounding that carried into
+ * the exponent would turn a NaN into an infinity). */
+static double specials(int64_t i, void *c) {
+  double x = *(double *)c;
+  return i == 0 ? NAN : i == 1 ? INFINITY : i == 2 ? -INFINITY : x;
+}
+
+START_TEST(reduce_add_nan_inf) {
+  tcoll_dtype_t dts[2] = {TCOLL_BFLOAT16, TCOLL_FLOAT16};
+  int64_t shape[1] = {4};
+  for (int k = 0; k < 2; k++) {
+    for (int dst = 0; dst < 3; dst += 2) {
+      double one = 1.0, two = 2.0;
+      tcoll_tensor_t in[2] = {on(devs[dst], dts[k], 1, shape), on(devs[1], dts[k], 1, shape)};
+      t_set_all(&in[0], specials, &one);
+      t_set_all(&in[1], iota, &two); /* 2, 3, 4, 5 */
+      tcoll_tensor_t out = t_empty();
+      T_OK(tcoll_local_reduce_add_coalesced(in, 2, 1, devs[dst], &out));
+      double v[4];
+      t_read(&out, v);
+      T_EXPECT(isnan(v[0]), "%s on %d: NaN + 2 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[0]);
+      T_EXPECT(isinf(v[1]) && v[1] > 0, "%s on %d: inf + 3 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[1]);
+      T_EXPECT(isinf(v[2]) && v[2] < 0, "%s on %d: -inf + 4 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[2]);
+      T_EXPECT(v[3] == 6.0, "%s on %d: 1 + 5 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[3]);
+      tcoll_tensor_free(&out);
+      free_all(in, 2);
+    }
   }
 }
 END_TEST
@@ -323,9 +380,15 @@ END_TEST
 
 Suite *t_suite(void) {
   Suite *s = suite_create("local");
+  if (tcoll_device_count() < 2) { /* a machine with one GPU: the cuda suite covers its local ops */
+    if (t_rank == 0) printf("local: needs 2 devices, %d here: nothing to run\n", tcoll_device_count());
+    return s;
+  }
   TCase *tc = t_tcase("local");
   tcase_add_test(tc, broadcast_coalesced);
   tcase_add_test(tc, reduce_add_coalesced);
+  tcase_add_test(tc, reduce_add_every_dtype);
+  tcase_add_test(tc, reduce_add_nan_inf);
   tcase_add_test(tc, scatter_gather_dim0);
   tcase_add_test(tc, scatter_gather_dim1);
   tcase_add_test(tc, gather_scalars);

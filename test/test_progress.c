@@ -101,6 +101,56 @@ START_TEST(caller_stream_sees_outputs) {
 }
 END_TEST
 
+static double sent(int64_t i, void *ctx) { return (double)(((int *)ctx)[0] * 100 + ((int *)ctx)[1] * 10) + (double)(i % 7); }
+static double junk(int64_t i, void *ctx) {
+  (void)i;
+  (void)ctx;
+  return -1.0;
+}
+
+/* Outputs written at completion (here by the progress thread) land after what the posting
+ * thread's stream had queued before the call, not after the completing thread's stream. Rank 0
+ * sends nothing in this all_to_all, so posting reads nothing on its stream, while junk is still
+ * being copied into its outputs there: with the -delay variant (2 ms per emulated operation) the
+ * progress thread completes the exchange long before the junk copies are done. */
+START_TEST(outputs_after_posting_stream) {
+  if (t_device() == TCOLL_HOST) return;
+  void *stream = NULL;
+  T_OK(tcoll_stream_create(0, &stream));
+  T_OK(tcoll_set_stream(0, stream));
+  int64_t n = 512, none[1] = {0}, some[1] = {n};
+  tcoll_tensor_t ins[8], outs[8], trash = t_alloc(TCOLL_FLOAT32, 1, some);
+  t_set_all(&trash, junk, NULL);
+  for (int p = 0; p < t_size; p++) {
+    int who[2] = {t_rank, p};
+    ins[p] = t_alloc(TCOLL_FLOAT32, 1, t_rank == 0 ? none : some);
+    if (t_rank != 0) t_set_all(&ins[p], sent, who);
+    outs[p] = t_alloc(TCOLL_FLOAT32, 1, p == 0 ? none : some);
+    /* Only rank 0 keeps its stream busy: the others post at once (their inputs are read after
+     * their own streams), so the exchange completes while rank 0's junk is still queued. */
+    for (int k = 0; t_rank == 0 && p != 0 && k < 20; k++) T_OK(tcoll_tensor_copy_async(&outs[p], &trash, stream));
+  }
+  T_OK(tcoll_all_to_all(ins, NULL, outs));
+  for (int waited = 0; tcoll_query(outs[t_size - 1].data) != TCOLL_SUCCESS && waited < 60000; waited++) nap_ms(1);
+  for (int p = 0; p < t_size; p++) T_OK(tcoll_wait(outs[p].data));
+  for (int p = 1; p < t_size; p++) {
+    tcoll_tensor_t h = t_host(TCOLL_FLOAT32, 1, some);
+    T_OK(tcoll_tensor_copy_async(&h, &outs[p], stream)); /* read on the posting stream */
+    T_OK(tcoll_stream_synchronize(0, stream));
+    int from[2] = {p, t_rank};
+    t_check_all("all_to_all output written after the posting stream's junk", &h, sent, from, 0);
+    tcoll_tensor_free(&h);
+  }
+  for (int p = 0; p < t_size; p++) {
+    tcoll_tensor_free(&ins[p]);
+    tcoll_tensor_free(&outs[p]);
+  }
+  tcoll_tensor_free(&trash);
+  T_OK(tcoll_set_stream(0, NULL));
+  T_OK(tcoll_stream_destroy(0, stream));
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("progress");
   TCase *tc = t_tcase("progress");
@@ -108,6 +158,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, completes_without_the_caller);
   tcase_add_test(tc, waits_race_the_thread);
   tcase_add_test(tc, caller_stream_sees_outputs);
+  tcase_add_test(tc, outputs_after_posting_stream);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,5 +1,7 @@
-// Element-wise kernels for the CUDA backend: AVG / PREMUL_SUM scaling and local reduce-add.
-// float16 and bfloat16 compute in float, as the host path does.
+// Element-wise kernels of the CUDA backend: the local reduce-add of the single-process ops.
+// float16 and bfloat16 compute in float and round to nearest even, as the host path does; a
+// NaN stays a NaN (the conversion intrinsics give the canonical quiet NaN). Indices are 64-bit:
+// a grid-stride loop covers any count with a grid of at most 4096 blocks.
 #include "kernels.h"
 
 #include <cuda_bf16.h>
@@ -22,23 +24,15 @@ template <typename T> __device__ T down(typename acc<T>::type x) { return (T)x; 
 template <> __device__ __half down<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __nv_bfloat16 down<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-template <typename T>
-__global__ void scale_kernel(T *dst, const T *src, int64_t n, double mul, double div) {
-  typedef typename acc<T>::type A;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    A v = up(src[i]);
-    dst[i] = down<T>(div != 1.0 ? (A)(v / (A)div) : (A)(v * (A)mul));
-  }
-}
+__device__ int64_t first_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ int64_t grid_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
 template <typename T> __global__ void add_kernel(T *dst, const T *src, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = down<T>(up(dst[i]) + up(src[i]));
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = down<T>(up(dst[i]) + up(src[i]));
 }
 
 __global__ void add_bool_kernel(unsigned char *dst, const unsigned char *src, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = dst[i] || src[i];
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = dst[i] || src[i];
 }
 
 unsigned grid_for(int64_t n) {
@@ -46,37 +40,25 @@ unsigned grid_for(int64_t n) {
   return (unsigned)(blocks > 4096 ? 4096 : (blocks < 1 ? 1 : blocks));
 }
 
-template <typename T> int launch_scale(cudaStream_t s, void *d, const void *x, int64_t n, double mul, double div) {
-  scale_kernel<T><<<grid_for(n), 256, 0, s>>>((T *)d, (const T *)x, n, mul, div);
-  return cudaGetLastError() == cudaSuccess ? 0 : -1;
-}
-
+// A launch reports its configuration errors through cudaGetLastError only: read it right
+// after every launch, before any other runtime call can replace it.
 template <typename T> int launch_add(cudaStream_t s, void *d, const void *x, int64_t n) {
   add_kernel<T><<<grid_for(n), 256, 0, s>>>((T *)d, (const T *)x, n);
-  return cudaGetLastError() == cudaSuccess ? 0 : -1;
+  return (int)cudaGetLastError();
+}
+
+int launch_add_bool(cudaStream_t s, void *d, const void *x, int64_t n) {
+  add_bool_kernel<<<grid_for(n), 256, 0, s>>>((unsigned char *)d, (const unsigned char *)x, n);
+  return (int)cudaGetLastError();
 }
 
 }  // namespace
 
-extern "C" int tc_cuda_scale(void *stream, void *dst, const void *src, int dtype, int64_t n, double mul, double div) {
-  if (n == 0) return 0;
-  cudaStream_t s = (cudaStream_t)stream;
-  switch (dtype) {
-  case F16_: return launch_scale<__half>(s, dst, src, n, mul, div);
-  case BF16_: return launch_scale<__nv_bfloat16>(s, dst, src, n, mul, div);
-  case F32_: return launch_scale<float>(s, dst, src, n, mul, div);
-  case F64_: return launch_scale<double>(s, dst, src, n, mul, div);
-  default: return -1;
-  }
-}
-
 extern "C" int tc_cuda_add(void *stream, void *dst, const void *src, int dtype, int64_t n) {
-  if (n == 0) return 0;
+  if (n == 0) return (int)cudaSuccess;
   cudaStream_t s = (cudaStream_t)stream;
   switch (dtype) {
-  case BOOL_:
-    add_bool_kernel<<<grid_for(n), 256, 0, s>>>((unsigned char *)dst, (const unsigned char *)src, n);
-    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+  case BOOL_: return launch_add_bool(s, dst, src, n);
   case INT8_: return launch_add<signed char>(s, dst, src, n);
   case UINT8_: return launch_add<unsigned char>(s, dst, src, n);
   case INT16_: return launch_add<short>(s, dst, src, n);
@@ -86,6 +68,6 @@ extern "C" int tc_cuda_add(void *stream, void *dst, const void *src, int dtype, 
   case BF16_: return launch_add<__nv_bfloat16>(s, dst, src, n);
   case F32_: return launch_add<float>(s, dst, src, n);
   case F64_: return launch_add<double>(s, dst, src, n);
-  default: return -1;
+  default: return (int)cudaErrorInvalidValue;
   }
 }

@@ -8,9 +8,8 @@
 extern "C" {
 #endif
 
-/* dst[i] = src[i] * mul, or src[i] / div when div != 1. dtype: a tcoll_dtype_t value. */
-int tc_cuda_scale(void *stream, void *dst, const void *src, int dtype, int64_t n, double mul, double div);
-/* dst[i] += src[i]. */
+/* dst[i] += src[i] (bool: logical or; float16 / bfloat16 computed in float), on the current
+ * device. dtype: a tcoll_dtype_t value. Returns the launch's cudaError_t (0: queued). */
 int tc_cuda_add(void *stream, void *dst, const void *src, int dtype, int64_t n);
 
 #ifdef __cplusplus

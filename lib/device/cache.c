@@ -4,14 +4,16 @@
 #include "../base/ptrmap.h"
 #include "../base/scratch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MIN_BYTES 256          /* class 0: every request up to this size */
-#define MAX_SHIFT 48           /* blocks up to 2^48 bytes */
+#define MAX_SHIFT 48           /* classes up to 2^48 bytes; larger requests pass through uncached */
 #define NCLASS (1 + 4 * (MAX_SHIFT - 8))
 #define MAX_FENCES 8
 #define NPLACES (TC_MAX_DEVICES + 2) /* pinned, host, devices */
+#define NO_CLASS (-1)
 #define READY_SCAN 4           /* free blocks of a class examined for completed fences */
 
 typedef enum { FROM_MALLOC, FROM_HOST_ALLOC, FROM_DEVICE } origin_t;
@@ -20,7 +22,7 @@ typedef enum { FROM_MALLOC, FROM_HOST_ALLOC, FROM_DEVICE } origin_t;
 typedef struct block {
   void *p;
   size_t size; /* its class's size: what was allocated */
-  int place, cls;
+  int place, cls; /* cls NO_CLASS: a request larger than any class, never cached */
   origin_t origin;
   unsigned gen; /* backend generation it was allocated under (backend memory) */
   int nfence;
@@ -43,7 +45,8 @@ static struct {
 static int place_index(int place) { return place + 2; }
 
 /* The class of an n-byte request and its size: class 0 up to MIN_BYTES, then four classes per
- * power of two. 0 with *size 0 for what no class holds. */
+ * power of two. NO_CLASS with *size n for what no class holds: such a request still goes to the
+ * system, so that its failure is the system's (on a GPU: cudaMalloc's out of memory). */
 static int class_of(size_t n, size_t *size) {
   if (n <= MIN_BYTES) {
     *size = MIN_BYTES;
@@ -51,8 +54,8 @@ static int class_of(size_t n, size_t *size) {
   }
   int k = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
   if (k >= MAX_SHIFT) {
-    *size = 0;
-    return 0;
+    *size = n;
+    return NO_CLASS;
   }
   size_t step = (size_t)1 << (k - 2), base = (size_t)1 << k;
   size_t q = (n - base + step - 1) / step; /* 1..4 */
@@ -94,22 +97,30 @@ static void list_unlink(block_t *b) {
   *cached_of(b->place) -= b->size;
 }
 
-static bool fences_done(const block_t *b) {
-  for (int i = 0; i < b->nfence; i++)
-    if (tc_dev()->event_query(b->fence_dev[i], b->fence_ev[i]) == TCOLL_IN_PROGRESS) return false;
-  return true;
+/* TCOLL_SUCCESS when b's fences completed, TCOLL_IN_PROGRESS, or a query's error. */
+static int fences_state(const block_t *b) {
+  for (int i = 0; i < b->nfence; i++) {
+    int q = tc_dev()->event_query(b->fence_dev[i], b->fence_ev[i]);
+    if (q != TCOLL_SUCCESS) return q;
+  }
+  return TCOLL_SUCCESS;
 }
 
 /* A free block of the class at place: among the most recently freed few, the first whose fences
- * completed, else the most recent (its next owner waits for it); NULL if none. */
-static block_t *list_take(int place, int cls) {
+ * completed, else the most recent (its next owner waits for it); NULL if none. A fence whose
+ * query failed makes its block the one taken, with the failure in *qrc: the allocation reports
+ * it (on a GPU, an error of the work last queued on the block). */
+static block_t *list_take(int place, int cls, int *qrc) {
+  *qrc = TCOLL_SUCCESS;
   block_t **l = lists[place_index(place)];
-  block_t *b = l ? l[cls] : NULL;
+  block_t *b = l && cls != NO_CLASS ? l[cls] : NULL;
   if (!b) return NULL;
   int seen = 0;
   for (block_t *c = b; c && seen < READY_SCAN; c = c->next, seen++) {
-    if (!c->nfence || fences_done(c)) {
+    int q = fences_state(c);
+    if (q != TCOLL_IN_PROGRESS) {
       b = c;
+      *qrc = q;
       break;
     }
   }
@@ -130,32 +141,56 @@ static void evict_locked(size_t limit, block_t **victims) {
 
 /* ------------------------------------------------------------------ the system's memory */
 
-static void fences_drop(block_t *b, bool wait) {
+/* Waits for b's fences (its last owner's copies or kernels) and returns their events to the
+ * pool. The first failure is returned (TCOLL_ERR_CUDA naming the call); the events after it are
+ * not waited for. */
+static int fences_wait(block_t *b) {
+  int rc = TCOLL_SUCCESS;
   for (int i = 0; i < b->nfence; i++) {
-    if (wait) tc_dev()->event_sync(b->fence_dev[i], b->fence_ev[i]);
+    if (!rc) rc = tc_dev()->event_sync(b->fence_dev[i], b->fence_ev[i]);
     tc_dev_event_put(b->fence_dev[i], b->fence_ev[i]);
   }
   b->nfence = 0;
+  return rc;
+}
+
+/* Failures of the backend while giving memory back: the first is kept for a caller that can
+ * report it (tcoll_cache_release, an allocation); the others, and all of them where nobody can
+ * be told (frees, finalize: f NULL), are logged. */
+typedef struct failures {
+  int rc;
+  char msg[512];
+} failures_t;
+
+static void failed(failures_t *f, int rc) {
+  if (!rc) return;
+  if (f && !f->rc) {
+    f->rc = rc;
+    snprintf(f->msg, sizeof f->msg, "%s", tc_last_message());
+  } else {
+    tc_warn("%s (giving storage back to the system)", tc_last_message());
+  }
 }
 
 static bool backend_current(const block_t *b) { return b->origin == FROM_MALLOC || b->gen == tc_dev_generation(); }
 
 /* Gives b's memory back (waiting for its fences first) and frees its bookkeeping. Backend memory
- * of a backend since shut down went with it. */
-static void system_free(block_t *b) {
+ * of a backend since shut down went with it. After a failed wait the memory is freed all the
+ * same: cudaFree and cudaFreeHost wait for the device themselves. */
+static void system_free(block_t *b, failures_t *f) {
   if (backend_current(b)) {
-    fences_drop(b, true);
+    failed(f, fences_wait(b));
     if (b->origin == FROM_MALLOC) free(b->p);
-    else if (b->origin == FROM_HOST_ALLOC) tc_dev()->host_free(b->p);
-    else tc_dev_free(b->place, b->p);
+    else if (b->origin == FROM_HOST_ALLOC) failed(f, tc_dev()->host_free(b->p));
+    else failed(f, tc_dev()->free(b->place, b->p));
   }
   free(b);
 }
 
-static void free_chain(block_t *b) {
+static void free_chain(block_t *b, failures_t *f) {
   while (b) {
     block_t *next = b->next;
-    system_free(b);
+    system_free(b, f);
     b = next;
   }
 }
@@ -227,39 +262,68 @@ static int ensure_lists(int place) {
   return TCOLL_SUCCESS;
 }
 
+/* Gives a lent block whose reuse failed with rc back to the system, and returns rc with its
+ * message (a further failure while freeing is logged). */
+static int drop_lent(block_t *b, int rc) {
+  failures_t f = {.rc = rc};
+  snprintf(f.msg, sizeof f.msg, "%s", tc_last_message());
+  pthread_mutex_lock(&mu);
+  tc_ptrmap_del(&live, (uintptr_t)b->p);
+  st.in_use -= b->size;
+  st.freed++;
+  pthread_mutex_unlock(&mu);
+  system_free(b, &f);
+  return tc_error(rc, "%s", f.msg);
+}
+
+/* A cached block of the class, lent, its last owner's work done (waited for if not yet); *out
+ * NULL if none is cached. A fence that cannot be queried or waited for is the caller's error. */
+static int take_cached(int place, int cls, size_t size, block_t **out) {
+  *out = NULL;
+  int qrc, rc = TCOLL_SUCCESS;
+  pthread_mutex_lock(&mu);
+  block_t *b = list_take(place, cls, &qrc);
+  if (b && (rc = lend_locked(b))) list_push(b);
+  if (b && !rc) st.reused++;
+  pthread_mutex_unlock(&mu);
+  if (rc) return tc_error(rc, "cannot record a block of %zu bytes", size);
+  if (!b) return TCOLL_SUCCESS;
+  if (!qrc) qrc = fences_wait(b);
+  if (qrc) return drop_lent(b, qrc);
+  *out = b;
+  return TCOLL_SUCCESS;
+}
+
+/* A new block from the system, lent. */
+static int grow(int place, int cls, size_t size, size_t n, block_t **out) {
+  block_t *b = NULL;
+  int rc = system_alloc(place, cls, size, &b);
+  if (rc) return rc;
+  pthread_mutex_lock(&mu);
+  rc = lend_locked(b);
+  if (!rc) st.allocated++;
+  size_t in_use = st.in_use, cached = st.cached;
+  pthread_mutex_unlock(&mu);
+  if (rc) {
+    system_free(b, NULL);
+    return tc_error(rc, "cannot record a block of %zu bytes", size);
+  }
+  tc_info("cache: allocated %zu bytes of %s memory%s for %zu bytes; %zu bytes in use, %zu cached (limit %zu)", size,
+          place_name(place), place >= 0 ? " on a device" : "", n, in_use, cached, tc_cfg.cache_bytes);
+  *out = b;
+  return TCOLL_SUCCESS;
+}
+
 int tc_cache_alloc(int place, size_t n, bool zero, void **p) {
   if (place < TC_PLACE_PINNED || place >= TC_MAX_DEVICES)
     return tc_error(TCOLL_ERR_INTERNAL, "no storage place %d", place);
   size_t size;
   int cls = class_of(n, &size);
-  if (!size) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes (more than 2^%d)", n, MAX_SHIFT);
-  pthread_mutex_lock(&mu);
-  block_t *b = list_take(place, cls);
-  int rc = TCOLL_SUCCESS;
-  if (b && (rc = lend_locked(b))) list_push(b);
-  if (b && !rc) st.reused++;
-  pthread_mutex_unlock(&mu);
-  if (rc) return tc_error(rc, "cannot record a block of %zu bytes", size);
-  if (b) {
-    fences_drop(b, true); /* its last owner's copies or kernels are done: waits only if not yet */
-  } else {
-    if ((rc = system_alloc(place, cls, size, &b))) return rc;
-    pthread_mutex_lock(&mu);
-    rc = lend_locked(b);
-    if (!rc) st.allocated++;
-    size_t in_use = st.in_use, cached = st.cached;
-    pthread_mutex_unlock(&mu);
-    if (rc) {
-      system_free(b);
-      return tc_error(rc, "cannot record a block of %zu bytes", size);
-    }
-    tc_info("cache: allocated %zu bytes of %s memory%s for %zu bytes; %zu bytes in use, %zu cached (limit %zu)",
-            size, place_name(place), place >= 0 ? " on a device" : "", n, in_use, cached, tc_cfg.cache_bytes);
-  }
-  if (zero && (rc = zero_fill(b, n))) {
-    tc_cache_free(b->p);
-    return rc;
-  }
+  block_t *b = NULL;
+  int rc = take_cached(place, cls, size, &b);
+  if (!rc && !b) rc = grow(place, cls, size, n, &b);
+  if (rc) return rc;
+  if (zero && (rc = zero_fill(b, n))) return drop_lent(b, rc);
   *p = b->p;
   return TCOLL_SUCCESS;
 }
@@ -276,18 +340,29 @@ static block_t *lookup(const void *p) {
   return b;
 }
 
-/* Fences b on each (devs[i], streams[i]); where no event can be had, waits for the stream now. */
+/* Records an event on (dev, stream) as b's next fence; false if none could be had or recorded
+ * (logged: a free tells nobody). */
+static bool add_fence(block_t *b, int dev, void *stream) {
+  void *ev = NULL;
+  int rc = tc_dev_event_get(dev, &ev);
+  if (!rc) rc = tc_dev()->event_record(dev, ev, stream);
+  if (rc) {
+    tc_warn("%s (fencing freed storage: waiting for its stream instead)", tc_last_message());
+    if (ev) tc_dev_event_put(dev, ev);
+    return false;
+  }
+  b->fence_dev[b->nfence] = dev;
+  b->fence_ev[b->nfence++] = ev;
+  return true;
+}
+
+/* Fences b on each (devs[i], streams[i]); where no event can be had, waits for the stream now
+ * (its failure logged: the block's last uses may then still run, nobody can be told). */
 static void fence(block_t *b, int n, const int *devs, void *const *streams) {
   for (int i = 0; i < n; i++) {
-    void *ev = NULL;
-    bool ok = b->nfence < MAX_FENCES && tc_dev_event_get(devs[i], &ev) == TCOLL_SUCCESS;
-    if (ok && tc_dev()->event_record(devs[i], ev, streams[i]) == TCOLL_SUCCESS) {
-      b->fence_dev[b->nfence] = devs[i];
-      b->fence_ev[b->nfence++] = ev;
-    } else {
-      if (ev) tc_dev_event_put(devs[i], ev);
-      tc_dev()->stream_sync(devs[i], streams[i]);
-    }
+    if (b->nfence < MAX_FENCES && add_fence(b, devs[i], streams[i])) continue;
+    if (tc_dev()->stream_sync(devs[i], streams[i]))
+      tc_warn("%s (waiting for the stream of freed storage)", tc_last_message());
   }
 }
 
@@ -315,7 +390,8 @@ static bool give_back(void *p, int n, const int *devs, void *const *streams) {
     }
     pthread_mutex_lock(&mu);
   }
-  if (enabled && backend_current(b) && b->size <= tc_cfg.cache_bytes && ensure_lists(b->place) == TCOLL_SUCCESS) {
+  if (enabled && backend_current(b) && b->cls != NO_CLASS && b->size <= tc_cfg.cache_bytes &&
+      ensure_lists(b->place) == TCOLL_SUCCESS) {
     list_push(b);
     evict_locked(tc_cfg.cache_bytes, &victims);
   } else {
@@ -324,7 +400,7 @@ static bool give_back(void *p, int n, const int *devs, void *const *streams) {
   }
   count_freed_locked(victims);
   pthread_mutex_unlock(&mu);
-  free_chain(victims);
+  free_chain(victims, NULL);
   return true;
 }
 
@@ -354,7 +430,7 @@ void tc_cache_trim(void) {
   evict_locked(tc_cfg.cache_bytes, &victims);
   count_freed_locked(victims);
   pthread_mutex_unlock(&mu);
-  free_chain(victims);
+  free_chain(victims, NULL);
 }
 
 void tc_cache_init(void) {
@@ -373,7 +449,7 @@ void tc_cache_fini(void) {
   }
   if (live.count == 0) tc_ptrmap_clear(&live);
   pthread_mutex_unlock(&mu);
-  free_chain(victims);
+  free_chain(victims, NULL); /* finalize goes on: failures are logged */
 }
 
 /* ------------------------------------------------------------------ public */
@@ -383,9 +459,10 @@ int tcoll_cache_release(void) {
   pthread_mutex_lock(&mu);
   block_t *victims = unlink_all_locked();
   pthread_mutex_unlock(&mu);
-  free_chain(victims);
+  failures_t f = {0};
+  free_chain(victims, &f); /* every block goes back, the first failure is returned */
   tc_scratch_cleanup();
-  return TCOLL_SUCCESS;
+  return f.rc ? tc_error(f.rc, "%s", f.msg) : TCOLL_SUCCESS;
 }
 
 int tcoll_cache_info(tcoll_cache_info_t *info) {

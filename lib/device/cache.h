@@ -3,7 +3,8 @@
  *
  * Like PyTorch's caching allocators: freed storage is kept by size class, per place, and handed
  * out again, so that steady-state calls neither allocate nor fault fresh pages in. Classes are
- * four per power of two (a block is at most 25% larger than asked for). The free blocks held,
+ * four per power of two (a block is at most 25% larger than asked for) up to 2^48 bytes; a larger
+ * request goes to the system as it is and back when freed. The free blocks held,
  * over every place, are bounded by tc_cfg.cache_bytes (TCOLL_CACHE_BYTES): freeing beyond it gives
  * the least recently freed blocks back to the system. Everything cached is given back by
  * tcoll_cache_release and at finalize.

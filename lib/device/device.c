@@ -12,9 +12,18 @@ extern const tc_device_ops_t tc_cuda_device_ops;
 #endif
 
 static int none_count(void) { return 0; }
-static const tc_device_ops_t none_ops = {.name = "none", .count = none_count};
+static uint64_t none_used(void) { return 0; }
+static const tc_device_ops_t none_ops = {.name = "none", .count = none_count, .used_mask = none_used};
+/* Why the backend is "none" (set when a built backend found no device). */
+static char none_reason[256];
 
 static const tc_device_ops_t *active = &none_ops;
+
+/* For what cannot be reported to a caller (frees, destroys, finalize): the backend set the
+ * message, naming the call that failed. */
+static void warn_failed(int rc) {
+  if (rc) tc_warn("%s", tc_last_message());
+}
 
 /* tcoll's own streams and pooled events, per device. */
 typedef struct dev_res {
@@ -34,43 +43,46 @@ static unsigned backend_gen = 1;
 int tc_dev_init(void) {
   active = &none_ops;
   __atomic_add_fetch(&backend_gen, 1, __ATOMIC_RELAXED);
-  if (tc_cfg.fake_devices > 0) {
-    if (tc_cfg.fake_devices > TC_MAX_DEVICES)
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_FAKE_DEVICES=%d (expected at most %d)", tc_cfg.fake_devices,
-                      TC_MAX_DEVICES);
-    active = &tc_fake_device_ops;
-  } else {
+  if (tc_cfg.fake_devices > TC_MAX_DEVICES)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_FAKE_DEVICES=%d (expected at most %d)", tc_cfg.fake_devices,
+                    TC_MAX_DEVICES);
+  const tc_device_ops_t *candidate = tc_cfg.fake_devices > 0 ? &tc_fake_device_ops : NULL;
 #ifdef TCOLL_HAVE_CUDA
-    if (tc_cuda_device_ops.init() == TCOLL_SUCCESS && tc_cuda_device_ops.count() > 0) {
-      active = &tc_cuda_device_ops;
-      if (active->count() > TC_MAX_DEVICES)
-        tc_warn("%d CUDA devices; tcoll uses the first %d", active->count(), TC_MAX_DEVICES);
-      return TCOLL_SUCCESS;
-    }
+  if (!candidate) candidate = &tc_cuda_device_ops;
 #endif
+  if (!candidate) return TCOLL_SUCCESS;
+  int rc = candidate->init();
+  if (rc) return rc;
+  if (candidate->count() == 0) { /* no device: keep its reason for the logs, serve none */
+    candidate->describe(none_reason, sizeof none_reason);
+    candidate->fini();
     return TCOLL_SUCCESS;
   }
-  int rc = active->init();
-  if (rc) active = &none_ops;
-  return rc;
+  active = candidate;
+  if (active->count() > TC_MAX_DEVICES)
+    tc_warn("%d %s devices; tcoll uses the first %d", active->count(), active->name, TC_MAX_DEVICES);
+  return TCOLL_SUCCESS;
 }
 
+/* Queued records of (and waits on) tcoll's events finish before they are destroyed; devices this
+ * process never touched are left alone. Failures are logged: finalize goes on. */
 void tc_dev_fini(void) {
   int n = tc_dev_count();
   pthread_mutex_lock(&res_mu);
   for (int d = 0; d < n; d++) {
     dev_res_t *r = &res[d];
-    if (active->device_sync) active->device_sync(d);
-    if (r->d2h) active->stream_destroy(d, r->d2h);
-    if (r->h2d) active->stream_destroy(d, r->h2d);
-    if (r->bg) active->stream_destroy(d, r->bg);
-    for (int i = 0; i < r->nevents; i++) active->event_destroy(d, r->events[i]);
+    if (tc_dev_used(d)) warn_failed(active->device_sync(d));
+    if (r->d2h) warn_failed(active->stream_destroy(d, r->d2h));
+    if (r->h2d) warn_failed(active->stream_destroy(d, r->h2d));
+    if (r->bg) warn_failed(active->stream_destroy(d, r->bg));
+    for (int i = 0; i < r->nevents; i++) warn_failed(active->event_destroy(d, r->events[i]));
     free(r->events);
     memset(r, 0, sizeof *r);
   }
   pthread_mutex_unlock(&res_mu);
   if (active->fini) active->fini();
   active = &none_ops;
+  none_reason[0] = '\0';
   __atomic_add_fetch(&backend_gen, 1, __ATOMIC_RELAXED);
 }
 
@@ -79,6 +91,19 @@ unsigned tc_dev_generation(void) { return __atomic_load_n(&backend_gen, __ATOMIC
 int tc_dev_count(void) {
   int n = active->count();
   return n > TC_MAX_DEVICES ? TC_MAX_DEVICES : n;
+}
+
+bool tc_dev_used(int dev) { return dev >= 0 && dev < TC_MAX_DEVICES && (active->used_mask() >> dev & 1u); }
+
+const char *tc_dev_describe(char *buf, size_t len) {
+  char what[256] = "";
+  if (active->describe) active->describe(what, sizeof what);
+  else if (none_reason[0]) snprintf(what, sizeof what, "%s", none_reason);
+#ifndef TCOLL_HAVE_CUDA
+  else snprintf(what, sizeof what, "built without CUDA");
+#endif
+  snprintf(buf, len, "backend %s, %d device(s)%s%s", active->name, tc_dev_count(), what[0] ? ": " : "", what);
+  return buf;
 }
 
 int tcoll_device_count(void) { return tc_dev_count(); }
@@ -101,9 +126,29 @@ int tc_dev_check(int device, const char *argname) {
   return TCOLL_SUCCESS;
 }
 
+static const char *where(int dev, char *buf, size_t len) {
+  if (dev == TCOLL_HOST) return "host memory";
+  if (dev == TC_DEV_MANAGED) return "managed memory";
+  snprintf(buf, len, "memory of device %d", dev);
+  return buf;
+}
+
+int tc_dev_check_pointer(const void *p, int device, const char *argname) {
+  if (!p || !active->pointer_device) return TCOLL_SUCCESS;
+  uint64_t used = active->used_mask();
+  if (device == TCOLL_HOST && !used) return TCOLL_SUCCESS;
+  int near = device != TCOLL_HOST ? device : __builtin_ctzll(used);
+  int actual, rc = active->pointer_device(p, near, &actual);
+  if (rc) return rc;
+  if (actual == device || actual == TC_DEV_MANAGED) return TCOLL_SUCCESS;
+  char a[48], b[48];
+  return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s->device is %d but %s->data (%p) is %s (expected %s)", argname, device,
+                  argname, p, where(actual, a, sizeof a), where(device, b, sizeof b));
+}
+
 int tc_dev_alloc(int device, size_t nbytes, void **p) { return active->alloc(device, nbytes, p); }
 
-void tc_dev_free(int device, void *p) { active->free(device, p); }
+void tc_dev_free(int device, void *p) { warn_failed(active->free(device, p)); }
 
 /* ------------------------------------------------------------------ current streams */
 
@@ -152,6 +197,7 @@ static int own_stream(int dev, void **slot, void **out) {
 }
 
 int tc_dev_copy_streams(int dev, void **d2h, void **h2d) {
+  *d2h = *h2d = NULL;
   int rc = own_stream(dev, &res[dev < 0 ? 0 : dev].d2h, d2h);
   if (!rc) rc = own_stream(dev, &res[dev < 0 ? 0 : dev].h2d, h2d);
   return rc;
@@ -164,12 +210,20 @@ int tc_dev_event_get(int dev, void **ev) {
   pthread_mutex_lock(&res_mu);
   /* Reuse an event whose last record completed: nothing can still be waiting on it. */
   for (int i = r->nevents; i-- > 0;) {
-    if (active->event_query(dev, r->events[i]) == TCOLL_SUCCESS) {
-      *ev = r->events[i];
-      r->events[i] = r->events[--r->nevents];
-      pthread_mutex_unlock(&res_mu);
+    int q = active->event_query(dev, r->events[i]);
+    if (q == TCOLL_IN_PROGRESS) continue;
+    void *found = r->events[i];
+    r->events[i] = r->events[--r->nevents];
+    pthread_mutex_unlock(&res_mu);
+    if (q == TCOLL_SUCCESS) {
+      *ev = found;
       return TCOLL_SUCCESS;
     }
+    int why = q; /* a failed query: the event leaves the pool, the failure is the caller's */
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", tc_last_message());
+    active->event_destroy(dev, found);
+    return tc_error(why, "%s", saved);
   }
   pthread_mutex_unlock(&res_mu);
   return active->event_create(dev, ev);
@@ -184,8 +238,8 @@ void tc_dev_event_put(int dev, void *ev) {
     void **p = realloc(r->events, (size_t)cap * sizeof *p);
     if (!p) {
       pthread_mutex_unlock(&res_mu);
-      active->event_sync(dev, ev);
-      active->event_destroy(dev, ev);
+      warn_failed(active->event_sync(dev, ev));
+      warn_failed(active->event_destroy(dev, ev));
       return;
     }
     r->events = p;

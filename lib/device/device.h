@@ -17,53 +17,73 @@
 #include "../base/base.h"
 
 #define TC_MAX_DEVICES 64
+/* Memory the host and every device can use (CUDA managed memory): accepted as either. */
+#define TC_DEV_MANAGED (-2)
 
 typedef struct tc_device_ops {
   const char *name;
+  /* Starts the backend: TCOLL_SUCCESS also when it finds no device (count() is then 0); an error
+   * when it cannot start although it should (CUDA: a GPU is visible but the runtime fails). */
   int (*init)(void);
   void (*fini)(void);
   int (*count)(void);
+  /* One line on the backend for logs: versions, or why there is no device. */
+  void (*describe)(char *buf, size_t len);
+  /* Devices this process touched through the backend since init (bit d: device d). Finalize
+   * synchronizes only those: with CUDA, touching another device creates a context there. */
+  uint64_t (*used_mask)(void);
   /* Device memory (uninitialized; the storage cache zero-fills where needed, on a stream). */
   int (*alloc)(int dev, size_t n, void **p);
-  void (*free)(int dev, void *p);
+  int (*free)(int dev, void *p);
   /* Page-locked host memory for staging. */
   int (*host_alloc)(size_t n, void **p);
-  void (*host_free)(void *p);
+  int (*host_free)(void *p);
   /* Asynchronous on `stream` of the device that owns it (dev >= 0); either side may be host. */
   int (*copy_async)(void *dst, const void *src, size_t n, int dev, void *stream);
   int (*memset_async)(void *p, int byte, size_t n, int dev, void *stream);
   int (*stream_create)(int dev, void **stream);
-  void (*stream_destroy)(int dev, void *stream);
+  int (*stream_destroy)(int dev, void *stream);
   int (*stream_sync)(int dev, void *stream);
   int (*event_create)(int dev, void **event);
-  void (*event_destroy)(int dev, void *event);
+  int (*event_destroy)(int dev, void *event);
   int (*event_record)(int dev, void *event, void *stream);
   int (*event_sync)(int dev, void *event);
   int (*event_query)(int dev, void *event); /* TCOLL_SUCCESS done, TCOLL_IN_PROGRESS, error */
   int (*stream_wait_event)(int dev, void *stream, void *event);
-  /* Which device owns p: its ordinal, or TCOLL_HOST for host memory. */
-  int (*pointer_device)(const void *p, int *dev);
-  /* Kernels on device memory, asynchronous on stream. */
-  int (*scale)(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n,
-               double mul, double div);
+  /* Where p lives: a device ordinal, TCOLL_HOST, or TC_DEV_MANAGED. `near` is a device the
+   * query may make current (one the caller uses anyway). */
+  int (*pointer_device)(const void *p, int near, int *dev);
+  /* dst[i] += src[i] on device memory, asynchronous on stream. */
   int (*add)(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n);
   /* Waits for everything queued on any stream of dev. */
   int (*device_sync)(int dev);
 } tc_device_ops_t;
 
-/* Chooses the backend at tcoll_init (TCOLL_FAKE_DEVICES, then CUDA, then none). */
+/* Chooses the backend at tcoll_init (TCOLL_FAKE_DEVICES, then CUDA, then none). An error when
+ * CUDA is built and a GPU is visible but the runtime cannot start (never a silent fallback). */
 int tc_dev_init(void);
+/* Synchronizes the devices this process used, frees tcoll's streams and events, stops the
+ * backend. */
 void tc_dev_fini(void);
 const tc_device_ops_t *tc_dev(void);
 /* Changes whenever a backend starts or stops: memory of an older generation is gone with it. */
 unsigned tc_dev_generation(void);
 int tc_dev_count(void);
+/* Whether this process touched dev through the backend (see used_mask). */
+bool tc_dev_used(int dev);
+/* "backend cuda, 2 device(s): CUDA driver 13.0, runtime 13.0", for logs. */
+const char *tc_dev_describe(char *buf, size_t len);
 
 /* TCOLL_SUCCESS if device is TCOLL_HOST or an existing device; else an error naming argname. */
 int tc_dev_check(int device, const char *argname);
+/* That p (argname->data) lives where argname->device says: TCOLL_ERR_INVALID_ARGUMENT
+ * otherwise. Host pointers are checked once the process used a device (a query before could
+ * create a CUDA context on a GPU this process never uses). */
+int tc_dev_check_pointer(const void *p, int device, const char *argname);
 /* Uninitialized memory on a device (dev >= 0), straight from the backend: tcoll's storage comes
  * from the cache (cache.h), which calls this when it grows. */
 int tc_dev_alloc(int device, size_t nbytes, void **p);
+/* A failure is logged (the callers free and cannot report). */
 void tc_dev_free(int device, void *p);
 /* Synchronous copy where at least one side is a device, ordered after the calling thread's
  * current streams of the devices involved (the copy runs on the source device's current

@@ -6,11 +6,12 @@
 
 #include "../base/dtype.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef enum { OP_COPY, OP_MEMSET, OP_SCALE, OP_ADD, OP_RECORD, OP_WAIT } op_kind_t;
+typedef enum { OP_COPY, OP_MEMSET, OP_ADD, OP_RECORD, OP_WAIT } op_kind_t;
 
 typedef struct fake_event {
   pthread_mutex_t mu;
@@ -26,7 +27,6 @@ typedef struct op {
   size_t n;
   int byte;
   tcoll_dtype_t dt;
-  double mul, div;
   fake_event_t *ev;
   uint64_t gen;
   struct op *next;
@@ -56,6 +56,13 @@ static alloc_rec_t *allocs;
 static size_t nallocs, allocs_cap;
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
 static fake_stream_t *all_streams;
+static uint64_t used; /* bit d: something was allocated or queued on device d (atomic) */
+
+static void touch(int dev) {
+  if (dev >= 0 && dev < 64) __atomic_or_fetch(&used, (uint64_t)1 << dev, __ATOMIC_RELAXED);
+}
+
+static uint64_t fake_used_mask(void) { return __atomic_load_n(&used, __ATOMIC_RELAXED); }
 
 /* ------------------------------------------------------------------ streams */
 
@@ -67,14 +74,6 @@ static void run_op(op_t *o) {
   switch (o->kind) {
   case OP_COPY: memmove(o->dst, o->src, o->n); break;
   case OP_MEMSET: memset(o->dst, o->byte, o->n); break;
-  case OP_SCALE:
-    if (o->div != 1.0) {
-      if (o->dst != o->src) memmove(o->dst, o->src, o->n * tc_dtype_size(o->dt));
-      tc_host_divide(o->dst, o->dt, (int64_t)o->n, o->div);
-    } else {
-      tc_host_scale_copy(o->dst, o->src, o->dt, (int64_t)o->n, o->mul);
-    }
-    break;
   case OP_ADD: tc_host_add(o->dst, o->src, o->dt, (int64_t)o->n); break;
   case OP_RECORD:
     pthread_mutex_lock(&o->ev->mu);
@@ -156,6 +155,7 @@ static int enqueue(int dev, void *stream, op_t tmpl) {
   if (!o) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot queue a fake device operation");
   *o = tmpl;
   o->next = NULL;
+  touch(dev);
   fake_stream_t *s = stream_of(dev, stream);
   pthread_mutex_lock(&s->mu);
   if (s->tail) s->tail->next = o;
@@ -191,15 +191,17 @@ static int fake_device_sync(int dev) {
 }
 
 static int fake_stream_create(int dev, void **stream) {
+  touch(dev);
   fake_stream_t *s;
   int rc = stream_new(dev, &s);
   if (!rc) *stream = s;
   return rc;
 }
 
-static void fake_stream_destroy(int dev, void *stream) {
+static int fake_stream_destroy(int dev, void *stream) {
   TC_UNUSED(dev);
   if (stream) stream_delete(stream);
+  return TCOLL_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ memory */
@@ -219,6 +221,7 @@ static int fake_alloc(int dev, size_t n, void **p) {
   void *q = NULL;
   if (posix_memalign(&q, 256, n ? n : 1))
     return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes on fake device %d", n, dev);
+  touch(dev);
   pthread_mutex_lock(&alloc_mu);
   if (nallocs == allocs_cap) {
     size_t cap = allocs_cap ? 2 * allocs_cap : 64;
@@ -240,9 +243,8 @@ static int fake_alloc(int dev, size_t n, void **p) {
   return TCOLL_SUCCESS;
 }
 
-static void fake_free(int dev, void *p) {
-  TC_UNUSED(dev);
-  if (!p) return;
+static int fake_free(int dev, void *p) {
+  if (!p) return TCOLL_SUCCESS;
   fake_device_sync(dev); /* like cudaFree: queued work on the device finishes first */
   pthread_mutex_lock(&alloc_mu);
   size_t i = alloc_lower_bound((uintptr_t)p);
@@ -252,9 +254,11 @@ static void fake_free(int dev, void *p) {
   }
   pthread_mutex_unlock(&alloc_mu);
   free(p);
+  return TCOLL_SUCCESS;
 }
 
-static int fake_pointer_device(const void *p, int *dev) {
+static int fake_pointer_device(const void *p, int near, int *dev) {
+  TC_UNUSED(near);
   uintptr_t x = (uintptr_t)p;
   *dev = TCOLL_HOST;
   pthread_mutex_lock(&alloc_mu);
@@ -269,7 +273,10 @@ static int fake_host_alloc(size_t n, void **p) {
   return TCOLL_SUCCESS;
 }
 
-static void fake_host_free(void *p) { free(p); }
+static int fake_host_free(void *p) {
+  free(p);
+  return TCOLL_SUCCESS;
+}
 
 /* ------------------------------------------------------------------ copies, kernels, events */
 
@@ -281,13 +288,6 @@ static int fake_copy_async(void *dst, const void *src, size_t n, int dev, void *
 static int fake_memset_async(void *p, int byte, size_t n, int dev, void *stream) {
   if (n == 0) return TCOLL_SUCCESS;
   return enqueue(dev, stream, (op_t){.kind = OP_MEMSET, .dst = p, .byte = byte, .n = n});
-}
-
-static int fake_scale(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n, double mul,
-                      double div) {
-  if (n == 0) return TCOLL_SUCCESS;
-  return enqueue(dev, stream,
-                 (op_t){.kind = OP_SCALE, .dst = dst, .src = src, .n = (size_t)n, .dt = dt, .mul = mul, .div = div});
 }
 
 static int fake_add(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n) {
@@ -305,13 +305,14 @@ static int fake_event_create(int dev, void **event) {
   return TCOLL_SUCCESS;
 }
 
-static void fake_event_destroy(int dev, void *event) {
+static int fake_event_destroy(int dev, void *event) {
   TC_UNUSED(dev);
   fake_event_t *e = event;
-  if (!e) return;
+  if (!e) return TCOLL_SUCCESS;
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   free(e);
+  return TCOLL_SUCCESS;
 }
 
 static int fake_event_record(int dev, void *event, void *stream) {
@@ -353,12 +354,17 @@ static int fake_stream_wait_event(int dev, void *stream, void *event) {
 
 static int fake_count(void) { return ndev; }
 
+static void fake_describe(char *buf, size_t len) {
+  snprintf(buf, len, "emulated (host memory, one worker thread per stream%s)", delay_us ? ", delayed" : "");
+}
+
 static void fake_fini(void) {
   for (int d = 0; d < ndev; d++)
     if (default_streams && default_streams[d]) stream_delete(default_streams[d]);
   free(default_streams);
   default_streams = NULL;
   ndev = 0;
+  __atomic_store_n(&used, 0, __ATOMIC_RELAXED);
   pthread_mutex_lock(&alloc_mu);
   free(allocs);
   allocs = NULL;
@@ -398,6 +404,8 @@ const tc_device_ops_t tc_fake_device_ops = {
     .init = fake_init,
     .fini = fake_fini,
     .count = fake_count,
+    .describe = fake_describe,
+    .used_mask = fake_used_mask,
     .alloc = fake_alloc,
     .free = fake_free,
     .host_alloc = fake_host_alloc,
@@ -414,7 +422,6 @@ const tc_device_ops_t tc_fake_device_ops = {
     .event_query = fake_event_query,
     .stream_wait_event = fake_stream_wait_event,
     .pointer_device = fake_pointer_device,
-    .scale = fake_scale,
     .add = fake_add,
     .device_sync = fake_device_sync,
 };

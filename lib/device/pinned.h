@@ -6,9 +6,10 @@
 
 #include "device.h"
 
-/* At least n bytes of page-locked host memory (256-byte aligned at least); NULL (error set) if
- * none. Its content is undefined. */
-void *tc_pinned_get(size_t n);
+/* At least n bytes of page-locked host memory (256-byte aligned at least), its content
+ * undefined, into *p; the backend's error (TCOLL_ERR_CUDA naming the call, or
+ * TCOLL_ERR_NO_MEMORY) if none. */
+int tc_pinned_get(size_t n, void **p);
 /* Returns a buffer nothing uses any more. */
 void tc_pinned_put(void *p);
 /* Returns a buffer once what is queued now on each (devs[i], streams[i]) has completed:

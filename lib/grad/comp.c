@@ -3,6 +3,7 @@
 #include "grad.h"
 
 #include "../work/registry.h"
+#include "../work/staging.h"
 #include "../tensor.h"
 
 #include <string.h>
@@ -83,8 +84,8 @@ int tg_comp_output(tc_work_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_
     j->res[k] = out->data;
     return TCOLL_SUCCESS;
   }
-  void *host = tc_work_scratch(w, nb);
-  if (!host) return TCOLL_ERR_NO_MEMORY;
+  void *host;
+  if ((rc = tc_stage_scratch(w, nb, out->device, &host))) return rc;
   j->res[k] = host;
   return nb ? tc_work_piece(w, out->data, out->device, host, nb) : TCOLL_SUCCESS;
 }
@@ -101,8 +102,8 @@ int tg_comp_host_view(tc_work_t *w, const tcoll_tensor_t *t, const void **p) {
     return TCOLL_SUCCESS;
   }
   size_t nb = tcoll_tensor_nbytes(t);
-  void *h = tc_work_scratch(w, nb);
-  if (!h) return TCOLL_ERR_NO_MEMORY;
+  void *h;
+  if ((rc = tc_stage_scratch(w, nb, t->device, &h))) return rc;
   tcoll_tensor_t dst = tcoll_tensor_make(h, t->dtype, t->ndim, t->shape, TCOLL_HOST);
   if (nb && (rc = tcoll_tensor_copy(&dst, t))) return rc;
   *p = h;

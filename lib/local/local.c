@@ -254,14 +254,14 @@ static int dev_scratch(int dev, size_t n, void **p) {
 void tc_local_cleanup(void) {
   pthread_mutex_lock(&scratch_mu);
   for (int d = 0; d < TC_MAX_DEVICES; d++) {
-    if (scratch[d]) tc_dev()->free(d, scratch[d]);
+    if (scratch[d]) tc_dev_free(d, scratch[d]);
     scratch[d] = NULL;
     scratch_bytes[d] = 0;
   }
   while (retired) {
     retired_t *r = retired;
     retired = r->next;
-    tc_dev()->free(r->dev, r->p);
+    tc_dev_free(r->dev, r->p);
     free(r);
   }
   pthread_mutex_unlock(&scratch_mu);
@@ -281,8 +281,8 @@ static int reduce_one(session_t *s, const tcoll_tensor_t *in, int n_devices, int
   int rc = scopy(s, o->data, dst, in[first * n + i].data, in[first * n + i].device, nb);
   if (rc || n_devices == 1 || cnt == 0) return rc;
   if (dst == TCOLL_HOST) {
-    char *tmp = tc_pinned_get(nb * (size_t)(n_devices - 1));
-    if (!tmp) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of pinned memory", nb * (n_devices - 1));
+    char *tmp;
+    if ((rc = tc_pinned_get(nb * (size_t)(n_devices - 1), (void **)&tmp))) return rc;
     char *at = tmp;
     for (int d = 0; d < n_devices && !rc; d++) {
       if (d == first) continue;

@@ -306,11 +306,12 @@ static int run(mop_t *m) {
   if (m->kind == M_BROADCAST) bytes = nb;
   if (m->kind == M_ALL_GATHER) bytes = nb * (size_t)total;
   if (m->kind == M_REDUCE_SCATTER) bytes = nb * (size_t)n + nb / (size_t)m->P;
-  char *stage = tc_pinned_get(bytes ? bytes : 1);
-  if (!stage) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of pinned staging memory", bytes);
+  char *stage;
+  int rc = tc_pinned_get(bytes ? bytes : 1, (void **)&stage);
+  if (rc) return rc;
   int fdev[TC_MAX_DEVICES + 1];
   void *fstream[TC_MAX_DEVICES + 1];
-  int nf = 0, rc = TCOLL_SUCCESS;
+  int nf = 0;
   int rproc = (m->kind == M_REDUCE || m->kind == M_BROADCAST) ? m->root / n : -1, rloc = m->root % n;
   bool is_root_proc = rproc == m->p;
   double avg = (double)total;

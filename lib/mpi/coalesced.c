@@ -29,6 +29,9 @@ static size_t packed_bytes(const int64_t numel[TCOLL_NUM_DTYPES], int parts) {
   return total;
 }
 
+/* The device of a call's tensors (all on one, checked), for its packed buffers. */
+static int device_of(const tcoll_tensor_t *in, int n) { return n > 0 ? in[0].device : TCOLL_HOST; }
+
 /* Output i's shape: like the input, gathered along dim 0, or scattered along dims[i]. */
 typedef enum { SAME, GATHERED, SCATTERED } out_shape_t;
 
@@ -56,10 +59,10 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
   int64_t numel[TCOLL_NUM_DTYPES];
   group_numels(in, n, numel);
   size_t half = packed_bytes(numel, 1);
-  char *send = tc_work_scratch(w, 2 * half);
-  if (!send) return TCOLL_ERR_NO_MEMORY;
+  char *send;
+  int rc = tc_stage_scratch(w, 2 * half, device_of(in, n), (void **)&send);
+  if (rc) return rc;
   char *recv = send + half;
-  int rc = TCOLL_SUCCESS;
   for (int d = 0; d < TCOLL_NUM_DTYPES && !rc; d++) {
     int64_t total = numel[d];
     if (total == 0) continue;
@@ -101,9 +104,10 @@ static int post_all_gather(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
   int size = w->comm->size;
   size_t total = 0;
   for (int i = 0; i < n; i++) total += tcoll_tensor_nbytes(&in[i]);
-  char *send = tc_work_scratch(w, total), *recv = tc_work_scratch(w, total * (size_t)size);
-  if (!send || !recv) return TCOLL_ERR_NO_MEMORY;
-  int rc = TCOLL_SUCCESS;
+  char *send, *recv;
+  int rc = tc_stage_scratch(w, total, device_of(in, n), (void **)&send);
+  if (!rc) rc = tc_stage_scratch(w, total * (size_t)size, device_of(in, n), (void **)&recv);
+  if (rc) return rc;
   size_t pos = 0;
   for (int i = 0; i < n && !rc; i++) {
     size_t nb = tcoll_tensor_nbytes(&in[i]);
@@ -145,12 +149,17 @@ static void copy_slab(char *y, const char *x, tc_dimview_t v, int r, int size, t
 
 static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, const tcoll_tensor_t *out,
                                const int *dims, const tc_redop_t *op) {
-  int size = w->comm->size, rc = TCOLL_SUCCESS;
+  int size = w->comm->size;
   double scale = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0;
   int64_t numel[TCOLL_NUM_DTYPES];
   group_numels(in, n, numel);
-  char *send = tc_work_scratch(w, packed_bytes(numel, 1)), *recv = tc_work_scratch(w, packed_bytes(numel, size));
-  if (!send || !recv) return TCOLL_ERR_NO_MEMORY;
+  /* Inputs are packed slab by slab on the host: a device input is staged even where MPI would
+   * take device pointers (host code must never read device memory). */
+  w->host_math = true;
+  char *send, *recv;
+  int rc = tc_stage_scratch(w, packed_bytes(numel, 1), device_of(in, n), (void **)&send);
+  if (!rc) rc = tc_stage_scratch(w, packed_bytes(numel, size), device_of(in, n), (void **)&recv);
+  if (rc) return rc;
   for (int d = 0; d < TCOLL_NUM_DTYPES && !rc; d++) {
     int64_t per_rank = numel[d] / size;
     if (per_rank == 0) continue;

@@ -14,7 +14,7 @@ static int post_gather(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *o
   if (rc) return rc;
   char *all = NULL;
   if (is_dst) {
-    if (!(all = tc_work_scratch(w, (size_t)size * nb))) return TCOLL_ERR_NO_MEMORY;
+    if ((rc = tc_stage_scratch(w, (size_t)size * nb, in->device, (void **)&all))) return rc;
     for (int r = 0; r < size && !rc; r++) rc = tc_work_piece(w, outs[r].data, outs[r].device, all + (size_t)r * nb, nb);
     if (rc) return rc;
   }
@@ -56,7 +56,7 @@ static int post_scatter(tc_work_t *w, const tcoll_tensor_t *ins, const tcoll_ten
   if (rc) return rc;
   char *all = NULL;
   if (w->comm->rank == src) {
-    if (!(all = tc_work_scratch(w, (size_t)size * nb))) return TCOLL_ERR_NO_MEMORY;
+    if ((rc = tc_stage_scratch(w, (size_t)size * nb, out->device, (void **)&all))) return rc;
     for (int r = 0; r < size && !rc; r++)
       rc = tc_stage_read(all + (size_t)r * nb, ins[r].data, ins[r].device, nb);
     if (rc) return rc;

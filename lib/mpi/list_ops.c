@@ -11,9 +11,9 @@ static int post_all_gather_list(tc_work_t *w, const tcoll_tensor_t *in, tcoll_te
   int size = w->comm->size;
   size_t nb = tcoll_tensor_nbytes(in);
   const void *sbuf;
+  char *all = NULL;
   int rc = tc_stage_in(w, in, &sbuf);
-  char *all = rc ? NULL : tc_work_scratch(w, (size_t)size * nb);
-  if (!all) return rc ? rc : TCOLL_ERR_NO_MEMORY;
+  if (!rc) rc = tc_stage_scratch(w, (size_t)size * nb, in->device, (void **)&all);
   for (int r = 0; r < size && !rc; r++) rc = tc_work_piece(w, outs[r].data, outs[r].device, all + (size_t)r * nb, nb);
   if (!rc) rc = tc_post_allgather(w, sbuf, all, tcoll_tensor_numel(in), in->dtype);
   return rc;
@@ -39,9 +39,9 @@ static int post_reduce_scatter_list(tc_work_t *w, const tcoll_tensor_t *ins, con
   int64_t n = tcoll_tensor_numel(out);
   void *rbuf;
   w->host_math = op->kind == TCOLL_AVG; /* divides the output on the host */
+  char *all = NULL;
   int rc = tc_stage_out(w, out, &rbuf);
-  char *all = rc ? NULL : tc_work_scratch(w, (size_t)size * nb);
-  if (!all) return rc ? rc : TCOLL_ERR_NO_MEMORY;
+  if (!rc) rc = tc_stage_scratch(w, (size_t)size * nb, out->device, (void **)&all);
   for (int r = 0; r < size && !rc; r++) rc = tc_stage_read(all + (size_t)r * nb, ins[r].data, ins[r].device, nb);
   if (rc) return rc;
   if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(all, all, out->dtype, n * size, op->scalar);
@@ -78,9 +78,9 @@ static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor
     v[3 * size + p] = rtotal;
     rtotal += v[2 * size + p];
   }
-  char *sbuf = tc_work_scratch(w, (size_t)stotal * es), *rbuf = tc_work_scratch(w, (size_t)rtotal * es);
-  if (!sbuf || !rbuf) return TCOLL_ERR_NO_MEMORY;
-  int rc = TCOLL_SUCCESS;
+  char *sbuf, *rbuf;
+  int rc = tc_stage_scratch(w, (size_t)stotal * es, ins[0].device, (void **)&sbuf);
+  if (!rc) rc = tc_stage_scratch(w, (size_t)rtotal * es, ins[0].device, (void **)&rbuf);
   for (int p = 0; p < size && !rc; p++)
     rc = tc_stage_read(sbuf + (size_t)v[size + p] * es, ins[p].data, ins[p].device, (size_t)v[p] * es);
   for (int p = 0; p < size && !rc; p++)

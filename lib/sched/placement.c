@@ -1,6 +1,7 @@
 /* Placement of device buffers (see placement.h). */
 #include "placement.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,4 +41,12 @@ bool tc_mpi_device_direct(tc_mpi_kind_t kind) {
 
 int tcoll_mpi_device_direct(int nonblocking_collective) {
   return tc_mpi_device_direct(nonblocking_collective ? TC_MPI_NONBLOCKING_COLL : TC_MPI_BLOCKING) ? 1 : 0;
+}
+
+const char *tc_placement_describe(char *buf, size_t len) {
+  const char *forced = tc_cfg.cuda_aware == 1 ? " (TCOLL_CUDA_AWARE=1)" : tc_cfg.cuda_aware == 0 ? " (TCOLL_CUDA_AWARE=0)" : "";
+  snprintf(buf, len, "MPI CUDA-aware: %s (MPIX_Query_cuda_support %d%s); device buffers of nonblocking collectives: %s%s",
+           mpi_cuda_support ? "yes" : "no", mpi_cuda_support, ompi_major ? ", Open MPI" : "",
+           tc_mpi_device_direct(TC_MPI_NONBLOCKING_COLL) ? "direct" : "staged", forced);
+  return buf;
 }

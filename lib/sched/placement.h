@@ -18,5 +18,7 @@ void tc_placement_init(void);
  * which tests the direct path); auto: the CUDA backend and MPIX_Query_cuda_support(), except
  * nonblocking collectives on Open MPI before 5 (which rejects device buffers there). */
 bool tc_mpi_device_direct(tc_mpi_kind_t kind);
+/* "MPI CUDA-aware: no (...); device buffers of nonblocking collectives: staged", for logs. */
+const char *tc_placement_describe(char *buf, size_t len);
 
 #endif

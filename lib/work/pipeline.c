@@ -154,18 +154,22 @@ static int query(tc_pipe_t *p, void *ev) { return on_host(p) ? TCOLL_SUCCESS : t
 
 /* ------------------------------------------------------------------ pipeline objects */
 
+/* At cleanup nobody can be told of a failure: it is logged. */
+static void event_destroy(tc_pipe_t *p, void *ev) {
+  if (ev && tc_dev()->event_destroy(p->dev, ev)) tc_warn("%s", tc_last_message());
+}
+
 static void pipe_destroy(tc_pipe_t *p) {
   if (on_host(p)) {
     free(p);
     return;
   }
-  const tc_device_ops_t *ops = tc_dev();
   for (int i = 0; i < TC_PIPE_SLOTS; i++) {
-    if (p->slots[i].fill_ev) ops->event_destroy(p->dev, p->slots[i].fill_ev);
-    if (p->slots[i].drain_ev) ops->event_destroy(p->dev, p->slots[i].drain_ev);
+    event_destroy(p, p->slots[i].fill_ev);
+    event_destroy(p, p->slots[i].drain_ev);
   }
-  if (p->ev_in) ops->event_destroy(p->dev, p->ev_in);
-  if (p->ev_done) ops->event_destroy(p->dev, p->ev_done);
+  event_destroy(p, p->ev_in);
+  event_destroy(p, p->ev_done);
   free(p);
 }
 
@@ -405,7 +409,7 @@ static int drain(tc_pipe_t *p, slot_t *s) {
 static void finish(tc_pipe_t *p) {
   if (p->status == TCOLL_SUCCESS) {
     int rc = record(p, p->ev_done, p->h2d);
-    if (rc) fail(p, rc, tcoll_last_error());
+    if (rc) fail(p, rc, tc_last_message());
   }
   p->done = true;
   fifo_remove(p);
@@ -426,21 +430,21 @@ static void advance(tc_pipe_t *p) {
       fail_mpi(p, mrc, "MPI_Test");
       rc = TCOLL_ERR_MPI;
     } else if (flag && (rc = drain(p, s))) {
-      fail(p, rc, tcoll_last_error());
+      fail(p, rc, tc_last_message());
     }
   }
   /* Fills into free slots, in chunk order. */
   while (!rc && p->next_fill < p->K) {
     slot_t *s = &p->slots[p->next_fill % TC_PIPE_SLOTS];
     if (s->state != SLOT_FREE) break;
-    if ((rc = start_fill(p, s, p->next_fill))) fail(p, rc, tcoll_last_error());
+    if ((rc = start_fill(p, s, p->next_fill))) fail(p, rc, tc_last_message());
     else p->next_fill++;
   }
   for (int i = 0; i < TC_PIPE_SLOTS && !rc; i++) {
     slot_t *s = &p->slots[i];
     if (s->state != SLOT_FILLING) continue;
     int q = check_ready(p, s);
-    if (q != TCOLL_SUCCESS && q != TCOLL_IN_PROGRESS) fail(p, rc = q, tcoll_last_error());
+    if (q != TCOLL_SUCCESS && q != TCOLL_IN_PROGRESS) fail(p, rc = q, tc_last_message());
   }
   /* MPI calls, in chunk order, once every earlier pipeline on the communicator posted all. */
   while (!rc && p->next_post < p->K && p->pc->head == p) {
@@ -576,10 +580,12 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
     s->buf = NULL;
   }
   for (int i = 0; i < TC_PIPE_SLOTS && !rc; i++) {
-    p->slots[i].buf = on_host(p) ? tc_scratch_get(p->slot_bytes) : tc_pinned_get(p->slot_bytes);
-    if (!p->slots[i].buf)
-      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of %s memory for the pipeline", p->slot_bytes,
-                    on_host(p) ? "scratch" : "pinned staging");
+    if (!on_host(p)) {
+      rc = tc_pinned_get(p->slot_bytes, (void **)&p->slots[i].buf);
+    } else if (!(p->slots[i].buf = tc_scratch_get(p->slot_bytes))) {
+      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch memory for the pipeline",
+                    p->slot_bytes);
+    }
   }
   if (on_host(p)) p->d2h = p->h2d = NULL;
   else {
@@ -605,7 +611,7 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
   fifo_add(p);
   /* Start copying right away: the device-to-host copies overlap the caller's own work. */
   while (p->next_fill < p->K && p->next_fill < TC_PIPE_SLOTS && !rc) {
-    if ((rc = start_fill(p, &p->slots[p->next_fill], p->next_fill))) fail(p, rc, tcoll_last_error());
+    if ((rc = start_fill(p, &p->slots[p->next_fill], p->next_fill))) fail(p, rc, tc_last_message());
     else p->next_fill++;
   }
   if (rc) finish(p);
@@ -615,9 +621,11 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
 }
 
 void tc_pipe_cleanup(void) {
-  /* Queued records of (and waits on) the pipelines' events finish before they are destroyed. */
+  /* Queued records of (and waits on) the pipelines' events finish before they are destroyed.
+   * Only devices this process used have any; synchronizing another would create a CUDA context
+   * on it. */
   for (int d = 0; d < tc_dev_count(); d++)
-    if (tc_dev()->device_sync) tc_dev()->device_sync(d);
+    if (tc_dev_used(d) && tc_dev()->device_sync(d)) tc_warn("%s", tc_last_message());
   pthread_mutex_lock(&eng_mu);
   for (int d = 0; d <= TC_MAX_DEVICES; d++) {
     while (free_pipes[d]) {

@@ -570,18 +570,21 @@ tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void
 
 /* Pops the entry at base if it still belongs to w (the index binary search finds it: it may have
  * moved since it was found), then drops the caller's reference (registry lock held). */
-static void release_locked(tc_work_t *w, uintptr_t base, bool pop) {
+static int release_locked(tc_work_t *w, uintptr_t base, bool pop) {
+  int rc = TCOLL_SUCCESS;
   if (pop && base) {
-    tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+    rc = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
     pop_entry_locked(w, base);
   }
   unref_locked(w);
+  return rc;
 }
 
-void tc_registry_release(tc_work_t *w, void *base, bool pop) {
+int tc_registry_release(tc_work_t *w, void *base, bool pop) {
   lock_registry();
-  release_locked(w, (uintptr_t)base, pop);
+  int rc = release_locked(w, (uintptr_t)base, pop);
   pthread_mutex_unlock(&reg_lock);
+  return rc;
 }
 
 int tc_registry_snapshot(tc_work_t **works, int max) {
@@ -649,11 +652,11 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
   int status = w->status;
   char err[TC_WORK_ERR_LEN];
   if (status) memcpy(err, w->err, sizeof err);
-  tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+  int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
   remove_at((size_t)(x - ordered));
   unref_locked(w);
   pthread_mutex_unlock(&reg_lock);
-  return status ? tc_error(status, "%s", err) : TCOLL_SUCCESS;
+  return status ? tc_error(status, "%s", err) : ready;
 }
 
 int tc_wait_ptr(const void *p, double seconds, bool block) {
@@ -680,7 +683,8 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
   }
   rc = report_failure(w, rc);
   if (finished) {
-    tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+    int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+    if (rc == TCOLL_SUCCESS) rc = ready;
     if (defer_pop(buf)) return rc; /* the entry found at the start, popped by the next critical section */
   }
   tc_registry_release(w, NULL, false);

@@ -45,8 +45,9 @@ void tc_registry_remove_work(tc_work_t *w);
 /* The pending work whose buffer overlaps [p, p + n) (n == 0: contains p), other than self;
  * the work is returned with a reference taken and *base set to its buffer. NULL if none. */
 tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void **base);
-/* Pops base's entry if it still belongs to w (pop), then drops the reference hold took. */
-void tc_registry_release(tc_work_t *w, void *base, bool pop);
+/* Pops base's entry if it still belongs to w (the calling thread's current streams then wait for
+ * its device outputs: an error if that fails), then drops the reference hold took. */
+int tc_registry_release(tc_work_t *w, void *base, bool pop);
 
 /* Up to max works not yet done, each with a reference taken (drop it with
  * tc_registry_release(w, NULL, false)). For the progress thread. */

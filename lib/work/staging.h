@@ -9,8 +9,11 @@
  * are copied in when the collective is posted (on tcoll's d2h stream after the caller's
  * current stream; the host waits for the copy), outputs are copied back when it completes
  * (after the op's own finish step, which therefore always runs on host memory) on tcoll's h2d
- * stream, device-async: the waiter's current stream waits for them. all_reduce, broadcast, all_gather and reduce_scatter move
- * device buffers larger than one staging chunk through the pipeline instead (pipeline.h). */
+ * stream, after the posting thread's stream as it was at the post, device-async: the waiter's
+ * current stream waits for them. Packed forms (coalesced, list, gather, the gradient module's
+ * composite works) pack into pinned buffers from tc_stage_scratch the same way.
+ * all_reduce, broadcast, all_gather and reduce_scatter move device buffers larger than one
+ * staging chunk through the pipeline instead (pipeline.h). */
 #ifndef TC_STAGING_H
 #define TC_STAGING_H
 
@@ -26,12 +29,15 @@ int tc_stage_inout(tc_work_t *w, const tcoll_tensor_t *t, void **buf);
 /* Device memory (or host memory) to host memory, on tcoll's d2h stream of src_dev after the
  * caller's current stream; waits on the host (MPI reads dst next). */
 int tc_stage_read(void *dst, const void *src, int src_dev, size_t n);
-/* Host memory (pageable: reused at once) to dst, on tcoll's h2d stream after the caller's
- * current stream, which then waits for it; waits on the host too. */
-int tc_stage_write(void *dst, int dst_dev, const void *src, size_t n);
-/* The work's copy-backs (staged outputs to device memory), device-async: on tcoll's h2d
- * streams after the waiter's current streams, which then wait for them (device semantics: the
- * host does not). Their pinned buffers return to the pool once the copies are done. */
+/* Host memory the work holds until it is recycled, for packing tensors of `device`: pinned
+ * (from the pool) for device tensors, whose copies to and from it run on tcoll's streams and
+ * may outlive the work's completion (tc_stage_copy_backs returns it once they are done);
+ * pooled pageable scratch for host tensors. */
+int tc_stage_scratch(tc_work_t *w, size_t nbytes, int device, void **p);
+/* The work's copy-backs (staged outputs and device pieces), device-async: each on tcoll's h2d
+ * stream of its device, after the posting thread's stream as it was at the post; the popping
+ * thread's current stream then waits for them (device semantics: the host does not). The
+ * work's pinned buffers return to the pool once the copies are done. */
 int tc_stage_copy_backs(tc_work_t *w);
 /* Whether t must be staged (a device tensor, and MPI does not take device buffers in
  * nonblocking collectives). */

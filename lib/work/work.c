@@ -316,7 +316,14 @@ int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, in
   int rc = grow((void **)&w->cbs, &w->cb_cap, w->ncb + 1, sizeof *w->cbs);
   if (rc) return rc;
   /* Whichever thread completes the work, the copy into dst follows what the posting thread had
-   * queued on its stream when it posted (dst may still be in use there). */
+   * queued on its stream when it posted (dst may still be in use there). Nothing is queued on
+   * that stream during the post: one event per device serves all the work's copy-backs. */
+  for (int i = w->ncb; i-- > 0;) {
+    if (w->cbs[i].device == device && w->cbs[i].posted_ev) {
+      w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, w->cbs[i].posted_ev, false};
+      return TCOLL_SUCCESS;
+    }
+  }
   void *ev = NULL;
   if (device != TCOLL_HOST) {
     if ((rc = tc_dev_event_get(device, &ev))) return rc;
@@ -325,7 +332,7 @@ int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, in
       return rc;
     }
   }
-  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, ev};
+  w->cbs[w->ncb++] = (tc_copyback_t){dst, src, nbytes, device, ev, ev != NULL};
   return TCOLL_SUCCESS;
 }
 
@@ -341,9 +348,11 @@ int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled) {
   return TCOLL_SUCCESS;
 }
 
-void tc_work_ready_wait(const tc_work_t *w) {
-  for (int i = 0; i < w->nready; i++)
-    tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
+int tc_work_ready_wait(const tc_work_t *w) {
+  int rc = TCOLL_SUCCESS;
+  for (int i = 0; i < w->nready && !rc; i++)
+    rc = tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
+  return rc;
 }
 
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor) {
@@ -354,9 +363,12 @@ int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, doub
 }
 
 int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes) {
+  /* Device memory is written like any staged output: after what the posting thread's stream
+   * had queued when it posted, not after the stream of whichever thread completes the work. */
+  if (dst_device != TCOLL_HOST) return tc_work_copyback(w, dst, src, nbytes, dst_device);
   int rc = grow((void **)&w->pieces, &w->piece_cap, w->npiece + 1, sizeof *w->pieces);
   if (rc) return rc;
-  w->pieces[w->npiece++] = (tc_piece_t){dst, src, nbytes, dst_device};
+  w->pieces[w->npiece++] = (tc_piece_t){dst, src, nbytes};
   return TCOLL_SUCCESS;
 }
 
@@ -381,7 +393,7 @@ static inline void release_held(tc_work_t *w) {
  * outputs' readiness. */
 static void put_events(tc_work_t *w) {
   for (int i = 0; i < w->ncb; i++)
-    if (w->cbs[i].posted_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
+    if (w->cbs[i].owns_ev) tc_dev_event_put(w->cbs[i].device, w->cbs[i].posted_ev);
   for (int i = 0; i < w->nready; i++)
     if (w->ready[i].pooled) tc_dev_event_put(w->ready[i].device, w->ready[i].event);
   w->nready = 0;
@@ -445,12 +457,8 @@ static int finish_step(void *arg) {
 
 static int pieces_step(void *arg) {
   tc_work_t *w = arg;
-  int rc = TCOLL_SUCCESS;
-  for (int i = 0; i < w->npiece && !rc; i++) {
-    tc_piece_t *p = &w->pieces[i];
-    rc = tc_stage_write(p->dst, p->dst_device, p->src, p->nbytes);
-  }
-  return rc;
+  for (int i = 0; i < w->npiece; i++) memcpy(w->pieces[i].dst, w->pieces[i].src, w->pieces[i].nbytes);
+  return TCOLL_SUCCESS;
 }
 
 static int copy_backs_step(void *arg) { return tc_stage_copy_backs(arg); /* device-async, on tcoll's streams */ }

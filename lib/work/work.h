@@ -59,13 +59,16 @@ typedef struct tc_wbuf {
   tc_work_t *owner;
 } tc_wbuf_t;
 
-/* A host staging buffer whose content goes to device memory once the work completes. */
+/* Host memory whose content goes to device memory once the work completes (a staged output, or
+ * a piece of a packed result): src is a pinned buffer the work holds (tc_stage_scratch), since
+ * the copy may run after the work is recycled. */
 typedef struct tc_copyback {
   void *dst;
   const void *src;
   size_t nbytes;
   int device;
   void *posted_ev; /* recorded on the posting thread's current stream: the copy waits for it */
+  bool owns_ev;    /* the first copy-back of its device: returns posted_ev to the pool */
 } tc_copyback_t;
 
 /* An event after which an output of the work is ready on a device: whoever pops the output
@@ -78,12 +81,11 @@ typedef struct tc_ready {
   bool pooled; /* taken from the event pool: returned when the work is recycled */
 } tc_ready_t;
 
-/* A copy made at completion: packed results to their output (host or device memory). */
+/* A copy made at completion: packed results to their host output. */
 typedef struct tc_piece {
   void *dst;
   const void *src;
   size_t nbytes;
-  int dst_device;
 } tc_piece_t;
 
 /* A host region divided at completion (AVG). */
@@ -199,8 +201,9 @@ int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, in
 /* An event the work's outputs on device are ready after (see tc_ready_t). */
 int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled);
 /* The calling thread's current streams wait for the work's ready events (at every pop). */
-void tc_work_ready_wait(const tc_work_t *w);
-/* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst. */
+int tc_work_ready_wait(const tc_work_t *w);
+/* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst: a memcpy for host
+ * memory, a copy-back (tc_work_copyback) for device memory. */
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor);
 int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size_t nbytes);
 /* Finishes posting: returns rc. If rc is an error and nothing was posted, the work is undone
