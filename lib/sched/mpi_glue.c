@@ -291,7 +291,7 @@ void tc_mpi_type_put(tc_mpi_type_t *t) {
 
 int tc_mpi_span(tcoll_dtype_t d, int64_t n, tc_mpi_span_t *s) {
   if (tc_mpi_one_call(n)) {
-    s->count = (int)n;
+    s->count = n;
     s->dt.type = tc_mpi_dtype(d);
     s->dt.slot = -2; /* a basic type: nothing to put */
     return TCOLL_SUCCESS;
