@@ -13,6 +13,9 @@
  * deep. Values are exact (move_util.h closed forms). */
 #include "move_util.h"
 
+#include <limits.h>
+#include <sys/mman.h>
+
 #define LIMIT 1000
 
 static int64_t current_limit(void) {
@@ -1130,6 +1133,65 @@ START_TEST(c_call_errors_named) {
 }
 END_TEST
 
+/* Counts above INT_MAX themselves, TCOLL_MAX_COUNT at its default: each reaches MPI whole, in
+ * one _c call, or within int counts without large counts. The buffers are address space only
+ * (MAP_NORESERVE): the watch fails each call before MPI moves any data, and tcoll touches none. */
+static void expect_whole(const char *what, int rc, int w, int64_t n, int split_w) {
+  T_EXPECT(rc == TCOLL_ERR_MPI, "%s: %s (expected the failure the watch made)", what, tcoll_status_string(rc));
+  tcoll_wait_all();
+  if (LARGE_COUNT)
+    T_EXPECT(watch.calls_c[w] == 1 && watch.max_count == n, "%s: %d %s_c calls, largest count %lld (expected one "
+             "of %lld)", what, watch.calls_c[w], W_NAMES[w], (long long)watch.max_count, (long long)n);
+  else
+    T_EXPECT(watch.calls[split_w] == 1 && watch.max_count <= INT_MAX, "%s: %d %s calls, largest count %lld", what,
+             watch.calls[split_w], W_NAMES[split_w], (long long)watch.max_count);
+  WATCH_END(what);
+}
+
+START_TEST(counts_above_int_max) {
+  int64_t n = (int64_t)INT_MAX + 1001, p = t_size;
+  size_t bytes = (size_t)(2 * p + 1) * (size_t)n; /* uint8: in and out of an all-to-all, one more n */
+  char *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  int ok = mem != MAP_FAILED, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all_ok) {
+    if (t_rank == 0) printf("counts_above_int_max: no %zu bytes of address space here; not run\n", bytes);
+    if (ok) munmap(mem, bytes);
+    return;
+  }
+  save_algo();
+  set_algo("mpi");
+  set_limit(INT_MAX);
+  int64_t pn = p * n;
+  tcoll_tensor_t x = tcoll_tensor_make(mem, TCOLL_UINT8, 1, &n, TCOLL_HOST);
+  tcoll_tensor_t all = tcoll_tensor_make(mem, TCOLL_UINT8, 1, &pn, TCOLL_HOST);
+  tcoll_tensor_t mine = tcoll_tensor_make(mem + (size_t)t_rank * (size_t)n, TCOLL_UINT8, 1, &n, TCOLL_HOST);
+  tcoll_tensor_t other = tcoll_tensor_make(mem + (size_t)pn, TCOLL_UINT8, 1, &pn, TCOLL_HOST);
+  tcoll_tensor_t last = tcoll_tensor_make(mem + 2 * (size_t)pn, TCOLL_UINT8, 1, &n, TCOLL_HOST);
+  watch_begin();
+  watch.fail = 1u << W_BCAST;
+  expect_whole("broadcast of INT_MAX + 1001", tcoll_broadcast(&x, 0, NULL, &x), W_BCAST, n, W_BCAST);
+  watch_begin();
+  watch.fail = 1u << W_ALLREDUCE;
+  expect_whole("all_reduce of INT_MAX + 1001", tcoll_all_reduce(&x, TCOLL_SUM, NULL, &x), W_ALLREDUCE, n, W_ALLREDUCE);
+  watch_begin();
+  watch.fail = 1u << W_ALLGATHER;
+  expect_whole("all_gather of INT_MAX + 1001", tcoll_all_gather(&mine, 0, NULL, &all), W_ALLGATHER, n, W_ALLGATHER);
+  watch_begin();
+  watch.fail = 1u << W_REDUCE_SCATTER_BLOCK | 1u << W_REDUCE;
+  expect_whole("reduce_scatter of INT_MAX + 1001 per rank", tcoll_reduce_scatter(&all, TCOLL_SUM, 0, NULL, &last),
+               W_REDUCE_SCATTER_BLOCK, n, W_REDUCE);
+  watch_begin();
+  watch.fail = 1u << W_ALLTOALLV | 1u << W_ALLTOALLW;
+  expect_whole("all_to_all_single of INT_MAX + 1001 per peer",
+               tcoll_all_to_all_single(&all, NULL, NULL, NULL, &other), W_ALLTOALLV, n, W_ALLTOALLW);
+  watch.fail = 0;
+  set_limit(LIMIT);
+  set_algo(saved_algo);
+  munmap(mem, bytes);
+}
+END_TEST
+
 /* ---- a tiny limit: derived datatypes nested several levels ---- */
 
 START_TEST(tiny_limit) {
@@ -1184,6 +1246,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, one_c_call_composed);
   tcase_add_test(tc, one_c_call_pipeline);
   tcase_add_test(tc, c_call_errors_named);
+  tcase_add_test(tc, counts_above_int_max);
   tcase_add_test(tc, tiny_limit);
   suite_add_tcase(s, tc);
   return s;
