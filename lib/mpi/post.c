@@ -24,9 +24,9 @@ int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
   int rc = tc_work_reserve(w, (int)ncalls(n));
   for (int64_t off = 0; off < n && !rc; off += per) {
     int64_t c = n - off < per ? n - off : per;
-    rc = tc_post_ok(w, tc_mpi_iallreduce(at_const(sbuf, off, es), (char *)rbuf + (size_t)off * es, c, tc_mpi_dtype(d), op,
-                                     w->comm->mpi, tc_work_req(w)),
-                   TC_MPI_NAME("MPI_Iallreduce", c));
+    int mrc = tc_mpi_iallreduce(at_const(sbuf, off, es), (char *)rbuf + (size_t)off * es, c, tc_mpi_dtype(d), op,
+                                w->comm->mpi, tc_work_req(w));
+    rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Iallreduce", c));
   }
   return rc;
 }
@@ -39,9 +39,8 @@ int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_
   for (int64_t off = 0; off < n && !rc; off += per) {
     int64_t c = n - off < per ? n - off : per;
     void *r = is_root ? (char *)rbuf + (size_t)off * es : NULL;
-    rc = tc_post_ok(w, tc_mpi_ireduce(at_const(sbuf, off, es), r, c, tc_mpi_dtype(d), op, root, w->comm->mpi,
-                                  tc_work_req(w)),
-                   TC_MPI_NAME("MPI_Ireduce", c));
+    int mrc = tc_mpi_ireduce(at_const(sbuf, off, es), r, c, tc_mpi_dtype(d), op, root, w->comm->mpi, tc_work_req(w));
+    rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Ireduce", c));
   }
   return rc;
 }
@@ -52,9 +51,8 @@ int tc_post_reduce_scatter_block(tc_work_t *w, const void *sbuf, void *rbuf, int
   if (tc_mpi_one_call(nper)) {
     int rc = tc_work_reserve(w, 1);
     if (rc) return rc;
-    return tc_post_ok(w, tc_mpi_ireduce_scatter_block(sbuf, rbuf, nper, tc_mpi_dtype(d), op, w->comm->mpi,
-                                                  tc_work_req(w)),
-                     TC_MPI_NAME("MPI_Ireduce_scatter_block", nper));
+    rc = tc_mpi_ireduce_scatter_block(sbuf, rbuf, nper, tc_mpi_dtype(d), op, w->comm->mpi, tc_work_req(w));
+    return tc_post_ok(w, rc, TC_MPI_NAME("MPI_Ireduce_scatter_block", nper));
   }
   /* Without large counts: the send blocks of one call must be contiguous and a reduction cannot
    * take a strided datatype, so each owner's block is reduced to it piece by piece. */
@@ -67,7 +65,8 @@ int tc_post_reduce_scatter_block(tc_work_t *w, const void *sbuf, void *rbuf, int
     for (int r = 0; r < size && !rc; r++) {
       const char *s = (const char *)sbuf + ((size_t)r * (size_t)nper + (size_t)off) * es;
       void *dst = r == w->comm->rank ? (char *)rbuf + (size_t)off * es : NULL;
-      rc = tc_post_ok(w, tc_mpi_ireduce(s, dst, c, tc_mpi_dtype(d), op, r, w->comm->mpi, tc_work_req(w)), "MPI_Ireduce");
+      int mrc = tc_mpi_ireduce(s, dst, c, tc_mpi_dtype(d), op, r, w->comm->mpi, tc_work_req(w));
+      rc = tc_post_ok(w, mrc, "MPI_Ireduce");
     }
   }
   return rc;
@@ -79,8 +78,8 @@ int tc_post_bcast(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t d, int root)
   int rc = tc_work_reserve(w, 1);
   if (!rc) rc = tc_mpi_span(d, n, &s);
   if (rc) return rc;
-  rc = tc_post_ok(w, tc_mpi_ibcast(buf, s.count, s.dt.type, root, w->comm->mpi, tc_work_req(w)),
-                 TC_MPI_NAME("MPI_Ibcast", s.count));
+  rc = tc_mpi_ibcast(buf, s.count, s.dt.type, root, w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, rc, TC_MPI_NAME("MPI_Ibcast", s.count));
   tc_mpi_span_put(&s);
   return rc;
 }
@@ -91,8 +90,8 @@ int tc_post_allgather(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
   int rc = tc_work_reserve(w, 1);
   if (!rc) rc = tc_mpi_span(d, n, &s);
   if (rc) return rc;
-  rc = tc_post_ok(w, tc_mpi_iallgather(sbuf, s.count, s.dt.type, rbuf, s.count, s.dt.type, w->comm->mpi, tc_work_req(w)),
-                 TC_MPI_NAME("MPI_Iallgather", s.count));
+  rc = tc_mpi_iallgather(sbuf, s.count, s.dt.type, rbuf, s.count, s.dt.type, w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, rc, TC_MPI_NAME("MPI_Iallgather", s.count));
   tc_mpi_span_put(&s);
   return rc;
 }
@@ -144,9 +143,10 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
   }
   if (!rc) rc = tc_work_reserve(w, 1);
   if (!rc)
-    rc = tc_post_ok(w, MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, w->comm->mpi,
-                                  tc_work_req(w)),
-                   "MPI_Ialltoallw");
+    rc = tc_post_ok(w,
+                    MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, w->comm->mpi,
+                                   tc_work_req(w)),
+                    "MPI_Ialltoallw");
   if (!rc) { /* all 2 * size built and in use: freed when the work is recycled */
     types[2 * size] = MPI_DATATYPE_NULL;
     if (tc_work_hold(w, types, TC_HELD_MPI_TYPES) == TCOLL_SUCCESS) return rc;
@@ -175,9 +175,9 @@ static int post_alltoallv_c(tc_work_t *w, const void *sbuf, const int64_t *sc, c
   }
   int rc = tc_work_reserve(w, 1);
   if (rc) return rc;
-  return tc_post_ok(w, tc_mpi_ialltoallv_c(sbuf, counts, displs, rbuf, counts + size, displs + size, tc_mpi_dtype(d),
-                                       w->comm->mpi, tc_work_req(w)),
-                   "MPI_Ialltoallv_c");
+  rc = tc_mpi_ialltoallv_c(sbuf, counts, displs, rbuf, counts + size, displs + size, tc_mpi_dtype(d), w->comm->mpi,
+                           tc_work_req(w));
+  return tc_post_ok(w, rc, "MPI_Ialltoallv_c");
 }
 
 /* Counts within the limit and displacements within an int: MPI_Ialltoallv in units. */
@@ -198,9 +198,9 @@ static int post_alltoallv_int(tc_work_t *w, const void *sbuf, const int64_t *sc,
   if (!rc) rc = unit == 1 ? tc_mpi_span(d, 1, &unit_type) : tc_mpi_contig(d, unit, &unit_type.dt);
   if (rc) return rc;
   if (unit != 1) unit_type.count = 1;
-  rc = tc_post_ok(w, MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls, unit_type.dt.type,
-                                w->comm->mpi, tc_work_req(w)),
-                 "MPI_Ialltoallv");
+  rc = MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls, unit_type.dt.type,
+                      w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, rc, "MPI_Ialltoallv");
   tc_mpi_span_put(&unit_type);
   return rc;
 }
