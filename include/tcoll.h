@@ -176,7 +176,8 @@ typedef struct tcoll_config {
   tcoll_log_level_t debug;   /* TCOLL_DEBUG */
   double timeout;            /* TCOLL_TIMEOUT, seconds; 0 = none */
   int abort_on_timeout;      /* TCOLL_ON_TIMEOUT=abort */
-  int64_t max_count;         /* TCOLL_MAX_COUNT: most elements per MPI call */
+  int64_t max_count;         /* TCOLL_MAX_COUNT: largest int count per MPI call (above it: one
+                                MPI-4 _c call where MPI has them, else split) */
   size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes (default 4 MiB; same on every rank) */
   int cuda_aware;            /* TCOLL_CUDA_AWARE: -1 auto, 0, 1 */
   int fake_devices;          /* TCOLL_FAKE_DEVICES */

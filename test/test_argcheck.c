@@ -1071,6 +1071,25 @@ START_TEST(report) {
   T_EXPECT(t_mpi_calls() > m0, "t_mpi_calls() does not see libtcoll's MPI calls");
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
+  /* ... also a count above TCOLL_MAX_COUNT: one MPI_Iallreduce_c where MPI has the MPI-4
+   * large-count calls, else 3 pieces of at most 1000 (the literal call, on the host). */
+  tcoll_config_t cfg, old;
+  T_OK(tcoll_get_config(&old));
+  cfg = old;
+  cfg.max_count = 1000;
+  snprintf(cfg.algo, sizeof cfg.algo, "mpi");
+  T_OK(tcoll_set_config(&cfg));
+  in = t_host(F32, 1, (int64_t[]){2500});
+  out = t_empty();
+  m0 = t_mpi_calls_this_thread();
+  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  long want = MPI_VERSION >= 4 ? 1 : 3;
+  T_EXPECT(t_mpi_calls_this_thread() - m0 == want, "an all_reduce of 2500 with a limit of 1000 made %ld MPI calls "
+           "(expected %ld)", t_mpi_calls_this_thread() - m0, want);
+  T_OK(tcoll_set_config(&old));
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
   int total = 0;
   MPI_Allreduce(&ncases, &total, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (t_rank == 0) printf("argcheck: %d bad-input cases per rank at %d rank(s)\n", ncases, t_size);

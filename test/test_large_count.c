@@ -4,10 +4,17 @@
  * for counts above INT_MAX: all_gather along dim 0 and along other dims (blocks and block counts
  * above the limit), broadcast, all_to_all_single (per-peer counts above the limit: the
  * MPI_Ialltoallw path; rows above the limit: big unit types), permute, shard_dim_all_to_all,
- * gather / scatter, the list and coalesced forms, and odd sizes around the limit. A last test
- * lowers the limit to 7 at run time so that the derived datatypes nest several levels deep.
- * Values are exact (move_util.h closed forms). */
+ * gather / scatter, the list and coalesced forms, and odd sizes around the limit. Where MPI has
+ * the MPI-4 large-count calls (MPICH 4), a count above the limit goes in one _c call instead
+ * (the all-to-all then takes MPI_Ialltoallv_c, not MPI_Ialltoallw): the one_c_call tests count
+ * the calls of all_reduce, reduce, reduce_scatter, broadcast, all_gather, all_to_all_single,
+ * gather, scatter, the composed algorithms and the staging pipeline on both kinds of MPI. A
+ * last test lowers the limit to 7 at run time so that the derived datatypes nest several levels
+ * deep. Values are exact (move_util.h closed forms). */
 #include "move_util.h"
+
+#include <limits.h>
+#include <sys/mman.h>
 
 #define LIMIT 1000
 
@@ -28,12 +35,29 @@ static void set_limit(int64_t n) {
  *
  * The test program defines the MPI entry points tcoll posts with (and the datatype constructors
  * it builds with); the dynamic linker binds libtcoll's calls to them, and they forward to the
- * PMPI layer. Each one checks that no count it is given exceeds the limit in force, and counts
- * the calls so that tests can see which path an op took (e.g. MPI_Ialltoallw). */
+ * PMPI layer. Each one counts the call, so that tests can see which path an op took, and checks
+ * its counts: an int count never exceeds the limit in force, and an MPI-4 _c call (MPICH) is
+ * made only for a count above it (within the limit the int form is the call to make). */
+#if MPI_VERSION >= 4
+#define LARGE_COUNT 1 /* this MPI has the _c calls: a count above the limit goes in one of them */
+#else
+#define LARGE_COUNT 0 /* it has not: a count above the limit is split or a derived datatype */
+#endif
+
+enum { W_ALLREDUCE, W_REDUCE, W_REDUCE_SCATTER_BLOCK, W_BCAST, W_ALLGATHER, W_ALLGATHERV, W_GATHER, W_SCATTER,
+       W_ALLTOALL, W_ALLTOALLV, W_ALLTOALLW, W_SEND, W_RECV, W_REDUCE_LOCAL, W_NCALLS };
+static const char *const W_NAMES[W_NCALLS] = {
+    "MPI_Iallreduce", "MPI_Ireduce",   "MPI_Ireduce_scatter_block", "MPI_Ibcast",   "MPI_Iallgather",
+    "MPI_Iallgatherv", "MPI_Igather",  "MPI_Iscatter",              "MPI_Ialltoall", "MPI_Ialltoallv",
+    "MPI_Ialltoallw", "MPI_Isend",     "MPI_Irecv",                 "MPI_Reduce_local"};
+
 static struct {
-  int over; /* counts above the limit */
+  int over;    /* int counts above the limit */
+  int small_c; /* _c calls whose counts all fit the limit */
   int64_t max_count;
-  int allgather, bcast, gather, scatter, alltoallv, alltoallw, type_ctors;
+  int calls[W_NCALLS], calls_c[W_NCALLS]; /* int forms, _c forms */
+  int type_ctors;
+  unsigned fail; /* bit w: calls of function w fail */
   char first_over[160];
 } watch;
 
@@ -53,55 +77,208 @@ static void note_array(const char *fn, const int *counts, MPI_Comm comm) {
   for (int i = 0; i < n; i++) note(fn, counts[i]);
 }
 
-/* Every count within the limit; returns nothing, records failures. */
+/* Every count within the limit and every _c call needed; returns nothing, records failures. */
 #define WATCH_END(what)                                                                          \
-  T_EXPECT(watch.over == 0, "%s: %d counts above the limit, first: %s", (what), watch.over, watch.first_over)
+  do {                                                                                           \
+    T_EXPECT(watch.over == 0, "%s: %d counts above the limit, first: %s", (what), watch.over,    \
+             watch.first_over);                                                                  \
+    T_EXPECT(watch.small_c == 0, "%s: %d _c calls with every count within the limit", (what),    \
+             watch.small_c);                                                                     \
+  } while (0)
+
+/* Whether a test made calls of function w fail (with MPI_ERR_COUNT, without calling MPI). */
+static bool failing(int w) { return (watch.fail >> w) & 1u; }
+
+/* The int forms: count, check; then fail or forward. */
+static bool count_int(int w, const char *fn, int64_t n) {
+  watch.calls[w]++;
+  note(fn, n);
+  return failing(w);
+}
+
+int MPI_Iallreduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
+  if (count_int(W_ALLREDUCE, "MPI_Iallreduce", n)) return MPI_ERR_COUNT;
+  return PMPI_Iallreduce(sb, rb, n, dt, op, comm, req);
+}
+
+int MPI_Ireduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
+                MPI_Request *req) {
+  if (count_int(W_REDUCE, "MPI_Ireduce", n)) return MPI_ERR_COUNT;
+  return PMPI_Ireduce(sb, rb, n, dt, op, root, comm, req);
+}
+
+int MPI_Ireduce_scatter_block(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                              MPI_Request *req) {
+  if (count_int(W_REDUCE_SCATTER_BLOCK, "MPI_Ireduce_scatter_block", n)) return MPI_ERR_COUNT;
+  return PMPI_Ireduce_scatter_block(sb, rb, n, dt, op, comm, req);
+}
 
 int MPI_Iallgather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, MPI_Comm comm,
                    MPI_Request *req) {
-  watch.allgather++;
-  note("MPI_Iallgather", sc);
+  if (count_int(W_ALLGATHER, "MPI_Iallgather", sc)) return MPI_ERR_COUNT;
   note("MPI_Iallgather", rc);
   return PMPI_Iallgather(sb, sc, st, rb, rc, rt, comm, req);
 }
 
+int MPI_Iallgatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rc[], const int rd[],
+                    MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+  if (count_int(W_ALLGATHERV, "MPI_Iallgatherv", sb == MPI_IN_PLACE ? 0 : sc)) return MPI_ERR_COUNT;
+  note_array("MPI_Iallgatherv", rc, comm);
+  return PMPI_Iallgatherv(sb, sc, st, rb, rc, rd, rt, comm, req);
+}
+
 int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm, MPI_Request *req) {
-  watch.bcast++;
-  note("MPI_Ibcast", count);
+  if (count_int(W_BCAST, "MPI_Ibcast", count)) return MPI_ERR_COUNT;
   return PMPI_Ibcast(buf, count, dt, root, comm, req);
 }
 
 int MPI_Igather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, int root, MPI_Comm comm,
                 MPI_Request *req) {
-  watch.gather++;
-  note("MPI_Igather", sc);
+  if (count_int(W_GATHER, "MPI_Igather", sc)) return MPI_ERR_COUNT;
   note("MPI_Igather", rc);
   return PMPI_Igather(sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
 int MPI_Iscatter(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, int root, MPI_Comm comm,
                  MPI_Request *req) {
-  watch.scatter++;
-  note("MPI_Iscatter", sc);
+  if (count_int(W_SCATTER, "MPI_Iscatter", sc)) return MPI_ERR_COUNT;
   note("MPI_Iscatter", rc);
   return PMPI_Iscatter(sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
+int MPI_Ialltoall(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, MPI_Comm comm,
+                  MPI_Request *req) {
+  if (count_int(W_ALLTOALL, "MPI_Ialltoall", sc)) return MPI_ERR_COUNT;
+  note("MPI_Ialltoall", rc);
+  return PMPI_Ialltoall(sb, sc, st, rb, rc, rt, comm, req);
+}
+
 int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb, const int rc[],
                    const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
-  watch.alltoallv++;
+  watch.calls[W_ALLTOALLV]++;
   note_array("MPI_Ialltoallv", sc, comm);
   note_array("MPI_Ialltoallv", rc, comm);
+  if (failing(W_ALLTOALLV)) return MPI_ERR_COUNT;
   return PMPI_Ialltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
 
 int MPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Datatype st[], void *rb, const int rc[],
                    const int rd[], const MPI_Datatype rt[], MPI_Comm comm, MPI_Request *req) {
-  watch.alltoallw++;
+  watch.calls[W_ALLTOALLW]++;
   note_array("MPI_Ialltoallw", sc, comm);
   note_array("MPI_Ialltoallw", rc, comm);
+  if (failing(W_ALLTOALLW)) return MPI_ERR_COUNT;
   return PMPI_Ialltoallw(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
+
+int MPI_Isend(const void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+  if (count_int(W_SEND, "MPI_Isend", n)) return MPI_ERR_COUNT;
+  return PMPI_Isend(buf, n, dt, peer, tag, comm, req);
+}
+
+int MPI_Irecv(void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+  if (count_int(W_RECV, "MPI_Irecv", n)) return MPI_ERR_COUNT;
+  return PMPI_Irecv(buf, n, dt, peer, tag, comm, req);
+}
+
+int MPI_Reduce_local(const void *in, void *acc, int n, MPI_Datatype dt, MPI_Op op) {
+  if (count_int(W_REDUCE_LOCAL, "MPI_Reduce_local", n)) return MPI_ERR_COUNT;
+  return PMPI_Reduce_local(in, acc, n, dt, op);
+}
+
+#if LARGE_COUNT
+/* The _c forms: count, check that some count needed one, forward. */
+static bool note_c(int w, MPI_Count largest) {
+  watch.calls_c[w]++;
+  if (largest > watch.max_count) watch.max_count = largest;
+  if (largest <= current_limit()) watch.small_c++;
+  return failing(w);
+}
+
+static MPI_Count largest_of(const MPI_Count *v, MPI_Comm comm) {
+  int n = 0;
+  PMPI_Comm_size(comm, &n);
+  MPI_Count m = 0;
+  for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+static MPI_Count max2(MPI_Count a, MPI_Count b) { return a > b ? a : b; }
+
+int MPI_Iallreduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                     MPI_Request *req) {
+  if (note_c(W_ALLREDUCE, n)) return MPI_ERR_COUNT;
+  return PMPI_Iallreduce_c(sb, rb, n, dt, op, comm, req);
+}
+
+int MPI_Ireduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
+                  MPI_Request *req) {
+  if (note_c(W_REDUCE, n)) return MPI_ERR_COUNT;
+  return PMPI_Ireduce_c(sb, rb, n, dt, op, root, comm, req);
+}
+
+int MPI_Ireduce_scatter_block_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                                MPI_Request *req) {
+  if (note_c(W_REDUCE_SCATTER_BLOCK, n)) return MPI_ERR_COUNT;
+  return PMPI_Ireduce_scatter_block_c(sb, rb, n, dt, op, comm, req);
+}
+
+int MPI_Ibcast_c(void *buf, MPI_Count n, MPI_Datatype dt, int root, MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_BCAST, n)) return MPI_ERR_COUNT;
+  return PMPI_Ibcast_c(buf, n, dt, root, comm, req);
+}
+
+int MPI_Iallgather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt,
+                     MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_ALLGATHER, max2(sc, rc))) return MPI_ERR_COUNT;
+  return PMPI_Iallgather_c(sb, sc, st, rb, rc, rt, comm, req);
+}
+
+int MPI_Iallgatherv_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, const MPI_Count rc[],
+                      const MPI_Aint rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_ALLGATHERV, largest_of(rc, comm))) return MPI_ERR_COUNT;
+  return PMPI_Iallgatherv_c(sb, sc, st, rb, rc, rd, rt, comm, req);
+}
+
+int MPI_Igather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt, int root,
+                  MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_GATHER, max2(sc, rc))) return MPI_ERR_COUNT;
+  return PMPI_Igather_c(sb, sc, st, rb, rc, rt, root, comm, req);
+}
+
+int MPI_Iscatter_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt, int root,
+                   MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_SCATTER, max2(sc, rc))) return MPI_ERR_COUNT;
+  return PMPI_Iscatter_c(sb, sc, st, rb, rc, rt, root, comm, req);
+}
+
+int MPI_Ialltoall_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt,
+                    MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_ALLTOALL, max2(sc, rc))) return MPI_ERR_COUNT;
+  return PMPI_Ialltoall_c(sb, sc, st, rb, rc, rt, comm, req);
+}
+
+int MPI_Ialltoallv_c(const void *sb, const MPI_Count sc[], const MPI_Aint sd[], MPI_Datatype st, void *rb,
+                     const MPI_Count rc[], const MPI_Aint rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_ALLTOALLV, max2(largest_of(sc, comm), largest_of(rc, comm)))) return MPI_ERR_COUNT;
+  return PMPI_Ialltoallv_c(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
+}
+
+int MPI_Isend_c(const void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_SEND, n)) return MPI_ERR_COUNT;
+  return PMPI_Isend_c(buf, n, dt, peer, tag, comm, req);
+}
+
+int MPI_Irecv_c(void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_RECV, n)) return MPI_ERR_COUNT;
+  return PMPI_Irecv_c(buf, n, dt, peer, tag, comm, req);
+}
+
+int MPI_Reduce_local_c(const void *in, void *acc, MPI_Count n, MPI_Datatype dt, MPI_Op op) {
+  if (note_c(W_REDUCE_LOCAL, n)) return MPI_ERR_COUNT;
+  return PMPI_Reduce_local_c(in, acc, n, dt, op);
+}
+#endif
 
 int MPI_Type_contiguous(int count, MPI_Datatype old, MPI_Datatype *t) {
   watch.type_ctors++;
@@ -141,8 +318,9 @@ START_TEST(limit_in_force) {
   tcoll_tensor_t in = t_alloc(TCOLL_INT32, 1, &n), out = t_empty();
   T_OK(tcoll_all_gather(&in, 0, NULL, &out));
   T_OK(tcoll_wait(out.data));
-  T_EXPECT(watch.allgather == 1 && watch.max_count == 3, "the MPI watch saw %d MPI_Iallgather calls, max count %lld",
-           watch.allgather, (long long)watch.max_count);
+  T_EXPECT(watch.calls[W_ALLGATHER] == 1 && watch.max_count == 3,
+           "the MPI watch saw %d MPI_Iallgather calls, max count %lld", watch.calls[W_ALLGATHER],
+           (long long)watch.max_count);
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
 }
@@ -339,11 +517,14 @@ static void a2a_case(tcoll_dtype_t dt, const int64_t *S, int64_t even, int64_t r
 START_TEST(all_to_all_single_large) {
   watch_begin();
   int size = t_size;
-  /* Even: 1500 one-element rows per peer (counts above the limit: MPI_Ialltoallw). */
+  /* Even: 1500 one-element rows per peer (counts above the limit: MPI_Ialltoallv_c, or without
+   * it MPI_Ialltoallw). */
   a2a_case(TCOLL_FLOAT32, NULL, 1500, 1, false, "even, 1500 per peer");
-  T_EXPECT(watch.alltoallw == 1 && watch.alltoallv == 0,
-           "1500 elements per peer: %d MPI_Ialltoallw and %d MPI_Ialltoallv calls (expected the MPI_Ialltoallw path)",
-           watch.alltoallw, watch.alltoallv);
+  int big = LARGE_COUNT ? watch.calls_c[W_ALLTOALLV] : watch.calls[W_ALLTOALLW];
+  T_EXPECT(big == 1 && watch.calls[W_ALLTOALLV] + watch.calls[W_ALLTOALLW] + watch.calls_c[W_ALLTOALLV] == 1,
+           "1500 elements per peer: %d MPI_Ialltoallw, %d MPI_Ialltoallv and %d MPI_Ialltoallv_c calls (expected "
+           "one %s)", watch.calls[W_ALLTOALLW], watch.calls[W_ALLTOALLV], watch.calls_c[W_ALLTOALLV],
+           LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallw");
   a2a_case(TCOLL_INT8, NULL, 1001, 1, true, "even, 1001 per peer");
   /* Uneven: 0, 600, 1200 or 1800 rows per pair, above and below the limit and zero. */
   int64_t *S = malloc((size_t)size * (size_t)size * sizeof *S);
@@ -359,12 +540,15 @@ START_TEST(all_to_all_single_large) {
   a2a_case(TCOLL_BOOL, S, 0, 1, false, "999 / 1001");
   a2a_case(TCOLL_INT32, S, 0, 1, true, "999 / 1001");
   free(S);
-  /* Rows above the limit: one row of 1500 elements per peer (counts fit, the unit does not). */
-  int w0 = watch.alltoallw, v0 = watch.alltoallv;
+  /* Rows above the limit: one row of 1500 elements per peer (counts fit, the unit does not):
+   * one MPI_Ialltoallv of one row each (a derived datatype), or with large counts one
+   * MPI_Ialltoallv_c of 1500 elements each. */
+  int w0 = watch.calls[W_ALLTOALLW], v0 = watch.calls[W_ALLTOALLV], c0 = watch.calls_c[W_ALLTOALLV];
   a2a_case(TCOLL_BFLOAT16, NULL, 1, 1500, false, "one 1500-element row per peer");
-  T_EXPECT(watch.alltoallw == w0 && watch.alltoallv == v0 + 1,
-           "one row of 1500 per peer: expected one MPI_Ialltoallv of one row each (got %d / %d more calls)",
-           watch.alltoallv - v0, watch.alltoallw - w0);
+  int dv = watch.calls[W_ALLTOALLV] - v0, dc = watch.calls_c[W_ALLTOALLV] - c0;
+  T_EXPECT(watch.calls[W_ALLTOALLW] == w0 && dv == (LARGE_COUNT ? 0 : 1) && dc == (LARGE_COUNT ? 1 : 0),
+           "one row of 1500 per peer: expected one %s (got %d MPI_Ialltoallv, %d MPI_Ialltoallv_c, %d MPI_Ialltoallw)",
+           LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallv", dv, dc, watch.calls[W_ALLTOALLW] - w0);
   /* Many rows of 7: 200 rows (1400 elements) per peer, counts in rows fit. */
   a2a_case(TCOLL_UINT8, NULL, 200, 7, true, "200 rows of 7 per peer");
   WATCH_END("all_to_all_single_large");
@@ -389,7 +573,9 @@ START_TEST(permute_large) {
     T_OK(tcoll_permute(&in, p, NULL, &out));
     T_OK(tcoll_wait(out.data));
     mv_check_fill("large permute", &out, from, 0);
-    T_EXPECT(watch.alltoallw == variant + 1, "large permute %d: %d MPI_Ialltoallw calls", variant, watch.alltoallw);
+    int big = LARGE_COUNT ? watch.calls_c[W_ALLTOALLV] : watch.calls[W_ALLTOALLW];
+    T_EXPECT(big == variant + 1, "large permute %d: %d %s calls", variant, big,
+             LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallw");
     tcoll_tensor_free(&in);
     tcoll_tensor_free(&out);
   }
@@ -622,6 +808,390 @@ START_TEST(every_op_pending_at_once) {
 }
 END_TEST
 
+/* ---- one _c call, or a split, per MPI ----
+ *
+ * TCOLL_MAX_COUNT is the largest int count per MPI call. Where MPI has the MPI-4 large-count
+ * calls (MPICH 4), a count above it goes in exactly one call of the _c form; where it has not
+ * (Open MPI: MPI 3.1), it is split into several calls or described with derived datatypes.
+ * These tests count every call each op makes (host buffers, so the staging pipeline stays out
+ * except where a test asks for it) and check the results against closed forms. */
+
+typedef struct want {
+  int w, calls, calls_c; /* MPI function, int-form calls, _c calls */
+} want_t;
+
+/* Since watch_begin: exactly the calls listed (none of any function not listed). */
+static void expect_calls(const char *what, const want_t *want, int n) {
+  for (int w = 0; w < W_NCALLS; w++) {
+    int c = 0, cc = 0;
+    for (int k = 0; k < n; k++)
+      if (want[k].w == w) c = want[k].calls, cc = want[k].calls_c;
+    T_EXPECT(watch.calls[w] == c && watch.calls_c[w] == cc, "%s (%s): %d %s and %d %s_c calls (expected %d and %d)",
+             what, LARGE_COUNT ? "MPI-4" : "MPI-3", watch.calls[w], W_NAMES[w], watch.calls_c[w], W_NAMES[w], c, cc);
+  }
+}
+
+/* One op that needs one call of function w carrying `count` elements, which is above the
+ * limit: one _c call with all of them, or `split` int-form calls of function w_split. */
+static void expect_one_c(const char *what, int w, int64_t count, int w_split, int split) {
+  want_t large = {w, 0, 1}, small = {w_split, split, 0};
+  expect_calls(what, LARGE_COUNT ? &large : &small, 1);
+  if (LARGE_COUNT)
+    T_EXPECT(watch.max_count == count, "%s: the _c call carried %lld elements (expected %lld)", what,
+             (long long)watch.max_count, (long long)count);
+}
+
+static char saved_algo[256];
+
+static void set_algo(const char *spec) {
+  tcoll_config_t cfg;
+  T_OK(tcoll_get_config(&cfg));
+  snprintf(cfg.algo, sizeof cfg.algo, "%s", spec);
+  T_OK(tcoll_set_config(&cfg));
+}
+
+static void save_algo(void) {
+  tcoll_config_t cfg;
+  T_OK(tcoll_get_config(&cfg));
+  snprintf(saved_algo, sizeof saved_algo, "%s", cfg.algo);
+}
+
+/* Reductions: rank r contributes x_r[i] = (off + i) % 7 + r, so the sum over p ranks is
+ * p * ((off + i) % 7) + p (p - 1) / 2: small integers, exact in every dtype. */
+typedef struct red_ctx {
+  int64_t off;
+  int p;
+} red_ctx;
+
+static double red_in(int64_t i, void *c) { return (double)((((red_ctx *)c)->off + i) % 7 + t_rank); }
+static double red_sum(int64_t i, void *c) {
+  red_ctx *x = c;
+  return (double)(x->p * ((x->off + i) % 7) + x->p * (x->p - 1) / 2);
+}
+
+/* all_reduce (SUM) of n elements of dt on the host; the result checked. */
+static void sum_case(const char *what, tcoll_dtype_t dt, int64_t n, int device) {
+  red_ctx c = {0, t_size};
+  tcoll_tensor_t in = device == TCOLL_HOST ? t_host(dt, 1, &n) : t_alloc(dt, 1, &n), out = t_empty();
+  t_set_all(&in, red_in, &c);
+  watch_begin();
+  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  t_check_all(what, &out, red_sum, &c, 0);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+}
+
+/* reduce_scatter (SUM) of nper elements per rank on the host; the result checked. */
+static void rs_sum_case(const char *what, tcoll_dtype_t dt, int64_t nper) {
+  int64_t n = nper * t_size;
+  red_ctx in_c = {0, t_size}, out_c = {nper * t_rank, t_size};
+  tcoll_tensor_t in = t_host(dt, 1, &n), out = t_empty();
+  t_set_all(&in, red_in, &in_c);
+  watch_begin();
+  T_OK(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  t_check_all(what, &out, red_sum, &out_c, 0);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+}
+
+START_TEST(one_c_call_reductions) {
+  save_algo();
+  set_algo("mpi"); /* the literal mapping: one MPI call per collective */
+  int64_t n = 2500;
+  /* all_reduce: one MPI_Iallreduce_c, or 3 pieces (float16 goes through tcoll's own op) */
+  sum_case("all_reduce int32 2500", TCOLL_INT32, n, TCOLL_HOST);
+  expect_one_c("all_reduce int32 2500", W_ALLREDUCE, n, W_ALLREDUCE, 3);
+  WATCH_END("all_reduce int32");
+  sum_case("all_reduce float16 2500", TCOLL_FLOAT16, n, TCOLL_HOST);
+  expect_one_c("all_reduce float16 2500", W_ALLREDUCE, n, W_ALLREDUCE, 3);
+  WATCH_END("all_reduce float16");
+  /* reduce to the last rank: one MPI_Ireduce_c, or 3 pieces */
+  red_ctx c = {0, t_size};
+  int dst = t_size - 1;
+  tcoll_tensor_t in = t_host(TCOLL_FLOAT64, 1, &n), out = t_host(TCOLL_FLOAT64, 1, &n);
+  t_set_all(&in, red_in, &c);
+  watch_begin();
+  T_OK(tcoll_reduce(&in, dst, TCOLL_SUM, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  if (t_rank == dst) t_check_all("reduce float64 2500", &out, red_sum, &c, 0);
+  expect_one_c("reduce float64 2500", W_REDUCE, n, W_REDUCE, 3);
+  WATCH_END("reduce");
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  /* reduce_scatter, 1500 per rank: one MPI_Ireduce_scatter_block_c, or each owner's block
+   * reduced to it in 2 pieces (MPI_Ireduce per root and piece) */
+  rs_sum_case("reduce_scatter bfloat16 1500 per rank", TCOLL_BFLOAT16, 1500);
+  expect_one_c("reduce_scatter bfloat16 1500 per rank", W_REDUCE_SCATTER_BLOCK, 1500, W_REDUCE, 2 * t_size);
+  WATCH_END("reduce_scatter");
+  set_algo(saved_algo);
+}
+END_TEST
+
+START_TEST(one_c_call_moves) {
+  save_algo();
+  set_algo("mpi");
+  /* broadcast from the last rank: one MPI_Ibcast_c and no derived datatype, or one MPI_Ibcast
+   * of a derived datatype */
+  int64_t n = 3001;
+  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 1, &n), out = t_empty();
+  mv_fill(&in, t_rank, 0);
+  watch_begin();
+  T_OK(tcoll_broadcast(&in, t_size - 1, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  mv_check_fill("broadcast 3001", &out, t_size - 1, 0);
+  expect_one_c("broadcast float32 3001", W_BCAST, n, W_BCAST, 1);
+  if (LARGE_COUNT) T_EXPECT(watch.type_ctors == 0, "broadcast: %d datatype constructors", watch.type_ctors);
+  WATCH_END("broadcast");
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  /* all_gather along dim 0: one MPI_Iallgather_c, or one MPI_Iallgather of a derived datatype */
+  n = 2500;
+  in = t_host(TCOLL_INT16, 1, &n);
+  out = t_empty();
+  mv_fill(&in, t_rank, 0);
+  watch_begin();
+  T_OK(tcoll_all_gather(&in, 0, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  mv_ag_ctx ag = {TCOLL_INT16, 1, 0, t_size, &n, NULL};
+  t_check_all("all_gather int16 2500", &out, mv_ag_expect, &ag, 0);
+  expect_one_c("all_gather int16 2500", W_ALLGATHER, n, W_ALLGATHER, 1);
+  WATCH_END("all_gather");
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  /* all_to_all_single, 1500 per peer: one MPI_Ialltoallv_c, or one MPI_Ialltoallw */
+  int64_t rows = 1500 * (int64_t)t_size;
+  in = t_host(TCOLL_FLOAT64, 1, &rows);
+  out = t_empty();
+  mv_fill(&in, t_rank, 0);
+  watch_begin();
+  T_OK(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  int64_t *E = malloc((size_t)t_size * (size_t)t_size * sizeof *E);
+  for (int k = 0; k < t_size * t_size; k++) E[k] = 1500;
+  mv_a2a_ctx a2a = {TCOLL_FLOAT64, t_size, t_rank, 1, E, NULL};
+  t_check_all("all_to_all_single float64 1500 per peer", &out, mv_a2a_expect, &a2a, 0);
+  expect_one_c("all_to_all_single float64 1500 per peer", W_ALLTOALLV, 1500, W_ALLTOALLW, 1);
+  WATCH_END("all_to_all_single");
+  free(E);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  /* gather and scatter at the last rank: one MPI_Igather_c / MPI_Iscatter_c, or one call of a
+   * derived datatype */
+  n = 2100;
+  int root = t_size - 1;
+  in = t_host(TCOLL_UINT8, 1, &n);
+  mv_fill(&in, t_rank, 0);
+  tcoll_tensor_t *outs = calloc((size_t)t_size, sizeof *outs);
+  for (int r = 0; r < t_size; r++) outs[r] = t_empty();
+  watch_begin();
+  T_OK(tcoll_gather(&in, root, NULL, t_rank == root ? outs : NULL));
+  T_OK(tcoll_wait(t_rank == root ? outs[0].data : in.data));
+  for (int r = 0; r < t_size && t_rank == root; r++) {
+    if (r) T_OK(tcoll_wait(outs[r].data));
+    mv_check_fill("gather uint8 2100", &outs[r], r, 0);
+  }
+  expect_one_c("gather uint8 2100", W_GATHER, n, W_GATHER, 1);
+  WATCH_END("gather");
+  tcoll_tensor_t sc = t_host(TCOLL_UINT8, 1, &n);
+  if (t_rank == root)
+    for (int r = 0; r < t_size; r++) mv_fill(&outs[r], 16 + r, 0);
+  watch_begin();
+  T_OK(tcoll_scatter(t_rank == root ? outs : NULL, root, NULL, &sc));
+  T_OK(tcoll_wait(sc.data));
+  mv_check_fill("scatter uint8 2100", &sc, 16 + t_rank, 0);
+  expect_one_c("scatter uint8 2100", W_SCATTER, n, W_SCATTER, 1);
+  WATCH_END("scatter");
+  for (int r = 0; r < t_size; r++) tcoll_tensor_free(&outs[r]);
+  free(outs);
+  tcoll_tensor_free(&sc);
+  tcoll_tensor_free(&in);
+  set_algo(saved_algo);
+}
+END_TEST
+
+/* The composed algorithms' steps (the schedule engine): point-to-point steps, local reductions
+ * and their collectives take one _c call per block above the limit, or pieces of it. */
+START_TEST(one_c_call_composed) {
+  save_algo();
+  int p = t_size, hops = p - 1;
+  /* ring all_reduce of blocks of 3000: per hop one MPI_Isend_c / MPI_Irecv_c (MPI_Reduce_local_c
+   * in the reduce-scatter half), or 3 pieces of each */
+  int64_t n = 3000 * (int64_t)p;
+  set_algo("all_reduce:ring");
+  sum_case("ring all_reduce, blocks of 3000", TCOLL_INT32, n, TCOLL_HOST);
+  want_t ring_c[] = {{W_SEND, 0, 2 * hops}, {W_RECV, 0, 2 * hops}, {W_REDUCE_LOCAL, 0, hops}};
+  want_t ring_split[] = {{W_SEND, 6 * hops, 0}, {W_RECV, 6 * hops, 0}, {W_REDUCE_LOCAL, 3 * hops, 0}};
+  expect_calls("ring all_reduce, blocks of 3000", LARGE_COUNT ? ring_c : ring_split, 3);
+  WATCH_END("ring all_reduce");
+  /* ring reduce-scatter, then one MPI_Iallgatherv_c; without large counts the gather is a ring */
+  set_algo("all_reduce:ring_allgather");
+  sum_case("ring_allgather all_reduce, blocks of 3000", TCOLL_FLOAT32, n, TCOLL_HOST);
+  want_t gv_c[] = {{W_SEND, 0, hops}, {W_RECV, 0, hops}, {W_REDUCE_LOCAL, 0, hops}, {W_ALLGATHERV, 0, p > 1}};
+  expect_calls("ring_allgather all_reduce, blocks of 3000", LARGE_COUNT ? gv_c : ring_split, LARGE_COUNT ? 4 : 3);
+  WATCH_END("ring_allgather all_reduce");
+  /* reduce_scatter by one MPI_Ialltoall_c of blocks of 1500 and a reduction per block; without
+   * large counts the ring (2 pieces a block) */
+  set_algo("reduce_scatter:alltoall");
+  rs_sum_case("alltoall reduce_scatter, blocks of 1500", TCOLL_INT64, 1500);
+  want_t a2a_c[] = {{W_ALLTOALL, 0, 1}, {W_REDUCE_LOCAL, 0, hops}};
+  want_t a2a_split[] = {{W_SEND, 2 * hops, 0}, {W_RECV, 2 * hops, 0}, {W_REDUCE_LOCAL, 2 * hops, 0}};
+  expect_calls("alltoall reduce_scatter, blocks of 1500", LARGE_COUNT ? a2a_c : a2a_split, LARGE_COUNT ? 2 : 3);
+  WATCH_END("alltoall reduce_scatter");
+  set_algo(saved_algo);
+}
+END_TEST
+
+/* Device buffers through the staging pipeline: a chunk is one MPI call, so with large counts
+ * chunks of more than the limit go in _c calls; without, chunks never exceed the limit. */
+START_TEST(one_c_call_pipeline) {
+  if (t_device() == TCOLL_HOST) return; /* the -dev runs */
+  save_algo();
+  set_algo("mpi");
+  tcoll_config_t cfg;
+  T_OK(tcoll_get_config(&cfg));
+  size_t old_chunk = cfg.staging_chunk;
+  cfg.staging_chunk = 8192; /* 2048 float32: 3 chunks of 6000, or 6 of at most 1000 */
+  T_OK(tcoll_set_config(&cfg));
+  int64_t n = 6000;
+  sum_case("pipelined all_reduce float32 6000", TCOLL_FLOAT32, n, t_device());
+  want_t ar_c = {W_ALLREDUCE, 0, 3}, ar_split = {W_ALLREDUCE, 6, 0};
+  expect_calls("pipelined all_reduce float32 6000", LARGE_COUNT ? &ar_c : &ar_split, 1);
+  WATCH_END("pipelined all_reduce");
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, &n), out = t_empty();
+  mv_fill(&in, t_rank, 0);
+  watch_begin();
+  T_OK(tcoll_broadcast(&in, 0, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  mv_check_fill("pipelined broadcast float32 6000", &out, 0, 0);
+  want_t bc_c = {W_BCAST, 0, 3}, bc_split = {W_BCAST, 6, 0};
+  expect_calls("pipelined broadcast float32 6000", LARGE_COUNT ? &bc_c : &bc_split, 1);
+  WATCH_END("pipelined broadcast");
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  cfg.staging_chunk = old_chunk;
+  T_OK(tcoll_set_config(&cfg));
+  set_algo(saved_algo);
+}
+END_TEST
+
+/* A call MPI refuses is named in tcoll's error in the form that was called: its _c form where
+ * a count above the limit took one. The watch makes the calls fail (MPI_ERR_COUNT) before MPI
+ * sees them, on every rank alike. */
+static void expect_named(const char *what, int rc, const char *call) {
+  char want[64];
+  snprintf(want, sizeof want, "%s failed", call);
+  T_EXPECT(rc == TCOLL_ERR_MPI && t_contains(tcoll_last_error(), want), "%s: %s: %s (expected \"%s\")", what,
+           tcoll_status_string(rc), tcoll_last_error(), want);
+  /* A work whose post failed may stay registered, for a wait to report the failure again. */
+  rc = tcoll_wait_all();
+  T_EXPECT(rc == TCOLL_SUCCESS || t_contains(tcoll_last_error(), want), "%s: the wait said %s", what,
+           tcoll_last_error());
+  T_EXPECT(tcoll_pending_count() == 0, "%s: %zu pending after the wait", what, tcoll_pending_count());
+}
+
+START_TEST(c_call_errors_named) {
+  save_algo();
+  set_algo("mpi");
+  int64_t n = 2500, rows = 1500 * (int64_t)t_size;
+  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 1, &n), big = t_host(TCOLL_FLOAT32, 1, &rows), out = t_empty();
+  watch_begin();
+  watch.fail = 1u << W_ALLREDUCE;
+  expect_named("all_reduce", tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out),
+               LARGE_COUNT ? "MPI_Iallreduce_c" : "MPI_Iallreduce");
+  tcoll_tensor_free(&out);
+  watch.fail = 1u << W_BCAST;
+  expect_named("broadcast", tcoll_broadcast(&in, 0, NULL, &out), LARGE_COUNT ? "MPI_Ibcast_c" : "MPI_Ibcast");
+  tcoll_tensor_free(&out);
+  watch.fail = 1u << W_ALLTOALLV | 1u << W_ALLTOALLW;
+  expect_named("all_to_all_single", tcoll_all_to_all_single(&big, NULL, NULL, NULL, &out),
+               LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallw");
+  tcoll_tensor_free(&out);
+  if (t_size > 1) { /* the schedule engine's steps: the ring's first send */
+    set_algo("all_reduce:ring");
+    int64_t nr = 3000 * (int64_t)t_size;
+    tcoll_tensor_t r = t_host(TCOLL_FLOAT32, 1, &nr);
+    watch.fail = 1u << W_SEND | 1u << W_RECV;
+    expect_named("ring all_reduce", tcoll_all_reduce(&r, TCOLL_SUM, NULL, &out),
+                 LARGE_COUNT ? "MPI_Isend_c" : "MPI_Isend");
+    tcoll_tensor_free(&out);
+    tcoll_tensor_free(&r);
+  }
+  if (LARGE_COUNT) { /* the schedule engine's collectives (without large counts: the ring) */
+    set_algo("reduce_scatter:alltoall");
+    watch.fail = 1u << W_ALLTOALL;
+    expect_named("alltoall reduce_scatter", tcoll_reduce_scatter(&big, TCOLL_SUM, 0, NULL, &out), "MPI_Ialltoall_c");
+    tcoll_tensor_free(&out);
+  }
+  watch.fail = 0;
+  set_algo(saved_algo);
+  /* Nothing was left half done: the next collective works. */
+  sum_case("all_reduce after the refused calls", TCOLL_INT32, n, TCOLL_HOST);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&big);
+}
+END_TEST
+
+/* Counts above INT_MAX themselves, TCOLL_MAX_COUNT at its default: each reaches MPI whole, in
+ * one _c call, or within int counts without large counts. The buffers are address space only
+ * (MAP_NORESERVE): the watch fails each call before MPI moves any data, and tcoll touches none. */
+static void expect_whole(const char *what, int rc, int w, int64_t n, int split_w) {
+  T_EXPECT(rc == TCOLL_ERR_MPI, "%s: %s (expected the failure the watch made)", what, tcoll_status_string(rc));
+  tcoll_wait_all();
+  if (LARGE_COUNT)
+    T_EXPECT(watch.calls_c[w] == 1 && watch.max_count == n, "%s: %d %s_c calls, largest count %lld (expected one "
+             "of %lld)", what, watch.calls_c[w], W_NAMES[w], (long long)watch.max_count, (long long)n);
+  else
+    T_EXPECT(watch.calls[split_w] == 1 && watch.max_count <= INT_MAX, "%s: %d %s calls, largest count %lld", what,
+             watch.calls[split_w], W_NAMES[split_w], (long long)watch.max_count);
+  WATCH_END(what);
+}
+
+START_TEST(counts_above_int_max) {
+  int64_t n = (int64_t)INT_MAX + 1001, p = t_size;
+  size_t bytes = (size_t)(2 * p + 1) * (size_t)n; /* uint8: in and out of an all-to-all, one more n */
+  char *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  int ok = mem != MAP_FAILED, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all_ok) {
+    if (t_rank == 0) printf("counts_above_int_max: no %zu bytes of address space here; not run\n", bytes);
+    if (ok) munmap(mem, bytes);
+    return;
+  }
+  save_algo();
+  set_algo("mpi");
+  set_limit(INT_MAX);
+  int64_t pn = p * n;
+  tcoll_tensor_t x = tcoll_tensor_make(mem, TCOLL_UINT8, 1, &n, TCOLL_HOST);
+  tcoll_tensor_t all = tcoll_tensor_make(mem, TCOLL_UINT8, 1, &pn, TCOLL_HOST);
+  tcoll_tensor_t mine = tcoll_tensor_make(mem + (size_t)t_rank * (size_t)n, TCOLL_UINT8, 1, &n, TCOLL_HOST);
+  tcoll_tensor_t other = tcoll_tensor_make(mem + (size_t)pn, TCOLL_UINT8, 1, &pn, TCOLL_HOST);
+  tcoll_tensor_t last = tcoll_tensor_make(mem + 2 * (size_t)pn, TCOLL_UINT8, 1, &n, TCOLL_HOST);
+  watch_begin();
+  watch.fail = 1u << W_BCAST;
+  expect_whole("broadcast of INT_MAX + 1001", tcoll_broadcast(&x, 0, NULL, &x), W_BCAST, n, W_BCAST);
+  watch_begin();
+  watch.fail = 1u << W_ALLREDUCE;
+  expect_whole("all_reduce of INT_MAX + 1001", tcoll_all_reduce(&x, TCOLL_SUM, NULL, &x), W_ALLREDUCE, n, W_ALLREDUCE);
+  watch_begin();
+  watch.fail = 1u << W_ALLGATHER;
+  expect_whole("all_gather of INT_MAX + 1001", tcoll_all_gather(&mine, 0, NULL, &all), W_ALLGATHER, n, W_ALLGATHER);
+  watch_begin();
+  watch.fail = 1u << W_REDUCE_SCATTER_BLOCK | 1u << W_REDUCE;
+  expect_whole("reduce_scatter of INT_MAX + 1001 per rank", tcoll_reduce_scatter(&all, TCOLL_SUM, 0, NULL, &last),
+               W_REDUCE_SCATTER_BLOCK, n, W_REDUCE);
+  watch_begin();
+  watch.fail = 1u << W_ALLTOALLV | 1u << W_ALLTOALLW;
+  expect_whole("all_to_all_single of INT_MAX + 1001 per peer",
+               tcoll_all_to_all_single(&all, NULL, NULL, NULL, &other), W_ALLTOALLV, n, W_ALLTOALLW);
+  watch.fail = 0;
+  set_limit(LIMIT);
+  set_algo(saved_algo);
+  munmap(mem, bytes);
+}
+END_TEST
+
 /* ---- a tiny limit: derived datatypes nested several levels ---- */
 
 START_TEST(tiny_limit) {
@@ -671,6 +1241,12 @@ Suite *t_suite(void) {
   tcase_add_test(tc, all_to_all_list_large);
   tcase_add_test(tc, many_pending_distinct_types);
   tcase_add_test(tc, every_op_pending_at_once);
+  tcase_add_test(tc, one_c_call_reductions);
+  tcase_add_test(tc, one_c_call_moves);
+  tcase_add_test(tc, one_c_call_composed);
+  tcase_add_test(tc, one_c_call_pipeline);
+  tcase_add_test(tc, c_call_errors_named);
+  tcase_add_test(tc, counts_above_int_max);
   tcase_add_test(tc, tiny_limit);
   suite_add_tcase(s, tc);
   return s;

@@ -51,6 +51,29 @@ START_TEST(truncation_is_returned) {
 }
 END_TEST
 
+/* A failure found at completion names the call that was posted, in its form: with counts above
+ * TCOLL_MAX_COUNT where MPI has the MPI-4 large-count calls (MPICH 4), MPI_Ibcast_c. */
+START_TEST(failure_names_the_call) {
+  if (t_size < 2) return;
+  tcoll_config_t old, cfg;
+  T_OK(tcoll_get_config(&old));
+  cfg = old;
+  if (MPI_VERSION >= 4) cfg.max_count = 10; /* 64 and 16 elements: one MPI_Ibcast_c each */
+  T_OK(tcoll_set_config(&cfg));
+  const char *want = MPI_VERSION >= 4 ? "MPI_Ibcast_c failed" : "MPI_Ibcast failed";
+  int64_t shape[1] = {t_rank == 0 ? 64 : 16};
+  tcoll_tensor_t x = t_alloc(TCOLL_FLOAT64, 1, shape), y = t_empty();
+  T_OK(tcoll_broadcast(&x, 0, NULL, &y));
+  int rc = tcoll_wait(y.data);
+  if (t_rank != 0)
+    T_EXPECT(rc == TCOLL_ERR_MPI && t_contains(tcoll_last_error(), want), "a truncated receiver got %s: %s "
+             "(expected \"%s\")", tcoll_status_string(rc), tcoll_last_error(), want);
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+  T_OK(tcoll_set_config(&old));
+}
+END_TEST
+
 /* The host program's own MPI_COMM_WORLD keeps its fatal semantics outside tcoll: the handler
  * tcoll installs is an exact stand-in (checked by the name MPI reports for it being ours, and
  * by errors inside tcoll returning, above). */
@@ -66,6 +89,7 @@ Suite *t_suite(void) {
   Suite *s = suite_create("mpi_errors");
   TCase *tc = t_tcase("mpi_errors");
   tcase_add_test(tc, truncation_is_returned);
+  tcase_add_test(tc, failure_names_the_call);
   tcase_add_test(tc, world_handler_is_restored_semantics);
   suite_add_tcase(s, tc);
   return s;

@@ -338,6 +338,20 @@ END_TEST
 START_TEST(multi_world) { multi_all_ops(tcoll_comm_world(), "world"); }
 END_TEST
 
+/* Counts above the per-call limit (TCOLL_MAX_COUNT lowered to 7): one blocking _c call each
+ * where MPI has the MPI-4 large-count calls (MPI_Allreduce_c, ...), pieces or derived datatypes
+ * where it has not. */
+START_TEST(multi_world_small_limit) {
+  tcoll_config_t old, cfg;
+  T_OK(tcoll_get_config(&old));
+  cfg = old;
+  cfg.max_count = 7;
+  T_OK(tcoll_set_config(&cfg));
+  multi_all_ops(tcoll_comm_world(), "world, max_count 7");
+  T_OK(tcoll_set_config(&old));
+}
+END_TEST
+
 START_TEST(multi_init_rank_comm) {
   tcoll_unique_id_t id = shared_id(t_size - 1);
   tcoll_comm_t *c = NULL;
@@ -480,6 +494,7 @@ Suite *t_suite(void) {
   TCase *multi = t_tcase("multi");
   tcase_add_test(multi, multi_local);
   tcase_add_test(multi, multi_world);
+  tcase_add_test(multi, multi_world_small_limit);
   tcase_add_test(multi, multi_init_rank_comm);
   tcase_add_test(multi, multi_streams);
   tcase_add_test(multi, multi_pending);

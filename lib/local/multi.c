@@ -11,7 +11,7 @@
 #include "../argcheck.h"
 #include "../comm.h"
 #include "../base/dtype.h"
-#include "../sched/mpi_glue.h"
+#include "../sched/mpi_calls.h"
 #include "../mpi/post.h"
 #include "../work/registry.h"
 #include "../tensor.h"
@@ -221,16 +221,17 @@ static int store(const mop_t *m, int i, void *dst, int dev, const char *src, siz
   return tc_dev()->copy_async(dst, src, nb, dev, m->stream[i]);
 }
 
-/* Blocking collectives on the host buffer, chunked above the per-call limit. */
+/* Blocking collectives on the host buffer: one call (its _c form above the per-call limit where
+ * MPI has large counts), else chunked. */
 static int x_allreduce(const mop_t *m, void *buf, int64_t count) {
   MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
   MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
   size_t es = tc_dtype_size(m->in[0].dtype);
-  int64_t L = tc_mpi_limit();
-  for (int64_t off = 0; off < count; off += L) {
-    int c = (int)(count - off < L ? count - off : L);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, c, dt, op, m->c->mpi);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Allreduce");
+  int64_t per = tc_mpi_per_call(count);
+  for (int64_t off = 0; off < count; off += per) {
+    int64_t c = count - off < per ? count - off : per;
+    int rc = tc_mpi_allreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, c, dt, op, m->c->mpi);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, TC_MPI_NAME("MPI_Allreduce", c));
   }
   return TCOLL_SUCCESS;
 }
@@ -239,13 +240,13 @@ static int x_reduce(const mop_t *m, void *buf, int64_t count, int root) {
   MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
   MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
   size_t es = tc_dtype_size(m->in[0].dtype);
-  int64_t L = tc_mpi_limit();
-  for (int64_t off = 0; off < count; off += L) {
-    int c = (int)(count - off < L ? count - off : L);
+  int64_t per = tc_mpi_per_call(count);
+  for (int64_t off = 0; off < count; off += per) {
+    int64_t c = count - off < per ? count - off : per;
     char *p = (char *)buf + (size_t)off * es;
-    int rc = m->p == root ? MPI_Reduce(MPI_IN_PLACE, p, c, dt, op, root, m->c->mpi)
-                          : MPI_Reduce(p, NULL, c, dt, op, root, m->c->mpi);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Reduce");
+    int rc = m->p == root ? tc_mpi_reduce(MPI_IN_PLACE, p, c, dt, op, root, m->c->mpi)
+                          : tc_mpi_reduce(p, NULL, c, dt, op, root, m->c->mpi);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, TC_MPI_NAME("MPI_Reduce", c));
   }
   return TCOLL_SUCCESS;
 }
@@ -254,35 +255,35 @@ static int x_bcast(const mop_t *m, void *buf, int64_t count, int root) {
   tc_mpi_span_t s;
   int rc = tc_mpi_span(m->in[0].dtype, count, &s);
   if (rc) return rc;
-  rc = MPI_Bcast(buf, s.count, s.dt.type, root, m->c->mpi);
+  rc = tc_mpi_bcast(buf, s.count, s.dt.type, root, m->c->mpi);
   tc_mpi_span_put(&s);
-  return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "MPI_Bcast");
+  return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, TC_MPI_NAME("MPI_Bcast", s.count));
 }
 
 static int x_allgather(const mop_t *m, void *buf, int64_t count) {
   tc_mpi_span_t s;
   int rc = tc_mpi_span(m->in[0].dtype, count, &s);
   if (rc) return rc;
-  rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, s.count, s.dt.type, m->c->mpi);
+  rc = tc_mpi_allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, s.count, s.dt.type, m->c->mpi);
   tc_mpi_span_put(&s);
-  return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "MPI_Allgather");
+  return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, TC_MPI_NAME("MPI_Allgather", s.count));
 }
 
 /* send holds P blocks of nper elements; block q is reduced into recv on process q. */
 static int x_reduce_scatter(const mop_t *m, const void *send, void *recv, int64_t nper) {
   MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
   MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
-  int64_t L = tc_mpi_limit();
-  if (nper <= L) {
-    int rc = MPI_Reduce_scatter_block(send, recv, (int)nper, dt, op, m->c->mpi);
-    return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "MPI_Reduce_scatter_block");
+  if (tc_mpi_one_call(nper)) {
+    int rc = tc_mpi_reduce_scatter_block(send, recv, nper, dt, op, m->c->mpi);
+    return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, TC_MPI_NAME("MPI_Reduce_scatter_block", nper));
   }
+  int64_t L = tc_mpi_limit();
   size_t es = tc_dtype_size(m->in[0].dtype);
   for (int64_t off = 0; off < nper; off += L) {
-    int c = (int)(nper - off < L ? nper - off : L);
+    int64_t c = nper - off < L ? nper - off : L;
     for (int q = 0; q < m->P; q++) {
       const char *s = (const char *)send + ((size_t)q * (size_t)nper + (size_t)off) * es;
-      int rc = MPI_Reduce(s, q == m->p ? (char *)recv + (size_t)off * es : NULL, c, dt, op, q, m->c->mpi);
+      int rc = tc_mpi_reduce(s, q == m->p ? (char *)recv + (size_t)off * es : NULL, c, dt, op, q, m->c->mpi);
       if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Reduce");
     }
   }

@@ -24,8 +24,8 @@ static int post_strided(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_
     tc_mpi_span_put(&send);
     return rc;
   }
-  rc = tc_mpi_ok(MPI_Iallgather(sbuf, send.count, send.dt.type, rbuf, 1, recv.type, w->comm->mpi, tc_work_req(w)),
-                 "MPI_Iallgather");
+  int mrc = tc_mpi_iallgather(sbuf, send.count, send.dt.type, rbuf, 1, recv.type, w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Iallgather", send.count));
   tc_mpi_type_put(&recv);
   tc_mpi_span_put(&send);
   return rc;

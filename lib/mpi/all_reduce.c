@@ -26,7 +26,7 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
     src = buf;
   }
   bool gatherv = algo == TC_ALGO_RING_ALLGATHER;
-  size_t ring_bytes = tc_ring_reduce_scatter_scratch(n, p, in->dtype);
+  size_t ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, in->dtype) + 7) & ~(size_t)7; /* the arrays after it */
   char *scratch = tc_work_scratch(w, ring_bytes + (gatherv ? tc_allgatherv_scratch(p) : 0));
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
   char *mine = (char *)buf + (size_t)tc_block_offset(n, p, r) * tc_dtype_size(in->dtype);
@@ -42,7 +42,8 @@ static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_r
   tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
                        .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
   tc_algo_t algo = q.bytes == 0 ? TC_ALGO_MPI : tc_algo_choose(&q);
-  /* MPI_Iallgatherv takes int counts and displacements: beyond them the ring gathers too. */
+  /* Without large counts MPI_Iallgatherv takes int counts and displacements: beyond them the
+   * ring gathers too. */
   if (algo == TC_ALGO_RING_ALLGATHER && !tc_allgatherv_fits(tcoll_tensor_numel(in), w->comm->size)) algo = TC_ALGO_RING;
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }

@@ -22,8 +22,8 @@ static int post_gather(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *o
   if (n == 0) return TCOLL_SUCCESS;
   tc_mpi_span_t s;
   if ((rc = tc_work_reserve(w, 1)) || (rc = tc_mpi_span(in->dtype, n, &s))) return rc;
-  rc = tc_mpi_ok(MPI_Igather(sbuf, s.count, s.dt.type, all, s.count, s.dt.type, dst, w->comm->mpi, tc_work_req(w)),
-                 "MPI_Igather");
+  int mrc = tc_mpi_igather(sbuf, s.count, s.dt.type, all, s.count, s.dt.type, dst, w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Igather", s.count));
   tc_mpi_span_put(&s);
   return rc;
 }
@@ -65,8 +65,8 @@ static int post_scatter(tc_work_t *w, const tcoll_tensor_t *ins, const tcoll_ten
   if (n == 0) return TCOLL_SUCCESS;
   tc_mpi_span_t s;
   if ((rc = tc_work_reserve(w, 1)) || (rc = tc_mpi_span(out->dtype, n, &s))) return rc;
-  rc = tc_mpi_ok(MPI_Iscatter(all, s.count, s.dt.type, rbuf, s.count, s.dt.type, src, w->comm->mpi, tc_work_req(w)),
-                 "MPI_Iscatter");
+  int mrc = tc_mpi_iscatter(all, s.count, s.dt.type, rbuf, s.count, s.dt.type, src, w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Iscatter", s.count));
   tc_mpi_span_put(&s);
   return rc;
 }

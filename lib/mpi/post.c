@@ -7,35 +7,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t nchunks(int64_t n) { return n == 0 ? 0 : (n + tc_mpi_limit() - 1) / tc_mpi_limit(); }
+/* MPI calls for n elements: one where one call carries them (tc_mpi_one_call), else one per
+ * piece of at most the limit. */
+static int64_t ncalls(int64_t n) {
+  int64_t per = tc_mpi_per_call(n);
+  return n == 0 ? 0 : (n + per - 1) / per;
+}
 
 static const void *at_const(const void *p, int64_t elems, size_t es) {
   return p == MPI_IN_PLACE ? p : (const char *)p + (size_t)elems * es;
 }
 
 int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op) {
-  int64_t L = tc_mpi_limit(), k = nchunks(n);
+  int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
-  int rc = tc_work_reserve(w, (int)k);
-  for (int64_t off = 0; off < n && !rc; off += L) {
-    int c = (int)(n - off < L ? n - off : L);
-    rc = tc_mpi_ok(MPI_Iallreduce(at_const(sbuf, off, es), (char *)rbuf + (size_t)off * es, c, tc_mpi_dtype(d), op,
-                                  w->comm->mpi, tc_work_req(w)),
-                   "MPI_Iallreduce");
+  int rc = tc_work_reserve(w, (int)ncalls(n));
+  for (int64_t off = 0; off < n && !rc; off += per) {
+    int64_t c = n - off < per ? n - off : per;
+    int mrc = tc_mpi_iallreduce(at_const(sbuf, off, es), (char *)rbuf + (size_t)off * es, c, tc_mpi_dtype(d), op,
+                                w->comm->mpi, tc_work_req(w));
+    rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Iallreduce", c));
   }
   return rc;
 }
 
 int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op, int root) {
-  int64_t L = tc_mpi_limit(), k = nchunks(n);
+  int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
   bool is_root = w->comm->rank == root;
-  int rc = tc_work_reserve(w, (int)k);
-  for (int64_t off = 0; off < n && !rc; off += L) {
-    int c = (int)(n - off < L ? n - off : L);
+  int rc = tc_work_reserve(w, (int)ncalls(n));
+  for (int64_t off = 0; off < n && !rc; off += per) {
+    int64_t c = n - off < per ? n - off : per;
     void *r = is_root ? (char *)rbuf + (size_t)off * es : NULL;
-    rc = tc_mpi_ok(MPI_Ireduce(at_const(sbuf, off, es), r, c, tc_mpi_dtype(d), op, root, w->comm->mpi, tc_work_req(w)),
-                   "MPI_Ireduce");
+    int mrc = tc_mpi_ireduce(at_const(sbuf, off, es), r, c, tc_mpi_dtype(d), op, root, w->comm->mpi, tc_work_req(w));
+    rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Ireduce", c));
   }
   return rc;
 }
@@ -43,25 +48,25 @@ int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_
 int tc_post_reduce_scatter_block(tc_work_t *w, const void *sbuf, void *rbuf, int64_t nper, tcoll_dtype_t d,
                                  MPI_Op op) {
   if (nper == 0) return TCOLL_SUCCESS;
-  int64_t L = tc_mpi_limit();
-  if (nper <= L) {
+  if (tc_mpi_one_call(nper)) {
     int rc = tc_work_reserve(w, 1);
     if (rc) return rc;
-    return tc_mpi_ok(MPI_Ireduce_scatter_block(sbuf, rbuf, (int)nper, tc_mpi_dtype(d), op, w->comm->mpi,
-                                               tc_work_req(w)),
-                     "MPI_Ireduce_scatter_block");
+    rc = tc_mpi_ireduce_scatter_block(sbuf, rbuf, nper, tc_mpi_dtype(d), op, w->comm->mpi, tc_work_req(w));
+    return tc_post_ok(w, rc, TC_MPI_NAME("MPI_Ireduce_scatter_block", nper));
   }
-  /* The send blocks of one call must be contiguous and a reduction cannot take a strided
-   * datatype, so each owner's block is reduced to it piece by piece. */
+  /* Without large counts: the send blocks of one call must be contiguous and a reduction cannot
+   * take a strided datatype, so each owner's block is reduced to it piece by piece. */
+  int64_t L = tc_mpi_limit();
   int size = w->comm->size;
   size_t es = tc_dtype_size(d);
-  int rc = tc_work_reserve(w, (int)(nchunks(nper) * size));
+  int rc = tc_work_reserve(w, (int)(ncalls(nper) * size));
   for (int64_t off = 0; off < nper && !rc; off += L) {
-    int c = (int)(nper - off < L ? nper - off : L);
+    int64_t c = nper - off < L ? nper - off : L;
     for (int r = 0; r < size && !rc; r++) {
       const char *s = (const char *)sbuf + ((size_t)r * (size_t)nper + (size_t)off) * es;
       void *dst = r == w->comm->rank ? (char *)rbuf + (size_t)off * es : NULL;
-      rc = tc_mpi_ok(MPI_Ireduce(s, dst, c, tc_mpi_dtype(d), op, r, w->comm->mpi, tc_work_req(w)), "MPI_Ireduce");
+      int mrc = tc_mpi_ireduce(s, dst, c, tc_mpi_dtype(d), op, r, w->comm->mpi, tc_work_req(w));
+      rc = tc_post_ok(w, mrc, "MPI_Ireduce");
     }
   }
   return rc;
@@ -73,7 +78,8 @@ int tc_post_bcast(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t d, int root)
   int rc = tc_work_reserve(w, 1);
   if (!rc) rc = tc_mpi_span(d, n, &s);
   if (rc) return rc;
-  rc = tc_mpi_ok(MPI_Ibcast(buf, s.count, s.dt.type, root, w->comm->mpi, tc_work_req(w)), "MPI_Ibcast");
+  rc = tc_mpi_ibcast(buf, s.count, s.dt.type, root, w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, rc, TC_MPI_NAME("MPI_Ibcast", s.count));
   tc_mpi_span_put(&s);
   return rc;
 }
@@ -84,8 +90,8 @@ int tc_post_allgather(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
   int rc = tc_work_reserve(w, 1);
   if (!rc) rc = tc_mpi_span(d, n, &s);
   if (rc) return rc;
-  rc = tc_mpi_ok(MPI_Iallgather(sbuf, s.count, s.dt.type, rbuf, s.count, s.dt.type, w->comm->mpi, tc_work_req(w)),
-                 "MPI_Iallgather");
+  rc = tc_mpi_iallgather(sbuf, s.count, s.dt.type, rbuf, s.count, s.dt.type, w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, rc, TC_MPI_NAME("MPI_Iallgather", s.count));
   tc_mpi_span_put(&s);
   return rc;
 }
@@ -137,9 +143,10 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
   }
   if (!rc) rc = tc_work_reserve(w, 1);
   if (!rc)
-    rc = tc_mpi_ok(MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, w->comm->mpi,
-                                  tc_work_req(w)),
-                   "MPI_Ialltoallw");
+    rc = tc_post_ok(w,
+                    MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, w->comm->mpi,
+                                   tc_work_req(w)),
+                    "MPI_Ialltoallw");
   if (!rc) { /* all 2 * size built and in use: freed when the work is recycled */
     types[2 * size] = MPI_DATATYPE_NULL;
     if (tc_work_hold(w, types, TC_HELD_MPI_TYPES) == TCOLL_SUCCESS) return rc;
@@ -152,12 +159,31 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
   return rc;
 }
 
-int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
-                      const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+/* Every count and displacement in elements, in one MPI_Ialltoallv_c (where MPI has it). */
+static int post_alltoallv_c(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
+                            const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
   int size = w->comm->size;
-  int64_t L = tc_mpi_limit();
-  if (!fits(sc, size, L) || !fits(rc_, size, L) || !fits(sd, size, INT_MAX) || !fits(rd, size, INT_MAX))
-    return post_alltoallw(w, sbuf, sc, sd, rbuf, rc_, rd, d, unit);
+  /* MPI reads these arrays until the call completes: they live in the work. */
+  MPI_Count *counts = tc_work_scratch(w, 2 * (size_t)size * sizeof *counts);
+  MPI_Aint *displs = tc_work_scratch(w, 2 * (size_t)size * sizeof *displs);
+  if (!counts || !displs) return TCOLL_ERR_NO_MEMORY;
+  for (int p = 0; p < size; p++) {
+    counts[p] = sc[p] * unit;
+    counts[size + p] = rc_[p] * unit;
+    displs[p] = (MPI_Aint)(sd[p] * unit);
+    displs[size + p] = (MPI_Aint)(rd[p] * unit);
+  }
+  int rc = tc_work_reserve(w, 1);
+  if (rc) return rc;
+  rc = tc_mpi_ialltoallv_c(sbuf, counts, displs, rbuf, counts + size, displs + size, tc_mpi_dtype(d), w->comm->mpi,
+                           tc_work_req(w));
+  return tc_post_ok(w, rc, "MPI_Ialltoallv_c");
+}
+
+/* Counts within the limit and displacements within an int: MPI_Ialltoallv in units. */
+static int post_alltoallv_int(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
+                              const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+  int size = w->comm->size;
   int *ints = tc_work_scratch(w, 4 * (size_t)size * sizeof(int));
   if (!ints) return TCOLL_ERR_NO_MEMORY;
   int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size, *rdispls = ints + 3 * size;
@@ -172,22 +198,31 @@ int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const i
   if (!rc) rc = unit == 1 ? tc_mpi_span(d, 1, &unit_type) : tc_mpi_contig(d, unit, &unit_type.dt);
   if (rc) return rc;
   if (unit != 1) unit_type.count = 1;
-  rc = tc_mpi_ok(MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls, unit_type.dt.type,
-                                w->comm->mpi, tc_work_req(w)),
-                 "MPI_Ialltoallv");
+  rc = MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls, unit_type.dt.type,
+                      w->comm->mpi, tc_work_req(w));
+  rc = tc_post_ok(w, rc, "MPI_Ialltoallv");
   tc_mpi_span_put(&unit_type);
   return rc;
 }
 
-int tc_reduce_local(const void *x, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op) {
-  size_t es = tc_dtype_size(d);
+int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
+                      const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+  int size = w->comm->size;
   int64_t L = tc_mpi_limit();
-  for (int64_t off = 0; off < n; off += L) {
-    int c = (int)(n - off < L ? n - off : L);
-    int rc = MPI_Reduce_local((const char *)x + (size_t)off * es, (char *)acc + (size_t)off * es, c, tc_mpi_dtype(d), op);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Reduce_local");
-  }
-  return TCOLL_SUCCESS;
+  bool ints = fits(sc, size, L) && fits(rc_, size, L) && fits(sd, size, INT_MAX) && fits(rd, size, INT_MAX);
+  /* With large counts a row above the limit is counted in elements too, not built as a type. */
+  if (ints && (unit <= L || !tc_mpi_large_count()))
+    return post_alltoallv_int(w, sbuf, sc, sd, rbuf, rc_, rd, d, unit);
+  /* The _c and int forms are two bindings of one MPI procedure: ranks may take different ones,
+   * as their counts differ. */
+  if (tc_mpi_large_count()) return post_alltoallv_c(w, sbuf, sc, sd, rbuf, rc_, rd, d, unit);
+  return post_alltoallw(w, sbuf, sc, sd, rbuf, rc_, rd, d, unit);
+}
+
+int tc_reduce_local(const void *x, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op) {
+  const char *call = "MPI_Reduce_local";
+  int rc = tc_mpi_reduce_local(x, acc, n, d, op, &call);
+  return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, call);
 }
 
 /* ------------------------------------------------------------------ packing */

@@ -67,9 +67,10 @@ static int post_slabs(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_te
   }
   rc = tc_work_reserve(w, 1);
   if (!rc)
-    rc = tc_mpi_ok(MPI_Ialltoallv(sbuf, cd, cd + size, st.type, s->recv, cd + 2 * size, cd + 3 * size, rt.type,
-                                  w->comm->mpi, tc_work_req(w)),
-                   "MPI_Ialltoallv");
+    rc = tc_post_ok(w,
+                    MPI_Ialltoallv(sbuf, cd, cd + size, st.type, s->recv, cd + 2 * size, cd + 3 * size, rt.type,
+                                   w->comm->mpi, tc_work_req(w)),
+                    "MPI_Ialltoallv");
   tc_mpi_type_put(&st);
   tc_mpi_type_put(&rt);
   return rc;
@@ -123,7 +124,8 @@ static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_r
   tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
                        .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
   tc_algo_t algo = tc_algo_choose(&q);
-  /* One MPI_Ialltoall block per rank must fit the per-call limit; beyond it the ring goes on. */
+  /* One MPI_Ialltoall block per rank must fit the per-call limit or go in MPI_Ialltoall_c;
+   * beyond that (no large counts) the ring goes on. */
   if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(tcoll_tensor_numel(in) / w->comm->size)) algo = TC_ALGO_RING;
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }

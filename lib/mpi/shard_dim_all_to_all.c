@@ -38,9 +38,10 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   }
   rc = tc_work_reserve(w, 1);
   if (!rc)
-    rc = tc_mpi_ok(MPI_Ialltoallv(sbuf, v, v + size, st.type, rbuf, v + 2 * size, v + 3 * size, rt.type,
-                                  w->comm->mpi, tc_work_req(w)),
-                   "MPI_Ialltoallv");
+    rc = tc_post_ok(w,
+                    MPI_Ialltoallv(sbuf, v, v + size, st.type, rbuf, v + 2 * size, v + 3 * size, rt.type,
+                                   w->comm->mpi, tc_work_req(w)),
+                    "MPI_Ialltoallv");
   tc_mpi_type_put(&st);
   tc_mpi_type_put(&rt);
   return rc;

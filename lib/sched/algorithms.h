@@ -25,16 +25,17 @@ int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64
                                  void *scratch, int tag0);
 /* Ring all-gather in place: buf holds the p blocks of n elements, this rank's filled in. */
 int tc_build_ring_all_gather(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int tag0);
-/* Scratch bytes of the MPI_Iallgatherv all-gather (its counts and displacements). */
+/* Scratch bytes of the MPI_Iallgatherv all-gather (its counts and displacements; 8-byte aligned). */
 size_t tc_allgatherv_scratch(int p);
-/* Whether one MPI_Iallgatherv can carry blocks of n elements (counts within the per-call limit). */
+/* Whether one MPI_Iallgatherv can carry blocks of n elements: int counts within the per-call
+ * limit, or MPI_Iallgatherv_c where MPI has large counts. */
 bool tc_allgatherv_fits(int64_t n, int p);
 /* MPI_Iallgatherv in place over buf's p blocks, posted once the steps before it are done. */
 int tc_build_allgatherv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, void *scratch);
 
 /* Scratch bytes of the all-to-all reduce_scatter (every rank's block of this rank). */
 size_t tc_alltoall_reduce_scatter_scratch(int64_t nper, int p, tcoll_dtype_t d);
-/* Whether one MPI_Ialltoall can carry blocks of nper elements. */
+/* Whether one MPI_Ialltoall can carry blocks of nper elements (within the limit, or its _c form). */
 bool tc_alltoall_fits(int64_t nper);
 /* MPI_Ialltoall of the p blocks of nper elements, then out = block of rank p-1 (op) ... (op)
  * block of rank 0, reduced on the host in rank order. */

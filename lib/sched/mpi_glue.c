@@ -4,6 +4,20 @@
 
 #include <string.h>
 
+/* ------------------------------------------------------------------ user ops */
+
+/* tcoll's own ops get their length as an MPI_Count where MPI has large counts, so that a _c
+ * reduction above INT_MAX elements reaches them whole (MPI_Op_create_c). */
+#if TC_MPI_LARGE_COUNT
+typedef MPI_Count op_len_t;
+typedef MPI_User_function_c op_fn_t;
+static int op_create(op_fn_t *fn, MPI_Op *op) { return MPI_Op_create_c(fn, 1, op); }
+#else
+typedef int op_len_t;
+typedef MPI_User_function op_fn_t;
+static int op_create(op_fn_t *fn, MPI_Op *op) { return MPI_Op_create(fn, 1, op); }
+#endif
+
 /* ------------------------------------------------------------------ float16 / bfloat16 */
 
 static MPI_Datatype mpi_f16 = MPI_DATATYPE_NULL, mpi_bf16 = MPI_DATATYPE_NULL;
@@ -14,23 +28,23 @@ enum { HALF_SUM, HALF_PROD, HALF_MIN, HALF_MAX };
 #define HALF_OP_BODY(COMBINE)                                                                    \
   const uint16_t *a = in;                                                                        \
   uint16_t *b = inout;                                                                           \
-  int n = *len;                                                                                  \
+  op_len_t n = *len;                                                                             \
   if (*dt == mpi_bf16) {                                                                         \
-    for (int i = 0; i < n; i++) {                                                                \
+    for (op_len_t i = 0; i < n; i++) {                                                           \
       float x = tc_bf16_to_float(a[i]), y = tc_bf16_to_float(b[i]);                              \
       b[i] = tc_float_to_bf16(COMBINE);                                                          \
     }                                                                                            \
   } else {                                                                                       \
-    for (int i = 0; i < n; i++) {                                                                \
+    for (op_len_t i = 0; i < n; i++) {                                                           \
       float x = tc_half_to_float(a[i]), y = tc_half_to_float(b[i]);                              \
       b[i] = tc_float_to_half(COMBINE);                                                          \
     }                                                                                            \
   }
 
-static void half_sum(void *in, void *inout, int *len, MPI_Datatype *dt) { HALF_OP_BODY(x + y) }
-static void half_prod(void *in, void *inout, int *len, MPI_Datatype *dt) { HALF_OP_BODY(x * y) }
-static void half_min(void *in, void *inout, int *len, MPI_Datatype *dt) { HALF_OP_BODY(x < y ? x : y) }
-static void half_max(void *in, void *inout, int *len, MPI_Datatype *dt) { HALF_OP_BODY(x > y ? x : y) }
+static void half_sum(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x + y) }
+static void half_prod(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x * y) }
+static void half_min(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x < y ? x : y) }
+static void half_max(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x > y ? x : y) }
 
 /* ------------------------------------------------------------------ 8- and 16-bit integer sums */
 
@@ -44,7 +58,7 @@ static MPI_Op op_wrap[2] = {MPI_OP_NULL, MPI_OP_NULL}; /* sum, prod */
   do {                                                                                           \
     const T *a = in;                                                                             \
     T *b = inout;                                                                                \
-    for (int i = 0; i < *len; i++) {                                                             \
+    for (op_len_t i = 0; i < *len; i++) {                                                        \
       U x = (U)a[i], y = (U)b[i];                                                                \
       b[i] = (T)(U)(EXPR);                                                                       \
     }                                                                                            \
@@ -55,8 +69,8 @@ static MPI_Op op_wrap[2] = {MPI_OP_NULL, MPI_OP_NULL}; /* sum, prod */
   else if (*dt == MPI_UINT8_T) WRAP_LOOP(uint8_t, uint8_t, EXPR);                                \
   else WRAP_LOOP(int16_t, uint16_t, EXPR);
 
-static void wrap_sum(void *in, void *inout, int *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x + y) }
-static void wrap_prod(void *in, void *inout, int *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x * y) }
+static void wrap_sum(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x + y) }
+static void wrap_prod(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x * y) }
 
 static bool small_int(tcoll_dtype_t d) {
   return d == TCOLL_INT8 || d == TCOLL_UINT8 || d == TCOLL_INT16;
@@ -80,8 +94,8 @@ static int mend_small_int_ops(void) {
                mpi_wraps(MPI_PROD, MPI_INT8_T, 1, 100, 3, 44) && mpi_wraps(MPI_PROD, MPI_INT16_T, 2, 300, 300, 24464);
   if (wraps) return TCOLL_SUCCESS;
   tc_info("MPI saturates sums or products of 8- and 16-bit integers: tcoll's own wrapping ops replace them");
-  int rc = MPI_Op_create(wrap_sum, 1, &op_wrap[0]);
-  if (!rc) rc = MPI_Op_create(wrap_prod, 1, &op_wrap[1]);
+  int rc = op_create(wrap_sum, &op_wrap[0]);
+  if (!rc) rc = op_create(wrap_prod, &op_wrap[1]);
   return rc;
 }
 
@@ -276,8 +290,8 @@ void tc_mpi_type_put(tc_mpi_type_t *t) {
 }
 
 int tc_mpi_span(tcoll_dtype_t d, int64_t n, tc_mpi_span_t *s) {
-  if (n <= tc_mpi_limit()) {
-    s->count = (int)n;
+  if (tc_mpi_one_call(n)) {
+    s->count = n;
     s->dt.type = tc_mpi_dtype(d);
     s->dt.slot = -2; /* a basic type: nothing to put */
     return TCOLL_SUCCESS;
@@ -297,8 +311,8 @@ int tc_mpi_glue_init(void) {
   if (!rc) rc = MPI_Type_commit(&mpi_f16);
   if (!rc) rc = MPI_Type_contiguous(2, MPI_BYTE, &mpi_bf16);
   if (!rc) rc = MPI_Type_commit(&mpi_bf16);
-  MPI_User_function *fns[4] = {half_sum, half_prod, half_min, half_max};
-  for (int i = 0; i < 4 && !rc; i++) rc = MPI_Op_create(fns[i], 1, &op_half[i]);
+  op_fn_t *fns[4] = {half_sum, half_prod, half_min, half_max};
+  for (int i = 0; i < 4 && !rc; i++) rc = op_create(fns[i], &op_half[i]);
   if (!rc) rc = mend_small_int_ops();
   if (rc) return tc_mpi_error(rc, "creating the float16/bfloat16 datatypes and the ops");
   return TCOLL_SUCCESS;

@@ -113,6 +113,7 @@ tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
   st->ndeps = 0;
   st->round = s->n == 0 ? 0 : s->steps[s->n - 1].round + (new_round ? 1 : 0);
   st->req = MPI_REQUEST_NULL;
+  st->large = false;
   s->n++;
   if (communicates(kind)) s->unstarted_comm++;
   if (kind == TC_STEP_COLL) s->unposted_coll++;
@@ -139,20 +140,25 @@ MPI_Request *tc_sched_posted(tc_sched_t *s) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_MPI, false);
   if (!st) return NULL;
   st->state = TC_STEP_POSTED;
+  st->u.mpi.call = NULL;
   return &st->req;
+}
+
+void tc_sched_name_posted(tc_sched_t *s, const char *call) {
+  if (s->n > 0 && s->steps[s->n - 1].kind == TC_STEP_MPI) s->steps[s->n - 1].u.mpi.call = call;
 }
 
 static int add_p2p(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag,
                    bool new_round) {
-  int64_t L = tc_mpi_limit();
+  int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
-  int64_t pieces = n == 0 ? 1 : (n + L - 1) / L;
+  int64_t pieces = n == 0 ? 1 : (n + per - 1) / per;
   int rc = tc_sched_reserve(s, (int)pieces);
-  for (int64_t off = 0, k = 0; k < pieces && !rc; off += L, k++) {
+  for (int64_t off = 0, k = 0; k < pieces && !rc; off += per, k++) {
     tc_step_t *st = tc_sched_add(s, kind, new_round && k == 0);
     if (!st) return TCOLL_ERR_NO_MEMORY;
     st->u.p2p.buf = (char *)buf + (size_t)off * es;
-    st->u.p2p.count = (int)(n - off < L ? n - off : L);
+    st->u.p2p.count = n - off < per ? n - off : per;
     st->u.p2p.dt = tc_mpi_dtype(d);
     st->u.p2p.peer = peer;
     st->u.p2p.tag = (int)(((int64_t)tag + k) % TAG_SPAN); /* pieces of one message stay in order */
@@ -284,20 +290,25 @@ static void fail_mpi(tc_sched_t *s, int mpi_rc, const char *call) {
 }
 
 static const char *step_call_name(const tc_step_t *st) {
+#define NAME(fn) (st->large ? fn "_c" : fn)
   switch (st->kind) {
-  case TC_STEP_SEND: return "MPI_Isend";
-  case TC_STEP_RECV: return "MPI_Irecv";
+  case TC_STEP_MPI:
+    if (st->u.mpi.call) return st->u.mpi.call;
+    break;
+  case TC_STEP_SEND: return NAME("MPI_Isend");
+  case TC_STEP_RECV: return NAME("MPI_Irecv");
   case TC_STEP_COLL:
     switch (st->u.coll.what) {
-    case TC_COLL_ALLGATHERV: return "MPI_Iallgatherv";
-    case TC_COLL_ALLTOALL: return "MPI_Ialltoall";
-    case TC_COLL_ALLREDUCE: return "MPI_Iallreduce";
-    case TC_COLL_ALLGATHER: return "MPI_Iallgather";
+    case TC_COLL_ALLGATHERV: return NAME("MPI_Iallgatherv");
+    case TC_COLL_ALLTOALL: return NAME("MPI_Ialltoall");
+    case TC_COLL_ALLREDUCE: return NAME("MPI_Iallreduce");
+    case TC_COLL_ALLGATHER: return NAME("MPI_Iallgather");
     }
     break;
   default: break;
   }
   return "an MPI request";
+#undef NAME
 }
 
 static bool deps_done(const tc_sched_t *s, const tc_step_t *st) {
@@ -308,15 +319,17 @@ static bool deps_done(const tc_sched_t *s, const tc_step_t *st) {
 
 static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
   const typeof(st->u.coll) *c = &st->u.coll;
+  if (c->what != TC_COLL_ALLGATHERV) st->large = tc_mpi_use_c(c->count);
   switch (c->what) {
   case TC_COLL_ALLGATHERV:
-    return MPI_Iallgatherv(c->sbuf, c->count, c->dt, c->rbuf, c->counts, c->displs, c->dt, comm, &st->req);
+    if (st->large) return tc_mpi_iallgatherv_c(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, comm, &st->req);
+    return MPI_Iallgatherv(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, c->dt, comm, &st->req);
   case TC_COLL_ALLTOALL:
-    return MPI_Ialltoall(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
+    return tc_mpi_ialltoall(c->sbuf, c->count, c->dt, c->rbuf, comm, &st->req);
   case TC_COLL_ALLREDUCE:
-    return MPI_Iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
+    return tc_mpi_iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
   case TC_COLL_ALLGATHER:
-    return MPI_Iallgather(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
+    return tc_mpi_iallgather(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
   }
   TC_UNUSED(s);
   return MPI_ERR_OTHER;
@@ -338,8 +351,9 @@ static bool start_comm(tc_sched_t *s, tc_step_t *st) {
   } else {
     const typeof(st->u.p2p) *p = &st->u.p2p;
     int tag = s->tag_base + p->tag;
-    if (st->kind == TC_STEP_SEND) rc = MPI_Isend(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
-    else rc = MPI_Irecv(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
+    st->large = tc_mpi_use_c(p->count);
+    if (st->kind == TC_STEP_SEND) rc = tc_mpi_isend(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
+    else rc = tc_mpi_irecv(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
   }
   s->unstarted_comm--;
   if (rc != MPI_SUCCESS) {
@@ -351,24 +365,14 @@ static bool start_comm(tc_sched_t *s, tc_step_t *st) {
   return true;
 }
 
-static int reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op) {
-  size_t es = tc_dtype_size(d);
-  int64_t L = tc_mpi_limit();
-  for (int64_t off = 0; off < n; off += L) {
-    int c = (int)(n - off < L ? n - off : L);
-    int rc = MPI_Reduce_local((const char *)in + (size_t)off * es, (char *)acc + (size_t)off * es, c, tc_mpi_dtype(d),
-                              op);
-    if (rc != MPI_SUCCESS) return rc;
-  }
-  return MPI_SUCCESS;
-}
-
 /* Runs a local step to its end. */
 static void run_local(tc_sched_t *s, tc_step_t *st) {
   switch (st->kind) {
   case TC_STEP_REDUCE: {
-    int rc = reduce_local(st->u.reduce.in, st->u.reduce.acc, st->u.reduce.n, st->u.reduce.dtype, st->u.reduce.op);
-    if (rc != MPI_SUCCESS) fail_mpi(s, rc, "MPI_Reduce_local");
+    const typeof(st->u.reduce) *r = &st->u.reduce;
+    const char *call = "MPI_Reduce_local";
+    int rc = tc_mpi_reduce_local(r->in, r->acc, r->n, r->dtype, r->op, &call);
+    if (rc != MPI_SUCCESS) fail_mpi(s, rc, call);
     break;
   }
   case TC_STEP_COPY:

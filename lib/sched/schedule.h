@@ -33,7 +33,7 @@
 #define TC_SCHEDULE_H
 
 #include "../comm.h"
-#include "mpi_glue.h"
+#include "mpi_calls.h"
 
 #include <limits.h>
 
@@ -58,22 +58,27 @@ typedef enum { TC_STEP_WAITING, TC_STEP_POSTED, TC_STEP_DONE } tc_step_state_t;
 
 typedef struct tc_step {
   uint8_t kind, state, ndeps;
+  bool large; /* posted as the _c form (ALLGATHERV: built for it, its arrays MPI_Count / MPI_Aint) */
   int round;
   int deps[TC_STEP_MAX_DEPS];
   MPI_Request req;
   union {
+    struct { /* MPI */
+      const char *call; /* the call posted (a literal), for errors; NULL: unnamed */
+    } mpi;
     struct { /* COLL */
       tc_coll_kind_t what;
       const void *sbuf;
       void *rbuf;
-      int count;                 /* per rank (ALLTOALL, ALLGATHER, ALLREDUCE) */
-      const int *counts, *displs; /* ALLGATHERV: per rank, in elements */
+      int64_t count;              /* per rank (ALLTOALL, ALLGATHER, ALLREDUCE) */
+      const void *counts, *displs; /* ALLGATHERV: per rank, in elements: int, or MPI_Count and
+                                      MPI_Aint when large */
       MPI_Datatype dt;
       MPI_Op op;
     } coll;
     struct { /* SEND, RECV */
       void *buf;
-      int count;
+      int64_t count;
       MPI_Datatype dt;
       int peer, tag;
     } p2p;
@@ -146,9 +151,11 @@ int tc_sched_after(tc_sched_t *s, int step, int dep);
 /* A request the caller posts at once into the returned slot (TC_STEP_MPI); NULL without memory.
  * The slot is valid until the next append: post into it right away. */
 MPI_Request *tc_sched_posted(tc_sched_t *s);
+/* Names the request last posted into tc_sched_posted's slot after its call (a literal). */
+void tc_sched_name_posted(tc_sched_t *s, const char *call);
 /* Point-to-point steps; tag_offset tells apart the messages of one collective between the same
- * two ranks (the same value on both sides). Counts above the per-call limit become several
- * steps. */
+ * two ranks (the same value on both sides). A count above the per-call limit is one
+ * MPI_Isend_c / MPI_Irecv_c where MPI has large counts, else several steps. */
 int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
                   bool new_round);
 int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset, bool new_round);

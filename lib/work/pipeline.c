@@ -5,7 +5,7 @@
 
 #include "../comm.h"
 #include "../base/dtype.h"
-#include "../sched/mpi_glue.h"
+#include "../sched/mpi_calls.h"
 #include "../base/scratch.h"
 #include "../device/device.h"
 #include "staging.h"
@@ -70,7 +70,7 @@ static int64_t chunk_elems(tc_pipe_kind_t kind, size_t es, int size, size_t byte
   int64_t c = (int64_t)(bytes / es);
   if (kind == TC_PIPE_ALL_GATHER || kind == TC_PIPE_REDUCE_SCATTER) c /= size;
   if (c < 1) c = 1;
-  if (c > tc_cfg.max_count) c = tc_cfg.max_count;
+  if (!tc_mpi_one_call(c)) c = tc_mpi_limit(); /* a chunk is one MPI call: _c, or within the limit */
   return c;
 }
 
@@ -340,28 +340,28 @@ static int check_ready(tc_pipe_t *p, slot_t *s) {
 }
 
 static int post_chunk(tc_pipe_t *p, slot_t *s) {
-  int64_t c = chunk_len(p, s->chunk);
-  int n = (int)c, rc = MPI_SUCCESS;
+  int64_t n = chunk_len(p, s->chunk);
+  int rc = MPI_SUCCESS;
   char *send = s->buf + p->send_off, *recv = slot_recv(p, s);
   if (sends_from_input(p)) send = (char *)p->d.in + (size_t)(s->chunk * p->C) * p->es;
   MPI_Comm comm = p->pc->mpi;
   const char *call = "";
   switch (p->d.kind) {
   case TC_PIPE_ALL_REDUCE:
-    call = "MPI_Iallreduce";
-    rc = MPI_Iallreduce(MPI_IN_PLACE, send, n, p->d.mpi_dtype, p->d.mpi_op, comm, &s->req);
+    call = TC_MPI_NAME("MPI_Iallreduce", n);
+    rc = tc_mpi_iallreduce(MPI_IN_PLACE, send, n, p->d.mpi_dtype, p->d.mpi_op, comm, &s->req);
     break;
   case TC_PIPE_BROADCAST:
-    call = "MPI_Ibcast";
-    rc = MPI_Ibcast(send, n, p->d.mpi_dtype, p->d.root, comm, &s->req);
+    call = TC_MPI_NAME("MPI_Ibcast", n);
+    rc = tc_mpi_ibcast(send, n, p->d.mpi_dtype, p->d.root, comm, &s->req);
     break;
   case TC_PIPE_ALL_GATHER:
-    call = "MPI_Iallgather";
-    rc = MPI_Iallgather(send, n, p->d.mpi_dtype, recv, n, p->d.mpi_dtype, comm, &s->req);
+    call = TC_MPI_NAME("MPI_Iallgather", n);
+    rc = tc_mpi_iallgather(send, n, p->d.mpi_dtype, recv, n, p->d.mpi_dtype, comm, &s->req);
     break;
   case TC_PIPE_REDUCE_SCATTER:
-    call = "MPI_Ireduce_scatter_block";
-    rc = MPI_Ireduce_scatter_block(send, recv, n, p->d.mpi_dtype, p->d.mpi_op, comm, &s->req);
+    call = TC_MPI_NAME("MPI_Ireduce_scatter_block", n);
+    rc = tc_mpi_ireduce_scatter_block(send, recv, n, p->d.mpi_dtype, p->d.mpi_op, comm, &s->req);
     break;
   }
   if (rc != MPI_SUCCESS) {
