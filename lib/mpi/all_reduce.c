@@ -38,22 +38,26 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
   return tc_build_ring_all_gather(s, buf, n, in->dtype, p);
 }
 
-static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_redop_t *op) {
-  tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
-                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
+static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, int64_t n, const tc_redop_t *op) {
+  tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = (size_t)n * tc_dtype_size(in->dtype),
+                       .ranks = w->comm->size, .dtype = in->dtype, .redop = op->kind,
+                       .device = in->device != TCOLL_HOST};
   tc_algo_t algo = q.bytes == 0 ? TC_ALGO_MPI : tc_algo_choose(&q);
   /* Without large counts MPI_Iallgatherv takes int counts and displacements: beyond them the
    * ring gathers too. */
-  if (algo == TC_ALGO_RING_ALLGATHER && !tc_allgatherv_fits(tcoll_tensor_numel(in), w->comm->size)) algo = TC_ALGO_RING;
+  if (algo == TC_ALGO_RING_ALLGATHER && !tc_allgatherv_fits(n, w->comm->size)) algo = TC_ALGO_RING;
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
                 const tc_redop_t *op) {
   int64_t n = tcoll_tensor_numel(in);
-  tc_algo_t algo = choose(w, in, op);
+  tc_algo_t algo = choose(w, in, n, op);
   tc_work_set_algo(w, algo);
   if (algo != TC_ALGO_MPI) return post_composed(w, in, out, inplace, op, algo);
+  bool plain = op->kind != TC_REDOP_PREMUL_SUM && op->kind != TCOLL_AVG;
+  if (in->device == TCOLL_HOST && plain) /* the common case: nothing staged, nothing computed here */
+    return tc_post_allreduce(w, inplace ? MPI_IN_PLACE : in->data, out->data, n, in->dtype, tc_mpi_op(op, in->dtype));
   if (tc_pipe_wanted(in, TC_PIPE_ALL_REDUCE, n, n, w->comm->size)) {
     tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_REDUCE, .device = in->device, .dtype = in->dtype,
                         .mpi_dtype = tc_mpi_dtype(in->dtype), .mpi_op = tc_mpi_op(op, in->dtype),
@@ -64,7 +68,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   }
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf;
-  w->host_math = op->kind == TC_REDOP_PREMUL_SUM || op->kind == TCOLL_AVG;
+  w->host_math = !plain;
   int rc = inplace ? tc_stage_inout(w, out, &rbuf) : tc_stage_in(w, in, &sbuf);
   if (!rc && !inplace) rc = tc_stage_out(w, out, &rbuf);
   if (rc) return rc;

@@ -19,6 +19,12 @@ static const void *at_const(const void *p, int64_t elems, size_t es) {
 }
 
 int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op) {
+  if (TC_LIKELY(n > 0 && tc_mpi_fits(n))) { /* the common case: one int-count call */
+    MPI_Request *req = tc_work_req(w);
+    if (!req) return TCOLL_ERR_NO_MEMORY;
+    int mrc = tc_mpi_iallreduce(sbuf, rbuf, n, tc_mpi_dtype(d), op, w->comm->mpi, req);
+    return tc_post_ok(w, mrc, "MPI_Iallreduce");
+  }
   int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
   int rc = tc_work_reserve(w, (int)ncalls(n));

@@ -29,7 +29,7 @@ static int keyval = MPI_KEYVAL_INVALID;
 /* ------------------------------------------------------------------ building */
 
 void tc_sched_reset(tc_sched_t *s, tcoll_comm_t *comm, uint64_t seq) {
-  s->n = s->first = 0;
+  s->n = s->first = s->nmpi = 0;
   s->unstarted_comm = s->unposted_coll = 0;
   s->status = TCOLL_SUCCESS;
   s->starting = s->driven = s->in_fifo = false;
@@ -141,6 +141,7 @@ MPI_Request *tc_sched_posted(tc_sched_t *s) {
   if (!st) return NULL;
   st->state = TC_STEP_POSTED;
   st->u.mpi.call = NULL;
+  s->nmpi++;
   return &st->req;
 }
 
@@ -464,6 +465,7 @@ static bool finished(const tc_sched_t *s) {
 }
 
 void tc_sched_start(tc_sched_t *s) {
+  if (s->nmpi == s->n) return; /* only requests already posted: nothing to start */
   s->starting = true;
   if (s->unstarted_comm == 0) {
     advance(s);
@@ -525,6 +527,10 @@ static void run_blocking(tc_sched_t *s) {
       int rc = tc_mpi_waitall(1, &st->req);
       if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
       st->state = TC_STEP_DONE;
+      if (s->nmpi == s->n) { /* only posted requests: wait for each in turn */
+        s->first++;
+        continue;
+      }
     }
     if (!advance(s) && st->state != TC_STEP_DONE) return; /* cannot move alone: poll instead */
   }
@@ -580,13 +586,13 @@ void tc_sched_abandon(tc_sched_t *s) {
     if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) poll_step(s, st, true, 0.0);
     else if (st->state == TC_STEP_POSTED) tc_mpi_waitall(1, &st->req);
   }
-  s->n = s->first = 0;
+  s->n = s->first = s->nmpi = 0;
 }
 
 void tc_sched_free(tc_sched_t *s) {
   free(s->steps);
   s->steps = NULL;
-  s->n = s->cap = s->first = 0;
+  s->n = s->cap = s->first = s->nmpi = 0;
 }
 
 void tc_sched_cleanup(void) {

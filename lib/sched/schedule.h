@@ -118,6 +118,8 @@ typedef struct tc_sched {
   tc_step_t *steps;
   int n, cap;
   int first;          /* every step before it is done */
+  int nmpi;           /* MPI steps (requests the builder posted): when they are all the steps,
+                         there is nothing to start and a wait is MPI's alone */
   int unstarted_comm; /* COLL, SEND and RECV steps not started yet */
   int unposted_coll;  /* COLL steps not started yet (the schedule waits in its FIFO meanwhile) */
   int status;         /* the first error, once one happened */

@@ -43,22 +43,44 @@ static const row_t table[] = {
     {TC_MPI_MPICH, TC_OP_ALL_REDUCE, 3, INT_MAX, 8 * MiB, ANY_SIZE, TC_ALGO_RING},
 };
 
-static _Thread_local tc_algo_t last = TC_ALGO_MPI;
+static _Thread_local TC_TLS_HOT tc_algo_t last = TC_ALGO_MPI;
 
 void tc_algo_note(tc_algo_t algo) { last = algo; }
 
 const char *tcoll_last_algorithm(void) { return tc_algo_name(last); }
 
+/* The rows of one op for one rank count on this MPI, kept per thread for the last rank count
+ * asked (a call scans one or two bands, not the table: the choice costs a small collective
+ * next to nothing). */
+#define MAX_BANDS TC_ARRAY_LEN(table)
+typedef struct bands {
+  int ranks; /* 0: not filled */
+  int n;
+  size_t min_bytes[MAX_BANDS], max_bytes[MAX_BANDS];
+  tc_algo_t algo[MAX_BANDS];
+} bands_t;
+static _Thread_local TC_TLS_HOT bands_t memo[TC_NUM_ALGO_OPS];
+
+static void fill_bands(bands_t *b, tc_algo_op_t op, int ranks) {
+  tc_mpi_impl_t impl = tc_mpi_impl();
+  b->n = 0;
+  for (size_t i = 0; i < TC_ARRAY_LEN(table); i++) {
+    const row_t *r = &table[i];
+    if (r->op != op || r->impl != impl || ranks < r->min_ranks || ranks > r->max_ranks) continue;
+    b->min_bytes[b->n] = r->min_bytes;
+    b->max_bytes[b->n] = r->max_bytes;
+    b->algo[b->n++] = r->algo;
+  }
+  b->ranks = ranks;
+}
+
 tc_algo_t tc_algo_choose(const tc_algo_query_t *q) {
   tc_algo_t forced = tc_algo_forced[q->op];
   if (forced != TC_ALGO_AUTO) return forced;
   if (q->ranks < 2) return TC_ALGO_MPI;
-  tc_mpi_impl_t impl = tc_mpi_impl();
-  for (size_t i = 0; i < TC_ARRAY_LEN(table); i++) {
-    const row_t *r = &table[i];
-    if (r->op == q->op && r->impl == impl && q->ranks >= r->min_ranks && q->ranks <= r->max_ranks &&
-        q->bytes >= r->min_bytes && q->bytes < r->max_bytes)
-      return r->algo;
-  }
+  bands_t *b = &memo[q->op];
+  if (TC_UNLIKELY(b->ranks != q->ranks)) fill_bands(b, q->op, q->ranks);
+  for (int i = 0; i < b->n; i++)
+    if (q->bytes >= b->min_bytes[i] && q->bytes < b->max_bytes[i]) return b->algo[i];
   return TC_ALGO_MPI;
 }

@@ -402,7 +402,7 @@ static void put_events(tc_work_t *w) {
 void tc_work_recycle(tc_work_t *w) {
   release_held(w);
   if (w->ncb || w->nready) put_events(w);
-  w->sched.n = w->sched.first = 0;
+  w->sched.n = w->sched.first = w->sched.nmpi = 0;
   w->nbuf = w->nalloc = w->ncb = w->npiece = w->ndivide = 0; /* tc_work_begin relies on it */
   if (cache_push(w)) return;
   pthread_mutex_lock(&pool_lock);
