@@ -30,7 +30,7 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
   char *scratch = tc_work_scratch(w, ring_bytes + (gatherv ? tc_allgatherv_scratch(p) : 0));
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
   char *mine = (char *)buf + (size_t)tc_block_offset(n, p, r) * tc_dtype_size(in->dtype);
-  rc = tc_build_ring_reduce_scatter(s, src, mine, n, in->dtype, tc_mpi_op(op, in->dtype), scratch, 0);
+  rc = tc_build_ring_reduce_scatter(s, src, mine, n, in->dtype, tc_mpi_op(op, in->dtype), scratch, 0, NULL);
   if (!rc && op->kind == TCOLL_AVG) /* each block is divided once, where it was reduced */
     rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), in->dtype, 1.0, (double)p, true);
   if (rc) return rc;

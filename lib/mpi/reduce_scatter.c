@@ -90,7 +90,7 @@ static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
 
 /* Along dim 0: a ring of point-to-point steps, or MPI_Ialltoall and a reduction in rank order. */
 static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const tc_redop_t *op,
-                         tc_algo_t algo) {
+                         tc_algo_t algo, tc_dimview_t v) {
   int p = w->comm->size;
   int64_t nper = tcoll_tensor_numel(in) / p, n = nper * p;
   const void *src;
@@ -112,18 +112,21 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
                      : tc_ring_reduce_scatter_scratch(n, p, in->dtype);
   void *scratch = tc_work_scratch(w, bytes);
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
+  tc_blocks_t blocks = {v.outer, v.len / p * v.inner}; /* rank r's block: outer runs */
   rc = a2a ? tc_build_alltoall_reduce_scatter(s, src, dst, nper, in->dtype, mop, scratch)
-           : tc_build_ring_reduce_scatter(s, src, dst, n, in->dtype, mop, scratch, 0);
+           : tc_build_ring_reduce_scatter(s, src, dst, n, in->dtype, mop, scratch, 0, &blocks);
   if (!rc && op->kind == TCOLL_AVG) rc = tc_sched_scale(s, dst, dst, nper, in->dtype, 1.0, (double)p, true);
   return rc;
 }
 
-/* Composed algorithms serve dim 0 (other dims keep their packing and pipelines). */
+/* The ring serves every dim (its blocks interleaved along a dim other than 0); the all-to-all
+ * form serves dim 0 only: along other dims the slabs below are the same exchange, strided. */
 static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_redop_t *op, tc_dimview_t v) {
-  if (v.outer != 1 || tcoll_tensor_numel(in) == 0) return TC_ALGO_MPI;
+  if (tcoll_tensor_numel(in) == 0) return TC_ALGO_MPI;
   tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
                        .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
   tc_algo_t algo = tc_algo_choose(&q);
+  if (v.outer != 1 && algo != TC_ALGO_RING) return TC_ALGO_MPI;
   /* One MPI_Ialltoall block per rank must fit the per-call limit or go in MPI_Ialltoall_c;
    * beyond that (no large counts) the ring goes on. */
   if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(tcoll_tensor_numel(in) / w->comm->size)) algo = TC_ALGO_RING;
@@ -136,7 +139,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
   tc_algo_t algo = choose(w, in, op, v);
   tc_work_set_algo(w, algo);
-  if (algo != TC_ALGO_MPI) return post_composed(w, in, out, op, algo);
+  if (algo != TC_ALGO_MPI) return post_composed(w, in, out, op, algo, v);
   /* Rank r's piece of the input: runs of len / size * inner elements, len * inner apart. */
   int64_t run = v.outer == 1 ? nper : v.len / size * v.inner;
   if (tc_pipe_wanted(in, TC_PIPE_REDUCE_SCATTER, nper, run, size) || host_chunked(in, v)) {

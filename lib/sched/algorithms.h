@@ -15,14 +15,23 @@ static inline int64_t tc_block_offset(int64_t n, int p, int b) {
   return (int64_t)b * (n / p) + (b < n % p ? b : n % p);
 }
 
+/* Where the p blocks of an input lie: contiguous one after the other (runs == 1), or, for a
+ * tensor split along a dim other than 0, interleaved: block b is `runs` runs of `run` elements,
+ * run k at k * p * run + b * run (p divides the dim, so blocks are equal). */
+typedef struct tc_blocks {
+  int64_t runs, run;
+} tc_blocks_t;
+
 /* Scratch bytes of the ring reduce_scatter of n elements (two blocks). */
 size_t tc_ring_reduce_scatter_scratch(int64_t n, int p, tcoll_dtype_t d);
-/* Ring reduce_scatter: in holds the p blocks of n elements; this rank's reduced block goes to
- * out (which may be in's own block: in place). p - 1 steps; at step s rank r sends its partial
- * of block r - s - 1 to r + 1 and adds its own contribution to the partial of block r - s - 2
- * it receives from r - 1. Block b is summed along the ring starting at rank b + 1. */
+/* Ring reduce_scatter: in holds the p blocks of n elements (laid out as `blocks` says; NULL:
+ * contiguous); this rank's reduced block goes to out, contiguous (which may be in's own block
+ * when contiguous: in place). p - 1 steps; at step s rank r sends its partial of block r - s - 1
+ * to r + 1 and adds its own contribution to the partial of block r - s - 2 it receives from
+ * r - 1. Block b is summed along the ring starting at rank b + 1. Interleaved blocks are packed
+ * only where they are sent (step 0); the reductions read them in place. */
 int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64_t n, tcoll_dtype_t d, MPI_Op op,
-                                 void *scratch, int tag0);
+                                 void *scratch, int tag0, const tc_blocks_t *blocks);
 /* Ring all-gather in place: buf holds the p blocks of n elements, this rank's filled in. */
 int tc_build_ring_all_gather(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int tag0);
 /* Scratch bytes of the MPI_Iallgatherv all-gather (its counts and displacements; 8-byte aligned). */

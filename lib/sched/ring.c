@@ -10,30 +10,51 @@ size_t tc_ring_reduce_scatter_scratch(int64_t n, int p, tcoll_dtype_t d) {
   return 2 * (size_t)tc_block_count(n, p, 0) * tc_dtype_size(d);
 }
 
+/* Where block b's first element is, and how its runs lie (contiguous: one run). */
+typedef struct block_at {
+  int64_t offset, count, runs, run, stride;
+} block_at_t;
+
+static block_at_t block_at(int64_t n, int p, int b, const tc_blocks_t *blocks) {
+  if (!blocks || blocks->runs <= 1) {
+    int64_t c = tc_block_count(n, p, b);
+    return (block_at_t){tc_block_offset(n, p, b), c, 1, c, c};
+  }
+  return (block_at_t){b * blocks->run, blocks->runs * blocks->run, blocks->runs, blocks->run, p * blocks->run};
+}
+
 int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64_t n, tcoll_dtype_t d, MPI_Op op,
-                                 void *scratch, int tag0) {
+                                 void *scratch, int tag0, const tc_blocks_t *blocks) {
   int p = s->comm->size, r = s->comm->rank;
   size_t es = tc_dtype_size(d);
   const char *x = in;
-  char *mine = (char *)x + (size_t)tc_block_offset(n, p, r) * es;
-  if (p == 1) return tc_sched_copy(s, out, in, (size_t)n * es, true);
+  block_at_t me = block_at(n, p, r, blocks);
+  char *mine = (char *)x + (size_t)me.offset * es;
+  if (p == 1) return tc_sched_pack_runs(s, out, mine, (size_t)me.stride * es, (size_t)me.run * es, me.runs, true);
   /* In place, out is this rank's own input block: its last message goes to scratch. */
-  bool inplace = out == mine;
+  bool inplace = out == mine && me.runs == 1;
   char *bufs[2] = {scratch, (char *)scratch + (size_t)tc_block_count(n, p, 0) * es};
   int left = mod(r - 1, p), right = mod(r + 1, p), rc = 0;
   for (int step = 0; step < p - 1 && !rc; step++) {
     int bs = mod(r - step - 1, p), br = mod(r - step - 2, p);
     bool last = step == p - 2;
-    const void *sbuf = step == 0 ? x + (size_t)tc_block_offset(n, p, bs) * es : bufs[(step - 1) % 2];
+    block_at_t snd = block_at(n, p, bs, blocks), rcv = block_at(n, p, br, blocks);
+    const void *sbuf = step == 0 ? x + (size_t)snd.offset * es : bufs[(step - 1) % 2];
+    if (step == 0 && snd.runs > 1) { /* packed into the buffer step 0 does not receive into */
+      rc = tc_sched_pack_runs(s, bufs[1], sbuf, (size_t)snd.stride * es, (size_t)snd.run * es, snd.runs, true);
+      sbuf = bufs[1];
+    }
     char *rbuf = last && !inplace ? out : bufs[step % 2];
-    rc = tc_sched_send(s, sbuf, tc_block_count(n, p, bs), d, right, tag0 + step, true);
-    if (!rc) rc = tc_sched_recv(s, rbuf, tc_block_count(n, p, br), d, left, tag0 + step, false);
+    if (!rc) rc = tc_sched_send(s, sbuf, snd.count, d, right, tag0 + step, true);
+    if (!rc) rc = tc_sched_recv(s, rbuf, rcv.count, d, left, tag0 + step, false);
     if (rc) break;
-    const char *own = x + (size_t)tc_block_offset(n, p, br) * es;
-    int64_t cnt = tc_block_count(n, p, br);
-    if (!last) rc = tc_sched_reduce(s, own, rbuf, cnt, d, op, true);        /* the partial goes on */
-    else if (!inplace) rc = tc_sched_reduce(s, own, out, cnt, d, op, true); /* out = own (op) received */
-    else rc = tc_sched_reduce(s, rbuf, out, cnt, d, op, true);              /* out (own) = received (op) own */
+    const char *own = x + (size_t)rcv.offset * es;
+    char *acc = last ? out : rbuf;
+    if (last && inplace) { /* out (own) = received (op) own */
+      rc = tc_sched_reduce(s, rbuf, out, rcv.count, d, op, true);
+    } else { /* acc = own (op) acc, run by run (measured as fast as packing short runs first) */
+      rc = tc_sched_reduce_runs(s, own, rcv.stride, acc, rcv.run, rcv.runs, d, op, true);
+    }
   }
   return rc;
 }

@@ -176,24 +176,38 @@ int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer
   return add_p2p(s, TC_STEP_RECV, buf, n, d, peer, tag_offset, new_round);
 }
 
-int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round) {
+int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,
+                         tcoll_dtype_t d, MPI_Op op, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_REDUCE, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
   st->u.reduce.in = in;
   st->u.reduce.acc = acc;
   st->u.reduce.n = n;
+  st->u.reduce.runs = runs;
+  st->u.reduce.in_stride = in_stride;
   st->u.reduce.dtype = d;
   st->u.reduce.op = op;
   return TCOLL_SUCCESS;
 }
 
-int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool new_round) {
+int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round) {
+  return tc_sched_reduce_runs(s, in, n, acc, n, 1, d, op, new_round);
+}
+
+int tc_sched_pack_runs(tc_sched_t *s, void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs,
+                       bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_COPY, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
   st->u.copy.dst = dst;
   st->u.copy.src = src;
   st->u.copy.nbytes = nbytes;
+  st->u.copy.src_stride = src_stride;
+  st->u.copy.runs = runs;
   return TCOLL_SUCCESS;
+}
+
+int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool new_round) {
+  return tc_sched_pack_runs(s, dst, src, nbytes, nbytes, 1, new_round);
 }
 
 int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,
@@ -372,13 +386,21 @@ static void run_local(tc_sched_t *s, tc_step_t *st) {
   case TC_STEP_REDUCE: {
     const typeof(st->u.reduce) *r = &st->u.reduce;
     const char *call = "MPI_Reduce_local";
-    int rc = tc_mpi_reduce_local(r->in, r->acc, r->n, r->dtype, r->op, &call);
+    size_t es = tc_dtype_size(r->dtype);
+    int rc = MPI_SUCCESS;
+    for (int64_t k = 0; k < r->runs && rc == MPI_SUCCESS; k++)
+      rc = tc_mpi_reduce_local((const char *)r->in + (size_t)(k * r->in_stride) * es, (char *)r->acc + (size_t)(k * r->n) * es,
+                               r->n, r->dtype, r->op, &call);
     if (rc != MPI_SUCCESS) fail_mpi(s, rc, call);
     break;
   }
-  case TC_STEP_COPY:
-    if (st->u.copy.nbytes && st->u.copy.dst != st->u.copy.src) memcpy(st->u.copy.dst, st->u.copy.src, st->u.copy.nbytes);
+  case TC_STEP_COPY: {
+    const typeof(st->u.copy) *c = &st->u.copy;
+    if (!c->nbytes || c->dst == c->src) break;
+    for (int64_t k = 0; k < c->runs; k++)
+      memcpy((char *)c->dst + (size_t)k * c->nbytes, (const char *)c->src + (size_t)k * c->src_stride, c->nbytes);
     break;
+  }
   case TC_STEP_SCALE: {
     const typeof(st->u.scale) *c = &st->u.scale;
     if (c->mul != 1.0 || c->dst != c->src) tc_host_scale_copy(c->dst, c->src, c->dtype, c->n, c->mul);

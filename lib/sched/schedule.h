@@ -82,17 +82,19 @@ typedef struct tc_step {
       MPI_Datatype dt;
       int peer, tag;
     } p2p;
-    struct { /* REDUCE */
+    struct { /* REDUCE: runs runs of n elements; in's runs in_stride elements apart, acc's
+                adjacent (runs == 1: one contiguous reduction) */
       const void *in;
       void *acc;
-      int64_t n;
+      int64_t n, runs, in_stride;
       tcoll_dtype_t dtype;
       MPI_Op op;
     } reduce;
-    struct { /* COPY */
+    struct { /* COPY: runs runs of nbytes, src_stride apart in src, adjacent in dst */
       void *dst;
       const void *src;
-      size_t nbytes;
+      size_t nbytes, src_stride;
+      int64_t runs;
     } copy;
     struct { /* SCALE */
       void *dst;
@@ -163,6 +165,12 @@ int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, in
 int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset, bool new_round);
 int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round);
 int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool new_round);
+/* Strided forms (a block of a tensor split along a dim other than 0: runs runs, in's / src's a
+ * stride apart, packed one after the other on the other side). */
+int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,
+                         tcoll_dtype_t d, MPI_Op op, bool new_round);
+int tc_sched_pack_runs(tc_sched_t *s, void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs,
+                       bool new_round);
 int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,
                    bool new_round);
 int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round);
