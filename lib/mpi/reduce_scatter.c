@@ -1,5 +1,6 @@
-/* reduce_scatter -> MPI_Ireduce_scatter_block.
- * Along a dim other than 0, rank r's slab of the input is strided, and MPI's built-in ops take no
+/* reduce_scatter -> MPI_Ireduce_scatter_block, or a composed algorithm (ring: along any dim;
+ * Ialltoall + rank-ordered reduction: along dim 0).
+ * For the literal mapping along a dim other than 0, rank r's slab of the input is strided, and MPI's built-in ops take no
  * strided datatypes. Rather than packing the whole input rank-major first (an extra pass over
  * it), each slab travels to its owner through MPI_Ialltoallv with a strided datatype (the same
  * traffic as the reduce_scatter itself), and the owner reduces the slabs it received with
