@@ -142,29 +142,34 @@ static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t
   return tc_check_disjoint(&out[i], oname, &in[j], iname, same_ok && i == j);
 }
 
-static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n, bool same_ok) {
-  span_t small[64 + 32], *outs = n <= 64 ? small : malloc((size_t)(n + n / 2 + 1) * sizeof *outs);
-  if (!outs) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d spans", n);
-  int m = 0, rc = TCOLL_SUCCESS;
+/* Fills v with the spans of t's tensors that have storage, sorted by base; their count. */
+static int sorted_spans(const tcoll_tensor_t *t, int n, span_t *v, span_t *tmp) {
+  int m = 0;
   for (int i = 0; i < n; i++)
-    if (out[i].data) outs[m++] = (span_t){(uintptr_t)out[i].data, (uintptr_t)out[i].data + tc_nbytes(&out[i]), i};
-  sort_spans(outs, m, n <= 64 ? small + 64 : outs + n);
-  for (int j = 0; j < n && !rc; j++) {
-    if (!in[j].data) continue;
-    uintptr_t ib = (uintptr_t)in[j].data, ie = ib + tc_nbytes(&in[j]);
-    int lo = 0, hi = m; /* first output starting at or after ie */
-    while (lo < hi) {
-      int mid = (lo + hi) / 2;
-      if (outs[mid].b < ie) lo = mid + 1;
-      else hi = mid;
-    }
-    for (int k = lo; k-- > 0 && !rc;) { /* disjoint outputs: ends fall as we go left */
-      if (outs[k].e <= ib) break;
-      bool own = same_ok && outs[k].idx == j && outs[k].b == ib && outs[k].e == ie;
-      if (!own) rc = report_overlap(out, outs[k].idx, in, j, same_ok);
+    if (t[i].data) v[m++] = (span_t){(uintptr_t)t[i].data, (uintptr_t)t[i].data + tc_nbytes(&t[i]), i};
+  sort_spans(v, m, tmp);
+  return m;
+}
+
+/* Every input disjoint from every output (out[i] may be in[i] itself where same_ok). Both lists
+ * sorted by base, then one sweep: an input can overlap only outputs that start before it ends,
+ * and outputs never overlap one another (the registry refuses that), so the outputs an input
+ * overlaps are the ones between the first that ends after its base and the last that starts
+ * before its end. */
+static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n, bool same_ok) {
+  span_t small[3 * 64], *v = n <= 64 ? small : malloc((size_t)3 * (size_t)n * sizeof *v);
+  if (!v) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d spans", n);
+  span_t *outs = v, *ins = v + n, *tmp = v + 2 * n; /* the sort's scratch: n / 2 spans */
+  int mo = sorted_spans(out, n, outs, tmp), mi = sorted_spans(in, n, ins, tmp), rc = TCOLL_SUCCESS;
+  int k = 0; /* first output that may still overlap an input to come (inputs by rising base) */
+  for (int j = 0; j < mi && !rc; j++) {
+    while (k < mo && outs[k].e <= ins[j].b) k++;
+    for (int q = k; q < mo && outs[q].b < ins[j].e && !rc; q++) {
+      bool own = same_ok && outs[q].idx == ins[j].idx && outs[q].b == ins[j].b && outs[q].e == ins[j].e;
+      if (!own) rc = report_overlap(out, outs[q].idx, in, ins[j].idx, same_ok);
     }
   }
-  if (outs != small) free(outs);
+  if (v != small) free(v);
   return rc;
 }
 

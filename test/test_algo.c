@@ -298,7 +298,8 @@ END_TEST
 START_TEST(forced_small_limit) {
   save_algo();
   int64_t old = t_set_max_count(7);
-  int64_t ar_shape[1] = {37 * (int64_t)t_size + 5}, rs_shape[1] = {13 * (int64_t)t_size};
+  int64_t ar_shape[1] = {37 * (int64_t)t_size + 5}, rs_shape[1] = {13 * (int64_t)t_size},
+          rs1_shape[2] = {4, 5 * (int64_t)t_size};
   for (size_t f = 0; f < T_LEN(FORCED); f++) {
     set_algo(FORCED[f].spec);
     for (int k = K_SUM; k <= K_AVG; k++) {
@@ -320,6 +321,19 @@ START_TEST(forced_small_limit) {
       snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s", FORCED[f].spec, kname(k));
       rc_scatter(&c, rs_shape, 1, 0, t_rank);
       t_check_all(what, &rs, rc_want, &c, 0);
+      tcoll_tensor_free(&in);
+      tcoll_tensor_free(&rs);
+      /* along dim 1: interleaved blocks of 4 runs of 5, above the limit (the ring's messages
+       * are split, its first one included) */
+      rc_t c1 = rc_world(TCOLL_FLOAT32, k, 1);
+      in = t_alloc(TCOLL_FLOAT32, 2, rs1_shape);
+      rs = t_empty();
+      t_set_all(&in, rc_fill, &c1);
+      T_OK(tcoll_reduce_scatter(&in, k, 1, NULL, &rs));
+      T_OK(tcoll_wait(rs.data));
+      snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s along dim 1", FORCED[f].spec, kname(k));
+      rc_scatter(&c1, rs1_shape, 2, 1, t_rank);
+      t_check_all(what, &rs, rc_want, &c1, 0);
       tcoll_tensor_free(&in);
       tcoll_tensor_free(&rs);
     }

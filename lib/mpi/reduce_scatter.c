@@ -89,7 +89,14 @@ static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
   return in->device == TCOLL_HOST && v.outer > 1 && tcoll_tensor_nbytes(in) >= HOST_PIPE_MIN_BYTES;
 }
 
-/* Along dim 0: a ring of point-to-point steps, or MPI_Ialltoall and a reduction in rank order. */
+/* Up to this block size the ring's first message along a dim other than 0 leaves through a
+ * strided datatype (MPI packs it on the way); above it the block is packed first (measured with
+ * tcoll-bench at 2 ranks: the datatype was faster for small blocks, slower from a few MiB). */
+#ifndef TYPED_SEND_MAX_BYTES
+#define TYPED_SEND_MAX_BYTES (256 << 10)
+#endif
+
+/* A ring of point-to-point steps (any dim), or MPI_Ialltoall and a reduction in rank order. */
 static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const tc_redop_t *op,
                          tc_algo_t algo, tc_dimview_t v) {
   int p = w->comm->size;
@@ -113,7 +120,15 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
                      : tc_ring_reduce_scatter_scratch(n, p, in->dtype);
   void *scratch = tc_work_scratch(w, bytes);
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
-  tc_blocks_t blocks = {v.outer, v.len / p * v.inner}; /* rank r's block: outer runs */
+  tc_blocks_t blocks = {v.outer, v.len / p * v.inner, MPI_DATATYPE_NULL}; /* rank r's block: outer runs */
+  /* One message each way: a receive split at the per-call limit would not match one send. */
+  if (!a2a && v.outer > 1 && p > 1 && (size_t)nper * tc_dtype_size(in->dtype) <= TYPED_SEND_MAX_BYTES &&
+      tc_mpi_one_call(nper)) {
+    tc_mpi_type_t t;
+    if ((rc = tc_mpi_vector(in->dtype, v.outer, blocks.run, p * blocks.run, blocks.run, &t))) return rc;
+    if ((rc = tc_work_hold_type(w, &t))) return rc;
+    blocks.send_type = t.type;
+  }
   rc = a2a ? tc_build_alltoall_reduce_scatter(s, src, dst, nper, in->dtype, mop, scratch)
            : tc_build_ring_reduce_scatter(s, src, dst, n, in->dtype, mop, scratch, 0, &blocks);
   if (!rc && op->kind == TCOLL_AVG) rc = tc_sched_scale(s, dst, dst, nper, in->dtype, 1.0, (double)p, true);

@@ -20,6 +20,9 @@ static inline int64_t tc_block_offset(int64_t n, int p, int b) {
  * run k at k * p * run + b * run (p divides the dim, so blocks are equal). */
 typedef struct tc_blocks {
   int64_t runs, run;
+  /* MPI_DATATYPE_NULL: the block sent at step 0 is packed first; else it goes out through this
+   * datatype (runs runs of run elements, p * run apart), valid until the step is posted. */
+  MPI_Datatype send_type;
 } tc_blocks_t;
 
 /* Scratch bytes of the ring reduce_scatter of n elements (two blocks). */
@@ -29,7 +32,7 @@ size_t tc_ring_reduce_scatter_scratch(int64_t n, int p, tcoll_dtype_t d);
  * when contiguous: in place). p - 1 steps; at step s rank r sends its partial of block r - s - 1
  * to r + 1 and adds its own contribution to the partial of block r - s - 2 it receives from
  * r - 1. Block b is summed along the ring starting at rank b + 1. Interleaved blocks are packed
- * only where they are sent (step 0); the reductions read them in place. */
+ * (or sent through blocks->send_type) only at step 0; the reductions read them in place. */
 int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64_t n, tcoll_dtype_t d, MPI_Op op,
                                  void *scratch, int tag0, const tc_blocks_t *blocks);
 /* Ring all-gather in place: buf holds the p blocks of n elements, this rank's filled in. */

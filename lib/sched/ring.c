@@ -40,12 +40,14 @@ int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64
     bool last = step == p - 2;
     block_at_t snd = block_at(n, p, bs, blocks), rcv = block_at(n, p, br, blocks);
     const void *sbuf = step == 0 ? x + (size_t)snd.offset * es : bufs[(step - 1) % 2];
-    if (step == 0 && snd.runs > 1) { /* packed into the buffer step 0 does not receive into */
+    bool typed = step == 0 && snd.runs > 1 && blocks->send_type != MPI_DATATYPE_NULL;
+    if (step == 0 && snd.runs > 1 && !typed) { /* packed into the buffer step 0 does not receive into */
       rc = tc_sched_pack_runs(s, bufs[1], sbuf, (size_t)snd.stride * es, (size_t)snd.run * es, snd.runs, true);
       sbuf = bufs[1];
     }
     char *rbuf = last && !inplace ? out : bufs[step % 2];
-    if (!rc) rc = tc_sched_send(s, sbuf, snd.count, d, right, tag0 + step, true);
+    if (!rc && typed) rc = tc_sched_send_typed(s, sbuf, 1, blocks->send_type, right, tag0 + step, true);
+    else if (!rc) rc = tc_sched_send(s, sbuf, snd.count, d, right, tag0 + step, true);
     if (!rc) rc = tc_sched_recv(s, rbuf, rcv.count, d, left, tag0 + step, false);
     if (rc) break;
     const char *own = x + (size_t)rcv.offset * es;

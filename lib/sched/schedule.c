@@ -176,6 +176,18 @@ int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer
   return add_p2p(s, TC_STEP_RECV, buf, n, d, peer, tag_offset, new_round);
 }
 
+int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
+                        bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_SEND, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.p2p.buf = (void *)buf;
+  st->u.p2p.count = count;
+  st->u.p2p.dt = dt;
+  st->u.p2p.peer = peer;
+  st->u.p2p.tag = tag_offset % TAG_SPAN;
+  return TCOLL_SUCCESS;
+}
+
 int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,
                          tcoll_dtype_t d, MPI_Op op, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_REDUCE, new_round);

@@ -330,10 +330,11 @@ static int add_outputs_locked(tc_work_t *w) {
   /* Scratch room: the merge fills [nordered, nordered + m); the sort uses what follows fresh. */
   entry_t *fresh = &ordered[nordered + m];
   int rc = TCOLL_SUCCESS;
+  bool alone = nordered == 0 && nreads == 0; /* nothing pending to overlap: no searches */
   for (size_t k = 0; k < m && !rc; k++) {
     uintptr_t b = (uintptr_t)w->bufs[k].base;
     uintptr_t e = b + (w->bufs[k].nbytes ? w->bufs[k].nbytes : 1);
-    rc = refuse_buffer(w, (int)k, b, e);
+    if (!alone) rc = refuse_buffer(w, (int)k, b, e);
     fresh[k] = (entry_t){b, e, w, (int)k};
   }
   if (rc) return rc;
@@ -448,13 +449,15 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
 }
 
 /* Records w's reads of in[*next..n) (registry lock held); stops at an input overlapping a pending
- * output of other work and returns that work, referenced (see tc_registry_claim_inputs). */
-static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc) {
+ * output of other work and returns that work, referenced (see tc_registry_claim_inputs). others:
+ * whether the index may hold entries of other works (false: no search). */
+static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc,
+                                      bool others) {
   tc_work_t *other = NULL;
   if (n - *next == 1 && in[*next].data) { /* one input: straight into its place */
     uintptr_t b = (uintptr_t)in[*next].data;
     size_t nb = tc_nbytes(&in[*next]);
-    entry_t *x = foreign_overlapping(b, b + (nb ? nb : 1), w);
+    entry_t *x = others ? foreign_overlapping(b, b + (nb ? nb : 1), w) : NULL;
     if (x) {
       other = x->work;
       other->refs++;
@@ -471,7 +474,7 @@ static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, in
     if (!t->data) continue;
     uintptr_t b = (uintptr_t)t->data;
     size_t nb = tc_nbytes(t);
-    entry_t *x = foreign_overlapping(b, b + (nb ? nb : 1), w);
+    entry_t *x = others ? foreign_overlapping(b, b + (nb ? nb : 1), w) : NULL;
     if (x) {
       other = x->work;
       other->refs++;
@@ -488,7 +491,7 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
                                      int *rc) {
   *rc = TCOLL_SUCCESS;
   lock_registry();
-  tc_work_t *other = claim_inputs_locked(w, in, n, next, base, rc);
+  tc_work_t *other = claim_inputs_locked(w, in, n, next, base, rc, true);
   pthread_mutex_unlock(&reg_lock);
   return other;
 }
@@ -497,7 +500,9 @@ tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int
   tc_work_t *other = NULL;
   lock_registry();
   *rc = add_outputs_locked(w);
-  if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc);
+  /* w's references are the entries it just keyed (nobody else has seen it yet): when they are
+   * every entry, no other work's pending output can be an input (the searches are skipped). */
+  if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc, nordered > (size_t)w->refs);
   pthread_mutex_unlock(&reg_lock);
   return other;
 }

@@ -295,7 +295,17 @@ MPI_Request *tc_work_req(tc_work_t *w) { return tc_sched_posted(&w->sched); }
 int tc_work_hold(tc_work_t *w, void *p, int kind) {
   int rc = grow((void **)&w->held, &w->held_cap, w->nheld + 1, sizeof *w->held);
   if (rc) return rc;
-  w->held[w->nheld++] = (tc_held_t){p, kind};
+  w->held[w->nheld++] = (tc_held_t){.p = p, .kind = kind};
+  return TCOLL_SUCCESS;
+}
+
+int tc_work_hold_type(tc_work_t *w, tc_mpi_type_t *t) {
+  int rc = grow((void **)&w->held, &w->held_cap, w->nheld + 1, sizeof *w->held);
+  if (rc) {
+    tc_mpi_type_put(t);
+    return rc;
+  }
+  w->held[w->nheld++] = (tc_held_t){.kind = TC_HELD_MPI_TYPE, .type = *t};
   return TCOLL_SUCCESS;
 }
 
@@ -376,6 +386,7 @@ static void release_held_slow(tc_work_t *w) {
   for (int i = 0; i < w->nheld; i++) {
     if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
     else if (w->held[i].kind == TC_HELD_PIPE) tc_pipe_release(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_MPI_TYPE) tc_mpi_type_put(&w->held[i].type);
     else if (w->held[i].kind == TC_HELD_MPI_TYPES) {
       for (MPI_Datatype *t = w->held[i].p; *t != MPI_DATATYPE_NULL; t++) MPI_Type_free(t);
       free(w->held[i].p);

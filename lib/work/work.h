@@ -24,6 +24,7 @@
 #include "../base/redop.h"
 #include "../sched/schedule.h"
 #include "../sched/select.h"
+#include "../sched/mpi_glue.h"
 
 typedef struct tc_work tc_work_t;
 
@@ -99,10 +100,12 @@ typedef struct tc_divide {
 /* A block of memory the work returns when it is recycled. */
 typedef struct tc_held {
   void *p;
-  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE or TC_HELD_MPI_TYPES */
+  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE, TC_HELD_MPI_TYPES or TC_HELD_MPI_TYPE */
+  tc_mpi_type_t type; /* TC_HELD_MPI_TYPE */
 } tc_held_t;
 enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda/pipeline.h) */,
-       TC_HELD_MPI_TYPES /* a malloc'd array of MPI datatypes ended by MPI_DATATYPE_NULL: all freed */ };
+       TC_HELD_MPI_TYPES /* a malloc'd array of MPI datatypes ended by MPI_DATATYPE_NULL: all freed */,
+       TC_HELD_MPI_TYPE /* a datatype of the cache (or not), put back */ };
 
 #define TC_WORK_PRIV_BYTES 256
 #define TC_WORK_ERR_LEN 512
@@ -197,6 +200,9 @@ MPI_Request *tc_work_req(tc_work_t *w);
 /* Pooled host scratch memory held until the work is recycled. */
 void *tc_work_scratch(tc_work_t *w, size_t nbytes);
 int tc_work_hold(tc_work_t *w, void *p, int kind);
+/* Holds t (from tc_mpi_vector...) until the work is recycled: for steps the engine posts later
+ * than the builder returns. On failure t is put back at once. */
+int tc_work_hold_type(tc_work_t *w, tc_mpi_type_t *t);
 int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, int device);
 /* An event the work's outputs on device are ready after (see tc_ready_t). */
 int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled);
