@@ -152,10 +152,11 @@ static int sorted_spans(const tcoll_tensor_t *t, int n, span_t *v, span_t *tmp) 
 }
 
 /* Every input disjoint from every output (out[i] may be in[i] itself where same_ok). Both lists
- * sorted by base, then one sweep: an input can overlap only outputs that start before it ends,
- * and outputs never overlap one another (the registry refuses that), so the outputs an input
- * overlaps are the ones between the first that ends after its base and the last that starts
- * before its end. */
+ * sorted by base, then one sweep: outputs that end before an input's base end before every later
+ * input's too and are passed for good; the first output left ends after the input's base, so it
+ * overlaps the input if it starts before the input's end, and so does any later one that starts
+ * before that end (outputs overlapping one another are refused later, by the registry: the
+ * first one reported is still a true overlap). */
 static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n, bool same_ok) {
   span_t small[3 * 64], *v = n <= 64 ? small : malloc((size_t)3 * (size_t)n * sizeof *v);
   if (!v) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d spans", n);

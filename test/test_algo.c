@@ -293,6 +293,21 @@ START_TEST(forced_shapes) {
 }
 END_TEST
 
+/* One float32 reduce_scatter of `shape` along dim under the small limit, checked. */
+static void small_limit_rs(const char *spec, int k, int ndim, const int64_t *shape, int dim) {
+  char what[200];
+  rc_t c = rc_world(TCOLL_FLOAT32, k, 1);
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, ndim, shape), rs = t_empty();
+  t_set_all(&in, rc_fill, &c);
+  T_OK(tcoll_reduce_scatter(&in, k, dim, NULL, &rs));
+  T_OK(tcoll_wait(rs.data));
+  snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s along dim %d", spec, kname(k), dim);
+  rc_scatter(&c, shape, ndim, dim, t_rank);
+  t_check_all(what, &rs, rc_want, &c, 0);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&rs);
+}
+
 /* A forced algorithm still gives exact results where the per-call element limit (TCOLL_MAX_COUNT)
  * is below the blocks' sizes. */
 START_TEST(forced_small_limit) {
@@ -313,29 +328,10 @@ START_TEST(forced_small_limit) {
       t_check_all(what, &out, rc_want, &c, 0);
       tcoll_tensor_free(&out);
       tcoll_tensor_free(&in);
-      in = t_alloc(TCOLL_FLOAT32, 1, rs_shape);
-      tcoll_tensor_t rs = t_empty();
-      t_set_all(&in, rc_fill, &c);
-      T_OK(tcoll_reduce_scatter(&in, k, 0, NULL, &rs));
-      T_OK(tcoll_wait(rs.data));
-      snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s", FORCED[f].spec, kname(k));
-      rc_scatter(&c, rs_shape, 1, 0, t_rank);
-      t_check_all(what, &rs, rc_want, &c, 0);
-      tcoll_tensor_free(&in);
-      tcoll_tensor_free(&rs);
+      small_limit_rs(FORCED[f].spec, k, 1, rs_shape, 0);
       /* along dim 1: interleaved blocks of 4 runs of 5, above the limit (the ring's messages
        * are split, its first one included) */
-      rc_t c1 = rc_world(TCOLL_FLOAT32, k, 1);
-      in = t_alloc(TCOLL_FLOAT32, 2, rs1_shape);
-      rs = t_empty();
-      t_set_all(&in, rc_fill, &c1);
-      T_OK(tcoll_reduce_scatter(&in, k, 1, NULL, &rs));
-      T_OK(tcoll_wait(rs.data));
-      snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s along dim 1", FORCED[f].spec, kname(k));
-      rc_scatter(&c1, rs1_shape, 2, 1, t_rank);
-      t_check_all(what, &rs, rc_want, &c1, 0);
-      tcoll_tensor_free(&in);
-      tcoll_tensor_free(&rs);
+      small_limit_rs(FORCED[f].spec, k, 2, rs1_shape, 1);
     }
   }
   t_set_max_count(old);

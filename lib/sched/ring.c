@@ -40,8 +40,8 @@ int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64
     bool last = step == p - 2;
     block_at_t snd = block_at(n, p, bs, blocks), rcv = block_at(n, p, br, blocks);
     const void *sbuf = step == 0 ? x + (size_t)snd.offset * es : bufs[(step - 1) % 2];
-    bool typed = step == 0 && snd.runs > 1 && blocks->send_type != MPI_DATATYPE_NULL;
-    if (step == 0 && snd.runs > 1 && !typed) { /* packed into the buffer step 0 does not receive into */
+    bool strided = step == 0 && snd.runs > 1, typed = strided && blocks->send_type != MPI_DATATYPE_NULL;
+    if (strided && !typed) { /* packed into the buffer step 0 does not receive into */
       rc = tc_sched_pack_runs(s, bufs[1], sbuf, (size_t)snd.stride * es, (size_t)snd.run * es, snd.runs, true);
       sbuf = bufs[1];
     }

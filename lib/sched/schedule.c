@@ -149,21 +149,28 @@ void tc_sched_name_posted(tc_sched_t *s, const char *call) {
   if (s->n > 0 && s->steps[s->n - 1].kind == TC_STEP_MPI) s->steps[s->n - 1].u.mpi.call = call;
 }
 
+/* One point-to-point step: count elements of dt. */
+static int add_p2p_step(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t count, MPI_Datatype dt, int peer,
+                        int64_t tag, bool new_round) {
+  tc_step_t *st = tc_sched_add(s, kind, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.p2p.buf = buf;
+  st->u.p2p.count = count;
+  st->u.p2p.dt = dt;
+  st->u.p2p.peer = peer;
+  st->u.p2p.tag = (int)(tag % TAG_SPAN);
+  return TCOLL_SUCCESS;
+}
+
 static int add_p2p(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag,
                    bool new_round) {
   int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
   int64_t pieces = n == 0 ? 1 : (n + per - 1) / per;
   int rc = tc_sched_reserve(s, (int)pieces);
-  for (int64_t off = 0, k = 0; k < pieces && !rc; off += per, k++) {
-    tc_step_t *st = tc_sched_add(s, kind, new_round && k == 0);
-    if (!st) return TCOLL_ERR_NO_MEMORY;
-    st->u.p2p.buf = (char *)buf + (size_t)off * es;
-    st->u.p2p.count = n - off < per ? n - off : per;
-    st->u.p2p.dt = tc_mpi_dtype(d);
-    st->u.p2p.peer = peer;
-    st->u.p2p.tag = (int)(((int64_t)tag + k) % TAG_SPAN); /* pieces of one message stay in order */
-  }
+  for (int64_t off = 0, k = 0; k < pieces && !rc; off += per, k++) /* pieces of one message stay in order */
+    rc = add_p2p_step(s, kind, (char *)buf + (size_t)off * es, n - off < per ? n - off : per, tc_mpi_dtype(d), peer,
+                      (int64_t)tag + k, new_round && k == 0);
   return rc;
 }
 
@@ -178,14 +185,7 @@ int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer
 
 int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
                         bool new_round) {
-  tc_step_t *st = tc_sched_add(s, TC_STEP_SEND, new_round);
-  if (!st) return TCOLL_ERR_NO_MEMORY;
-  st->u.p2p.buf = (void *)buf;
-  st->u.p2p.count = count;
-  st->u.p2p.dt = dt;
-  st->u.p2p.peer = peer;
-  st->u.p2p.tag = tag_offset % TAG_SPAN;
-  return TCOLL_SUCCESS;
+  return add_p2p_step(s, TC_STEP_SEND, (void *)buf, count, dt, peer, tag_offset, new_round);
 }
 
 int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,

@@ -49,15 +49,14 @@ void tc_algo_note(tc_algo_t algo) { last = algo; }
 
 const char *tcoll_last_algorithm(void) { return tc_algo_name(last); }
 
-/* The rows of one op for one rank count on this MPI, kept per thread for the last rank count
- * asked (a call scans one or two bands, not the table: the choice costs a small collective
- * next to nothing). */
-#define MAX_BANDS TC_ARRAY_LEN(table)
+/* The rows of one op for one rank count on this MPI (their indices in the table), kept per
+ * thread for the last rank count asked: a call scans one or two rows, not the table, so the
+ * choice costs a small collective next to nothing. Small: initial-exec TLS is scarce. */
+#define MAX_ROWS TC_ARRAY_LEN(table)
+_Static_assert(MAX_ROWS <= UINT8_MAX, "the table's rows are indexed by uint8_t");
 typedef struct bands {
   int ranks; /* 0: not filled */
-  int n;
-  size_t min_bytes[MAX_BANDS], max_bytes[MAX_BANDS];
-  tc_algo_t algo[MAX_BANDS];
+  uint8_t n, row[MAX_ROWS];
 } bands_t;
 static _Thread_local TC_TLS_HOT bands_t memo[TC_NUM_ALGO_OPS];
 
@@ -66,10 +65,7 @@ static void fill_bands(bands_t *b, tc_algo_op_t op, int ranks) {
   b->n = 0;
   for (size_t i = 0; i < TC_ARRAY_LEN(table); i++) {
     const row_t *r = &table[i];
-    if (r->op != op || r->impl != impl || ranks < r->min_ranks || ranks > r->max_ranks) continue;
-    b->min_bytes[b->n] = r->min_bytes;
-    b->max_bytes[b->n] = r->max_bytes;
-    b->algo[b->n++] = r->algo;
+    if (r->op == op && r->impl == impl && ranks >= r->min_ranks && ranks <= r->max_ranks) b->row[b->n++] = (uint8_t)i;
   }
   b->ranks = ranks;
 }
@@ -80,7 +76,9 @@ tc_algo_t tc_algo_choose(const tc_algo_query_t *q) {
   if (q->ranks < 2) return TC_ALGO_MPI;
   bands_t *b = &memo[q->op];
   if (TC_UNLIKELY(b->ranks != q->ranks)) fill_bands(b, q->op, q->ranks);
-  for (int i = 0; i < b->n; i++)
-    if (q->bytes >= b->min_bytes[i] && q->bytes < b->max_bytes[i]) return b->algo[i];
+  for (int i = 0; i < b->n; i++) {
+    const row_t *r = &table[b->row[i]];
+    if (q->bytes >= r->min_bytes && q->bytes < r->max_bytes) return r->algo;
+  }
   return TC_ALGO_MPI;
 }
