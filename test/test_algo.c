@@ -255,6 +255,61 @@ START_TEST(forced_ops) {
 }
 END_TEST
 
+/* Coalesced calls take, for each dtype group, the algorithm a single call of the group's bytes
+ * would take: under every setting, a mixed-dtype all_reduce_coalesced (one group the ranks do not
+ * divide) and reduce_scatter_coalesced (one tensor along dim 1), each checked against the closed
+ * form, its algorithm named and run as said. */
+#define COAL_T 3
+static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scatter) {
+  const tcoll_dtype_t dt[COAL_T] = {TCOLL_FLOAT32, k == K_SUM ? TCOLL_INT32 : TCOLL_FLOAT64, TCOLL_FLOAT32};
+  int64_t shapes[COAL_T][2] = {{37 * (int64_t)t_size + 5, 1}, {2, 3 * (int64_t)t_size}, {3 * (int64_t)t_size, 2}};
+  if (scatter) shapes[0][0] = 8 * (int64_t)t_size;
+  const int dims[COAL_T] = {0, 1, 0};
+  tcoll_tensor_t in[COAL_T], out[COAL_T];
+  rc_t c[COAL_T];
+  for (int t = 0; t < COAL_T; t++) {
+    c[t] = rc_world(dt[t], k, 0.5);
+    c[t].salt = 100 * t;
+    in[t] = t_alloc(dt[t], 2, shapes[t]);
+    t_set_all(&in[t], rc_fill, &c[t]);
+    out[t] = t_empty();
+  }
+  calls_t before = n_calls;
+  if (scatter) T_OK(tcoll_reduce_scatter_coalesced(in, COAL_T, op, dims, NULL, out));
+  else T_OK(tcoll_all_reduce_coalesced(in, COAL_T, op, NULL, out));
+  char what[256];
+  snprintf(what, sizeof what, "algo \"%s\": %s_coalesced %s", f->spec, scatter ? "reduce_scatter" : "all_reduce",
+           kname(k));
+  expect_algo(what, scatter ? OP_RS : OP_AR, scatter ? f->rs : f->ar);
+  for (int t = 0; t < COAL_T; t++) T_OK(tcoll_wait(out[t].data));
+  expect_ran(what, scatter ? OP_RS : OP_AR, tcoll_last_algorithm(), calls_since(before));
+  for (int t = 0; t < COAL_T; t++) {
+    char w2[300];
+    snprintf(w2, sizeof w2, "%s: out[%d]", what, t);
+    if (scatter) rc_scatter(&c[t], shapes[t], 2, dims[t], t_rank);
+    t_check_all(w2, &out[t], rc_want, &c[t], 0);
+    tcoll_tensor_free(&out[t]);
+    tcoll_tensor_free(&in[t]);
+  }
+}
+
+START_TEST(forced_coalesced) {
+  save_algo();
+  tcoll_redop_t premul;
+  T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
+  for (size_t f = 0; f < T_LEN(FORCED); f++) {
+    set_algo(FORCED[f].spec);
+    for (int scatter = 0; scatter < 2; scatter++) {
+      coalesced_case(&FORCED[f], K_SUM, TCOLL_SUM, scatter);
+      coalesced_case(&FORCED[f], K_AVG, TCOLL_AVG, scatter);
+      coalesced_case(&FORCED[f], K_PREMUL, premul, scatter);
+    }
+  }
+  T_OK(tcoll_redop_destroy(premul));
+  restore_algo();
+}
+END_TEST
+
 /* The algorithm of a reduce_scatter along a dim other than 0 when rs is chosen for dim 0: the
  * ring runs with interleaved blocks; the all-to-all form falls back to the literal call (whose
  * strided slabs are that exchange); NULL (the table's choice): either. */
@@ -739,6 +794,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, config_from_env);
   tcase_add_test(tc, forced_ops);
   tcase_add_test(tc, forced_shapes);
+  tcase_add_test(tc, forced_coalesced);
   tcase_add_test(tc, forced_small_limit);
   tcase_add_test(tc, last_algorithm_follows);
   tcase_add_test(tc, same_bits);

@@ -8,40 +8,30 @@
 #include "../base/dtype.h"
 #include "post.h"
 
-/* Ring reduce_scatter into this rank's block of the output, then an all-gather of the blocks. */
-static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
-                         const tc_redop_t *op, tc_algo_t algo) {
-  int64_t n = tcoll_tensor_numel(in);
-  int p = w->comm->size, r = w->comm->rank;
-  const void *src = NULL;
-  void *buf;
-  w->host_math = true; /* local reductions on the host: staging hands host memory */
-  int rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
-  if (!rc && !inplace) rc = tc_stage_out(w, out, &buf);
-  if (rc) return rc;
-  if (inplace) src = buf;
+int tc_post_allreduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                               double premul, double divisor, tc_algo_t algo) {
+  int p = w->comm->size, r = w->comm->rank, rc;
   tc_sched_t *s = &w->sched;
-  if (op->kind == TC_REDOP_PREMUL_SUM) { /* each rank's contribution is scaled first */
-    if ((rc = tc_sched_scale(s, buf, src, n, in->dtype, op->scalar, 1.0, true))) return rc;
+  if (premul != 1.0) { /* each rank's contribution is scaled first */
+    if ((rc = tc_sched_scale(s, buf, src, n, d, premul, 1.0, true))) return rc;
     src = buf;
   }
   bool gatherv = algo == TC_ALGO_RING_ALLGATHER;
-  size_t ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, in->dtype) + 7) & ~(size_t)7; /* the arrays after it */
+  size_t ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, d) + 7) & ~(size_t)7; /* the arrays after it */
   char *scratch = tc_work_scratch(w, ring_bytes + (gatherv ? tc_allgatherv_scratch(p) : 0));
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
-  char *mine = (char *)buf + (size_t)tc_block_offset(n, p, r) * tc_dtype_size(in->dtype);
-  rc = tc_build_ring_reduce_scatter(s, src, mine, n, in->dtype, tc_mpi_op(op, in->dtype), scratch, 0, NULL);
-  if (!rc && op->kind == TCOLL_AVG) /* each block is divided once, where it was reduced */
-    rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), in->dtype, 1.0, (double)p, true);
+  char *mine = (char *)buf + (size_t)tc_block_offset(n, p, r) * tc_dtype_size(d);
+  rc = tc_build_ring_reduce_scatter(s, src, mine, n, d, op, scratch, 0, NULL);
+  if (!rc && divisor != 1.0) /* each block is divided once, where it was reduced */
+    rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), d, 1.0, divisor, true);
   if (rc) return rc;
-  if (gatherv) return tc_build_allgatherv(s, buf, n, in->dtype, scratch + ring_bytes);
-  return tc_build_ring_all_gather(s, buf, n, in->dtype, p);
+  if (gatherv) return tc_build_allgatherv(s, buf, n, d, scratch + ring_bytes);
+  return tc_build_ring_all_gather(s, buf, n, d, p);
 }
 
-static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, int64_t n, const tc_redop_t *op) {
-  tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = (size_t)n * tc_dtype_size(in->dtype),
-                       .ranks = w->comm->size, .dtype = in->dtype, .redop = op->kind,
-                       .device = in->device != TCOLL_HOST};
+tc_algo_t tc_allreduce_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d, int redop, bool device) {
+  tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = (size_t)n * tc_dtype_size(d), .ranks = w->comm->size,
+                       .dtype = d, .redop = redop, .device = device};
   tc_algo_t algo = q.bytes == 0 ? TC_ALGO_MPI : tc_algo_choose(&q);
   /* Without large counts MPI_Iallgatherv takes int counts and displacements: beyond them the
    * ring gathers too. */
@@ -49,10 +39,24 @@ static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, int64_t n,
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }
 
+/* The composed algorithms run on host memory: device tensors are staged first. */
+static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
+                         const tc_redop_t *op, tc_algo_t algo) {
+  const void *src = NULL;
+  void *buf;
+  w->host_math = true; /* local reductions on the host: staging hands host memory */
+  int rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
+  if (!rc && !inplace) rc = tc_stage_out(w, out, &buf);
+  if (rc) return rc;
+  return tc_post_allreduce_composed(w, inplace ? buf : src, buf, tcoll_tensor_numel(in), in->dtype,
+                                    tc_mpi_op(op, in->dtype), op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0,
+                                    op->kind == TCOLL_AVG ? (double)w->comm->size : 1.0, algo);
+}
+
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
                 const tc_redop_t *op) {
   int64_t n = tcoll_tensor_numel(in);
-  tc_algo_t algo = choose(w, in, n, op);
+  tc_algo_t algo = tc_allreduce_algo(w, n, in->dtype, op->kind, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   if (algo != TC_ALGO_MPI) return post_composed(w, in, out, inplace, op, algo);
   bool plain = op->kind != TC_REDOP_PREMUL_SUM && op->kind != TCOLL_AVG;

@@ -1,8 +1,10 @@
-/* Coalesced collectives: one MPI call per dtype present for any number of tensors. Inputs are
+/* Coalesced collectives: one collective per dtype present for any number of tensors. Inputs are
  * packed into one scratch buffer, results unpacked into each output at completion.
- *   all_reduce_coalesced     -> MPI_Iallreduce (from the packed buffer into a second one)
+ *   all_reduce_coalesced     -> MPI_Iallreduce (from the packed buffer into a second one), or the
+ *                               composed algorithm an all_reduce of the group's bytes would take
  *   all_gather_coalesced     -> MPI_Iallgather of the packed bytes
- *   reduce_scatter_coalesced -> MPI_Ireduce_scatter_block of the rank-major packed buffer */
+ *   reduce_scatter_coalesced -> MPI_Ireduce_scatter_block of the rank-major packed buffer, or the
+ *                               composed algorithm a reduce_scatter of those bytes would take */
 #include "../argcheck.h"
 #include "../device/device.h"
 #include "../work/staging.h"
@@ -52,6 +54,21 @@ static int begin(tc_work_t *w, const tcoll_tensor_t *in, int n, tcoll_tensor_t *
 
 /* ------------------------------------------------------------------ all_reduce */
 
+/* One dtype group, packed in send (host memory: device tensors are packed into pinned buffers):
+ * the algorithm an all_reduce of the group's bytes would take. */
+static int post_group_all_reduce(tc_work_t *w, char *send, char *recv, int64_t total, tcoll_dtype_t d,
+                                 const tc_redop_t *op, bool device) {
+  tc_algo_t algo = tc_allreduce_algo(w, total, d, op->kind, device);
+  if (w->algo == TC_ALGO_MPI) tc_work_set_algo(w, algo); /* the call's: the first composed group's */
+  if (algo != TC_ALGO_MPI)
+    return tc_post_allreduce_composed(w, send, recv, total, d, tc_mpi_op(op, d),
+                                      op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0,
+                                      op->kind == TCOLL_AVG ? (double)w->comm->size : 1.0, algo);
+  if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(send, send, d, total, op->scalar);
+  int rc = op->kind == TCOLL_AVG ? tc_work_divide(w, recv, total, d, w->comm->size) : TCOLL_SUCCESS;
+  return rc ? rc : tc_post_allreduce(w, send, recv, total, d, tc_mpi_op(op, d));
+}
+
 /* Out of place (send half, receive half of one scratch block): this Open MPI's in-place
  * Iallreduce is about 25% slower at 64 KiB on 2 ranks (measured). */
 static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const tcoll_tensor_t *out,
@@ -63,6 +80,7 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
   int rc = tc_stage_scratch(w, 2 * half, device_of(in, n), (void **)&send);
   if (rc) return rc;
   char *recv = send + half;
+  bool device = device_of(in, n) != TCOLL_HOST;
   for (int d = 0; d < TCOLL_NUM_DTYPES && !rc; d++) {
     int64_t total = numel[d];
     if (total == 0) continue;
@@ -75,9 +93,7 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
       pos += nb;
     }
     if (rc) break;
-    if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(send, send, d, total, op->scalar);
-    if (op->kind == TCOLL_AVG) rc = tc_work_divide(w, recv, total, d, w->comm->size);
-    if (!rc) rc = tc_post_allreduce(w, send, recv, total, d, tc_mpi_op(op, d));
+    rc = post_group_all_reduce(w, send, recv, total, d, op, device);
     send += align64((size_t)total * es);
     recv += align64((size_t)total * es);
   }
@@ -147,6 +163,20 @@ static void copy_slab(char *y, const char *x, tc_dimview_t v, int r, int size, t
   }
 }
 
+/* One dtype group, packed rank-major in send (host memory, scaled already for premul_sum): the
+ * algorithm a reduce_scatter of the group's bytes would take. */
+static int post_group_reduce_scatter(tc_work_t *w, char *send, char *recv, int64_t per_rank, tcoll_dtype_t d,
+                                     const tc_redop_t *op, bool device) {
+  int size = w->comm->size;
+  tc_algo_t algo = tc_reduce_scatter_algo(w, per_rank * size, d, op->kind, device, true);
+  if (w->algo == TC_ALGO_MPI) tc_work_set_algo(w, algo); /* the call's: the first composed group's */
+  double divisor = op->kind == TCOLL_AVG ? (double)size : 1.0;
+  if (algo != TC_ALGO_MPI)
+    return tc_post_reduce_scatter_composed(w, send, recv, per_rank, d, tc_mpi_op(op, d), divisor, algo, NULL);
+  int rc = divisor != 1.0 ? tc_work_divide(w, recv, per_rank, d, size) : TCOLL_SUCCESS;
+  return rc ? rc : tc_post_reduce_scatter_block(w, send, recv, per_rank, d, tc_mpi_op(op, d));
+}
+
 static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, const tcoll_tensor_t *out,
                                const int *dims, const tc_redop_t *op) {
   int size = w->comm->size;
@@ -156,6 +186,7 @@ static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, co
   /* Inputs are packed slab by slab on the host: a device input is staged even where MPI would
    * take device pointers (host code must never read device memory). */
   w->host_math = true;
+  bool device = device_of(in, n) != TCOLL_HOST;
   char *send, *recv;
   int rc = tc_stage_scratch(w, packed_bytes(numel, 1), device_of(in, n), (void **)&send);
   if (!rc) rc = tc_stage_scratch(w, packed_bytes(numel, size), device_of(in, n), (void **)&recv);
@@ -174,8 +205,7 @@ static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, co
       rc = tc_work_piece(w, out[i].data, out[i].device, recv + pos, nb);
       pos += nb;
     }
-    if (!rc && op->kind == TCOLL_AVG) rc = tc_work_divide(w, recv, per_rank, d, size);
-    if (!rc) rc = tc_post_reduce_scatter_block(w, send, recv, per_rank, d, tc_mpi_op(op, d));
+    if (!rc) rc = post_group_reduce_scatter(w, send, recv, per_rank, d, op, device);
     send += align64((size_t)per_rank * size * es);
     recv += align64((size_t)per_rank * es);
   }

@@ -96,7 +96,38 @@ static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
 #define TYPED_SEND_MAX_BYTES (256 << 10)
 #endif
 
-/* A ring of point-to-point steps (any dim), or MPI_Ialltoall and a reduction in rank order. */
+int tc_post_reduce_scatter_composed(tc_work_t *w, const void *src, void *dst, int64_t nper, tcoll_dtype_t d, MPI_Op op,
+                                    double divisor, tc_algo_t algo, const tc_blocks_t *blocks) {
+  int p = w->comm->size, rc;
+  bool a2a = algo == TC_ALGO_ALLTOALL;
+  size_t bytes = a2a ? tc_alltoall_reduce_scatter_scratch(nper, p, d) : tc_ring_reduce_scatter_scratch(nper * p, p, d);
+  void *scratch = tc_work_scratch(w, bytes);
+  if (!scratch) return TCOLL_ERR_NO_MEMORY;
+  tc_sched_t *s = &w->sched;
+  rc = a2a ? tc_build_alltoall_reduce_scatter(s, src, dst, nper, d, op, scratch)
+           : tc_build_ring_reduce_scatter(s, src, dst, nper * p, d, op, scratch, 0, blocks);
+  if (!rc && divisor != 1.0) rc = tc_sched_scale(s, dst, dst, nper, d, 1.0, divisor, true);
+  return rc;
+}
+
+/* The ring serves every dim (its blocks interleaved along a dim other than 0); the all-to-all
+ * form serves contiguous blocks only: along other dims the slabs below are the same exchange,
+ * strided. */
+tc_algo_t tc_reduce_scatter_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d, int redop, bool device,
+                                 bool contiguous) {
+  if (n == 0) return TC_ALGO_MPI;
+  tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = (size_t)n * tc_dtype_size(d), .ranks = w->comm->size,
+                       .dtype = d, .redop = redop, .device = device};
+  tc_algo_t algo = tc_algo_choose(&q);
+  if (!contiguous && algo != TC_ALGO_RING) return TC_ALGO_MPI;
+  /* One MPI_Ialltoall block per rank must fit the per-call limit or go in MPI_Ialltoall_c;
+   * beyond that (no large counts) the ring goes on. */
+  if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(n / w->comm->size)) algo = TC_ALGO_RING;
+  return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
+}
+
+/* The composed algorithms run on host memory (device tensors are staged first), premul_sum's
+ * scaling as a step of its own. Along a dim other than 0 the ring's blocks are interleaved. */
 static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const tc_redop_t *op,
                          tc_algo_t algo, tc_dimview_t v) {
   int p = w->comm->size;
@@ -107,53 +138,31 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
   int rc = tc_stage_in(w, in, &src);
   if (!rc) rc = tc_stage_out(w, out, &dst);
   if (rc) return rc;
-  tc_sched_t *s = &w->sched;
   if (op->kind == TC_REDOP_PREMUL_SUM) { /* each rank's contribution is scaled first */
     void *scaled = tc_work_scratch(w, tcoll_tensor_nbytes(in));
-    if (!scaled || (rc = tc_sched_scale(s, scaled, src, n, in->dtype, op->scalar, 1.0, true)))
+    if (!scaled || (rc = tc_sched_scale(&w->sched, scaled, src, n, in->dtype, op->scalar, 1.0, true)))
       return scaled ? rc : TCOLL_ERR_NO_MEMORY;
     src = scaled;
   }
-  MPI_Op mop = tc_mpi_op(op, in->dtype);
-  bool a2a = algo == TC_ALGO_ALLTOALL;
-  size_t bytes = a2a ? tc_alltoall_reduce_scatter_scratch(nper, p, in->dtype)
-                     : tc_ring_reduce_scatter_scratch(n, p, in->dtype);
-  void *scratch = tc_work_scratch(w, bytes);
-  if (!scratch) return TCOLL_ERR_NO_MEMORY;
   tc_blocks_t blocks = {v.outer, v.len / p * v.inner, MPI_DATATYPE_NULL}; /* rank r's block: outer runs */
   /* One message each way: a receive split at the per-call limit would not match one send. */
-  if (!a2a && v.outer > 1 && p > 1 && (size_t)nper * tc_dtype_size(in->dtype) <= TYPED_SEND_MAX_BYTES &&
-      tc_mpi_one_call(nper)) {
+  if (algo == TC_ALGO_RING && v.outer > 1 && p > 1 &&
+      (size_t)nper * tc_dtype_size(in->dtype) <= TYPED_SEND_MAX_BYTES && tc_mpi_one_call(nper)) {
     tc_mpi_type_t t;
     if ((rc = tc_mpi_vector(in->dtype, v.outer, blocks.run, p * blocks.run, blocks.run, &t))) return rc;
     if ((rc = tc_work_hold_type(w, &t))) return rc;
     blocks.send_type = t.type;
   }
-  rc = a2a ? tc_build_alltoall_reduce_scatter(s, src, dst, nper, in->dtype, mop, scratch)
-           : tc_build_ring_reduce_scatter(s, src, dst, n, in->dtype, mop, scratch, 0, &blocks);
-  if (!rc && op->kind == TCOLL_AVG) rc = tc_sched_scale(s, dst, dst, nper, in->dtype, 1.0, (double)p, true);
-  return rc;
-}
-
-/* The ring serves every dim (its blocks interleaved along a dim other than 0); the all-to-all
- * form serves dim 0 only: along other dims the slabs below are the same exchange, strided. */
-static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_redop_t *op, tc_dimview_t v) {
-  if (tcoll_tensor_numel(in) == 0) return TC_ALGO_MPI;
-  tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
-                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
-  tc_algo_t algo = tc_algo_choose(&q);
-  if (v.outer != 1 && algo != TC_ALGO_RING) return TC_ALGO_MPI;
-  /* One MPI_Ialltoall block per rank must fit the per-call limit or go in MPI_Ialltoall_c;
-   * beyond that (no large counts) the ring goes on. */
-  if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(tcoll_tensor_numel(in) / w->comm->size)) algo = TC_ALGO_RING;
-  return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
+  return tc_post_reduce_scatter_composed(w, src, dst, nper, in->dtype, tc_mpi_op(op, in->dtype),
+                                         op->kind == TCOLL_AVG ? (double)p : 1.0, algo, &blocks);
 }
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, const tc_redop_t *op) {
   int size = w->comm->size;
   int64_t nper = tcoll_tensor_numel(in) / size;
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
-  tc_algo_t algo = choose(w, in, op, v);
+  tc_algo_t algo = tc_reduce_scatter_algo(w, tcoll_tensor_numel(in), in->dtype, op->kind, in->device != TCOLL_HOST,
+                                          v.outer == 1);
   tc_work_set_algo(w, algo);
   if (algo != TC_ALGO_MPI) return post_composed(w, in, out, op, algo, v);
   /* Rank r's piece of the input: runs of len / size * inner elements, len * inner apart. */
