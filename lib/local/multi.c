@@ -6,8 +6,9 @@
  * data), reduced there with MPI_Reduce_local (every op and dtype, float16 / bfloat16 included),
  * combined across the processes with blocking MPI calls on comms[0] (reduce_scatter: a work, see
  * reduce_scatter_across), and copied back to each device on its stream without waiting (the
- * pinned memory returns to the pool once those copies are done). With communicators, every process first joins one small agreement allreduce, so
- * that bad arguments on one process fail them all instead of leaving the others waiting. */
+ * pinned memory returns to the pool once those copies are done). With communicators, every
+ * process first joins one small agreement allreduce, so that bad arguments on one process fail
+ * them all instead of leaving the others waiting. */
 #include "../argcheck.h"
 #include "../comm.h"
 #include "../base/dtype.h"
