@@ -56,6 +56,7 @@ const char *tcoll_last_algorithm(void) { return tc_algo_name(last); }
 _Static_assert(MAX_ROWS <= UINT8_MAX, "the table's rows are indexed by uint8_t");
 typedef struct bands {
   int ranks; /* 0: not filled */
+  size_t below; /* the smallest size any row covers: smaller calls take the MPI call at once */
   uint8_t n, row[MAX_ROWS];
 } bands_t;
 static _Thread_local TC_TLS_HOT bands_t memo[TC_NUM_ALGO_OPS];
@@ -63,9 +64,12 @@ static _Thread_local TC_TLS_HOT bands_t memo[TC_NUM_ALGO_OPS];
 static void fill_bands(bands_t *b, tc_algo_op_t op, int ranks) {
   tc_mpi_impl_t impl = tc_mpi_impl();
   b->n = 0;
+  b->below = ANY_SIZE;
   for (size_t i = 0; i < TC_ARRAY_LEN(table); i++) {
     const row_t *r = &table[i];
-    if (r->op == op && r->impl == impl && ranks >= r->min_ranks && ranks <= r->max_ranks) b->row[b->n++] = (uint8_t)i;
+    if (r->op != op || r->impl != impl || ranks < r->min_ranks || ranks > r->max_ranks) continue;
+    b->row[b->n++] = (uint8_t)i;
+    if (r->min_bytes < b->below) b->below = r->min_bytes;
   }
   b->ranks = ranks;
 }
@@ -76,6 +80,7 @@ tc_algo_t tc_algo_choose(const tc_algo_query_t *q) {
   if (q->ranks < 2) return TC_ALGO_MPI;
   bands_t *b = &memo[q->op];
   if (TC_UNLIKELY(b->ranks != q->ranks)) fill_bands(b, q->op, q->ranks);
+  if (q->bytes < b->below) return TC_ALGO_MPI;
   for (int i = 0; i < b->n; i++) {
     const row_t *r = &table[b->row[i]];
     if (q->bytes >= r->min_bytes && q->bytes < r->max_bytes) return r->algo;

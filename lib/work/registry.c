@@ -496,9 +496,34 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
   return other;
 }
 
+/* A call's one output and one input while nothing else is pending (a post-wait loop): nothing to
+ * search, both tables empty (registry lock held; false: take the general path). */
+static bool add_io_alone_locked(tc_work_t *w, const tcoll_tensor_t *in, int n) {
+  if (nordered || nreads || w->nbuf != 1 || n != 1 || ordered_cap == 0) return false; /* room: head is 0 */
+  size_t nb = in->data ? tc_nbytes(in) : 0;
+  if (nb && (w->nread_bases >= w->read_bases_cap || reads_cap == 0)) return false;
+  uintptr_t b = (uintptr_t)w->bufs[0].base;
+  ordered[0] = (entry_t){b, b + (w->bufs[0].nbytes ? w->bufs[0].nbytes : 1), w, 0};
+  nordered = 1;
+  w->refs++;
+  if (nb) {
+    reads[0] = (entry_t){(uintptr_t)in->data, (uintptr_t)in->data + nb, w, 0};
+    nreads = 1;
+    longest_read = nb;
+    w->read_bases[w->nread_bases++] = (uintptr_t)in->data;
+  }
+  return true;
+}
+
 tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc) {
   tc_work_t *other = NULL;
   lock_registry();
+  if (add_io_alone_locked(w, in, n)) {
+    pthread_mutex_unlock(&reg_lock);
+    *rc = TCOLL_SUCCESS;
+    *next = n;
+    return NULL;
+  }
   *rc = add_outputs_locked(w);
   /* w's references are the entries it just keyed (nobody else has seen it yet): when they are
    * every entry, no other work's pending output can be an input (the searches are skipped). */
