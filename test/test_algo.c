@@ -310,6 +310,75 @@ START_TEST(forced_coalesced) {
 }
 END_TEST
 
+/* all_to_all_single under each setting for it: uneven splits (rank r sends q + r + 1 rows of 3 to
+ * rank q, so each pair agrees), a rank sending nothing to itself at the edges of the table, checked
+ * element by element; "scattered" posts point-to-point messages only, "mpi" MPI_Ialltoallv. */
+typedef struct a2a_ctx {
+  int r;              /* the receiving rank */
+  const int64_t *off; /* where each sender's rows start in the output */
+} a2a_ctx_t;
+/* Element j of row i of the block rank q sent to rank r: a value naming all four. */
+static double a2a_value(int q, int r, int64_t i, int j) { return 1000.0 * q + 100.0 * r + 3.0 * (double)i + j; }
+static double a2a_in(int64_t e, void *p) {
+  const a2a_ctx_t *c = p; /* c->r: this (sending) rank; c->off: its input offsets per receiver */
+  int64_t row = e / 3;
+  int q = 0;
+  while (q + 1 < t_size && c->off[q + 1] <= row) q++;
+  return a2a_value(c->r, q, row - c->off[q], (int)(e % 3));
+}
+static double a2a_out(int64_t e, void *p) {
+  const a2a_ctx_t *c = p;
+  int64_t row = e / 3;
+  int q = 0;
+  while (q + 1 < t_size && c->off[q + 1] <= row) q++;
+  return a2a_value(q, c->r, row - c->off[q], (int)(e % 3));
+}
+
+START_TEST(forced_all_to_all) {
+  save_algo();
+  const char *specs[][2] = {{"all_to_all:scattered", "scattered"}, {"all_to_all:mpi", "mpi"}, {"mpi", "mpi"},
+                            {"auto", NULL}};
+  int64_t isz[T_MAX_G], osz[T_MAX_G], ioff[T_MAX_G + 1], ooff[T_MAX_G + 1];
+  ioff[0] = ooff[0] = 0;
+  for (int q = 0; q < t_size; q++) {
+    isz[q] = q == t_rank ? 0 : q + t_rank + 1; /* nothing to itself: a block of no rows */
+    osz[q] = q == t_rank ? 0 : q + t_rank + 1;
+    ioff[q + 1] = ioff[q] + isz[q];
+    ooff[q + 1] = ooff[q] + osz[q];
+  }
+  if (t_size == 1) isz[0] = osz[0] = 2, ioff[1] = ooff[1] = 2; /* alone: its own block only */
+  for (size_t f = 0; f < T_LEN(specs); f++) {
+    set_algo(specs[f][0]);
+    int64_t ishape[2] = {ioff[t_size], 3};
+    tcoll_tensor_t in = t_alloc(TCOLL_FLOAT64, 2, ishape), out = t_empty();
+    a2a_ctx_t ci = {t_rank, ioff}, co = {t_rank, ooff};
+    t_set_all(&in, a2a_in, &ci);
+    calls_t before = n_calls;
+    T_OK(tcoll_all_to_all_single(&in, osz, isz, NULL, &out));
+    char what[160];
+    snprintf(what, sizeof what, "algo \"%s\": all_to_all_single", specs[f][0]);
+    const char *got = tcoll_last_algorithm();
+    if (specs[f][1])
+      T_EXPECT(!strcmp(got, specs[f][1]), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what, got,
+               specs[f][1]);
+    T_OK(tcoll_wait(out.data));
+    calls_t c = calls_since(before);
+    if (!strcmp(got, "scattered"))
+      T_EXPECT(!c.alltoallv && c.send == (t_size > 1 ? t_size - 1 : 0), "%s: Ialltoallv %ld, Isend %ld", what,
+               c.alltoallv, c.send);
+    else
+      T_EXPECT(c.alltoallv == 1 && !c.send, "%s: Ialltoallv %ld, Isend %ld (expected the literal call)", what,
+               c.alltoallv, c.send);
+    T_EXPECT(out.shape[0] == ooff[t_size], "%s: %lld rows (expected %lld)", what, (long long)out.shape[0],
+             (long long)ooff[t_size]);
+    t_check_all(what, &out, a2a_out, &co, 0);
+    tcoll_tensor_free(&out);
+    tcoll_tensor_free(&in);
+  }
+  restore_algo();
+}
+END_TEST
+
 /* The algorithm of a reduce_scatter along a dim other than 0 when rs is chosen for dim 0: the
  * ring runs with interleaved blocks; the all-to-all form falls back to the literal call (whose
  * strided slabs are that exchange); NULL (the table's choice): either. */
@@ -795,6 +864,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, forced_ops);
   tcase_add_test(tc, forced_shapes);
   tcase_add_test(tc, forced_coalesced);
+  tcase_add_test(tc, forced_all_to_all);
   tcase_add_test(tc, forced_small_limit);
   tcase_add_test(tc, last_algorithm_follows);
   tcase_add_test(tc, same_bits);

@@ -9,12 +9,13 @@ tc_algo_t tc_algo_forced[TC_NUM_ALGO_OPS];
 
 static const char *const op_names[TC_NUM_ALGO_OPS] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                                        "all_to_all"};
-static const char *const algo_names[TC_NUM_ALGOS] = {"auto", "mpi", "ring", "alltoall", "ring_allgather"};
+static const char *const algo_names[TC_NUM_ALGOS] = {"auto", "mpi", "ring", "alltoall", "ring_allgather", "scattered"};
 
 /* Which algorithms each op offers besides auto and mpi (bit per tc_algo_t). */
 static const unsigned offered[TC_NUM_ALGO_OPS] = {
     [TC_OP_ALL_REDUCE] = 1u << TC_ALGO_RING | 1u << TC_ALGO_RING_ALLGATHER,
     [TC_OP_REDUCE_SCATTER] = 1u << TC_ALGO_RING | 1u << TC_ALGO_ALLTOALL,
+    [TC_OP_ALL_TO_ALL] = 1u << TC_ALGO_SCATTERED,
 };
 
 const char *tc_algo_op_name(tc_algo_op_t op) { return op < TC_NUM_ALGO_OPS ? op_names[op] : "?"; }

@@ -23,6 +23,8 @@ typedef enum {
                              all_reduce: ring reduce_scatter + ring all-gather */
   TC_ALGO_ALLTOALL,       /* reduce_scatter: MPI_Ialltoall + local reduction in rank order */
   TC_ALGO_RING_ALLGATHER, /* all_reduce: ring reduce_scatter + MPI_Iallgatherv */
+  TC_ALGO_SCATTERED,      /* all_to_all_single: every block its own MPI_Isend / MPI_Irecv, all
+                             posted at once, this rank's own block copied locally */
   TC_NUM_ALGOS
 } tc_algo_t;
 
