@@ -27,7 +27,7 @@
  * percent of tcoll's / MPI's time: how close each comes to the machine's limit. algorithm: what
  * tcoll chose for the call (tcoll_last_algorithm; doc/guide.md, "Algorithms").
  *
- * --tune times all_reduce and reduce_scatter again under each algorithm, forced through the
+ * --tune times all_reduce, reduce_scatter and reduce again under each algorithm, forced through the
  * config's algo field (as TCOLL_ALGO does), notes each one's time over raw MPI's, and prints at
  * the end the table of the best algorithm by size that it measured.
  *
@@ -36,7 +36,8 @@
  * interleave; coalesced times tcoll_all_reduce_coalesced of 64 x 256 elements against raw MPI
  * (pack, one MPI_Iallreduce, unpack), against one raw MPI_Iallreduce of the same total bytes from
  * one contiguous buffer (coalesced/one_raw: the target), and 64 separate tcoll_all_reduce calls
- * (all posted, then all waited) against 64 MPI_Iallreduce + MPI_Waitall.
+ * (all posted, then all waited) against 64 MPI_Iallreduce + MPI_Waitall. reduce goes to rank 0
+ * (results compared there only).
  *
  * --alloc adds to every op with one output a variant whose output tcoll allocates (data == NULL,
  * freed after the wait): alloc/prealloc in the note. grad_all_reduce (--grad, or in --ops) times
@@ -79,12 +80,13 @@ enum {
   OP_BROADCAST,
   OP_COALESCED,
   OP_GRAD_ALL_REDUCE,
+  OP_REDUCE,
   NUM_OPS
 };
 
 static const char *const op_names[NUM_OPS] = {
     "all_reduce",          "all_gather", "all_gather_dim1", "reduce_scatter", "reduce_scatter_dim1",
-    "all_to_all_single",   "broadcast",  "coalesced",       "grad_all_reduce",
+    "all_to_all_single",   "broadcast",  "coalesced",       "grad_all_reduce",     "reduce",
 };
 
 #define COAL_N 64       /* tensors in the coalesced case */
@@ -267,6 +269,12 @@ static void m_allreduce_post(point_t *p) {
 }
 static void m_wait(point_t *p) { MP(MPI_Wait(&p->req, MPI_STATUS_IGNORE)); }
 
+/* ---- reduce (to rank 0) ---- */
+static void t_reduce_post(point_t *p) { TC(tcoll_reduce(&p->tin, 0, TCOLL_SUM, g_tc, &p->tout)); }
+static void m_reduce_post(point_t *p) {
+  MP(MPI_Ireduce(p->min, p->mout, (int)p->count, g_dt.mpi, MPI_SUM, 0, g_mpi, &p->req));
+}
+
 /* ---- broadcast (in place on both sides, root 0) ---- */
 static void t_bcast_post(point_t *p) { TC(tcoll_broadcast(&p->tin, 0, g_tc, &p->tin)); }
 static void t_wait_in(point_t *p) { TC(tcoll_wait(p->tin.data)); }
@@ -408,19 +416,24 @@ static void add_alloc_variant(point_t *p) {
 }
 
 /* --tune: the op's tcoll call again under each algorithm it offers, forced with TCOLL_ALGO's
- * setting (all_reduce and reduce_scatter along dim 0). */
+ * setting (all_reduce, reduce_scatter along dim 0, reduce to rank 0). */
 static void add_tune_variants(point_t *p) {
   static const char *const ar[] = {"mpi", "ring", "ring_allgather"}, *const ar_set[] = {
       "all_reduce:mpi", "all_reduce:ring", "all_reduce:ring_allgather"};
   static const char *const rs[] = {"mpi", "ring", "alltoall"}, *const rs_set[] = {
       "reduce_scatter:mpi", "reduce_scatter:ring", "reduce_scatter:alltoall"};
-  const char *const *names = p->op == OP_ALL_REDUCE ? ar : p->op == OP_REDUCE_SCATTER ? rs : NULL;
-  const char *const *sets = p->op == OP_ALL_REDUCE ? ar_set : rs_set;
+  static const char *const rd[] = {"mpi", "ring"}, *const rd_set[] = {"reduce:mpi", "reduce:ring"};
+  const char *const *names = p->op == OP_ALL_REDUCE       ? ar
+                             : p->op == OP_REDUCE_SCATTER ? rs
+                             : p->op == OP_REDUCE         ? rd
+                                                          : NULL;
+  const char *const *sets = p->op == OP_ALL_REDUCE ? ar_set : p->op == OP_REDUCE_SCATTER ? rs_set : rd_set;
+  int count = p->op == OP_REDUCE ? 2 : MAX_TUNE;
   if (!names || g_size < 2) return;
-  if (p->nv + MAX_TUNE + 1 > MAX_VARIANTS) die("too many variants for one point");
+  if (p->nv + count + 1 > MAX_VARIANTS) die("too many variants for one point");
   p->vtune = p->nv;
-  p->ntune = MAX_TUNE;
-  for (int k = 0; k < MAX_TUNE; k++) {
+  p->ntune = count;
+  for (int k = 0; k < count; k++) {
     p->tune_names[k] = names[k];
     p->v[p->nv++] = (variant_t){p->v[0].post, p->v[0].wait, sets[k]};
   }
@@ -520,6 +533,7 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
     setup_grad(p, elems, ring);
     break;
   case OP_ALL_REDUCE:
+  case OP_REDUCE:
   case OP_BROADCAST: {
     if (elems < 1) return false;
     p->count = elems;
@@ -527,11 +541,11 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
     p->busfactor = op == OP_ALL_REDUCE ? 2.0 * ring : 1.0;
     p->tin = tensor_on(g_dev, 1, elems, 0);
     p->min = xmalloc(p->bytes);
-    if (op == OP_ALL_REDUCE) {
+    if (op == OP_ALL_REDUCE || op == OP_REDUCE) {
       p->tout = tensor_on(g_dev, 1, elems, 0);
       p->mout = xmalloc(p->bytes);
-      p->v[0] = (variant_t){t_allreduce_post, t_wait_out};
-      p->v[1] = (variant_t){m_allreduce_post, m_wait};
+      p->v[0] = op == OP_REDUCE ? (variant_t){t_reduce_post, t_wait_out} : (variant_t){t_allreduce_post, t_wait_out};
+      p->v[1] = op == OP_REDUCE ? (variant_t){m_reduce_post, m_wait} : (variant_t){m_allreduce_post, m_wait};
     } else {
       p->v[0] = (variant_t){t_bcast_post, t_wait_in};
       p->v[1] = (variant_t){m_bcast_post, m_wait};
@@ -683,6 +697,7 @@ static long point_check(point_t *p) {
   long bad = 0;
   switch (p->op) {
   case OP_BROADCAST: bad = diff_tensor(&p->tin, p->min); break;
+  case OP_REDUCE: bad = g_rank == 0 ? diff_tensor(&p->tout, p->mout) : 0; break; /* written on the root only */
   case OP_GRAD_ALL_REDUCE: bad = check_grad(p); break;
   case OP_COALESCED:
     for (int i = 0; i < COAL_N; i++) {

@@ -21,7 +21,7 @@
  *   ring_allgather: MPI_Isend / MPI_Irecv, then MPI_Iallgatherv (no call at 1 rank)
  *   alltoall:       MPI_Ialltoall */
 typedef struct calls {
-  long allreduce, rsb, alltoall, alltoallv, allgatherv, send;
+  long allreduce, rsb, alltoall, alltoallv, allgatherv, send, reduce;
 } calls_t;
 static _Thread_local calls_t n_calls;
 
@@ -48,6 +48,10 @@ int MPI_Iallgatherv(const void *s, int sn, MPI_Datatype sd, void *r, const int r
   n_calls.allgatherv++;
   return PMPI_Iallgatherv(s, sn, sd, r, rc, dp, rd, c, q);
 }
+int MPI_Ireduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c, MPI_Request *q) {
+  n_calls.reduce++;
+  return PMPI_Ireduce(s, r, n, d, op, root, c, q);
+}
 int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c, MPI_Request *q) {
   n_calls.send++;
   return PMPI_Isend(b, n, d, dst, tag, c, q);
@@ -56,7 +60,7 @@ int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c
 static calls_t calls_since(calls_t a) {
   calls_t b = n_calls;
   return (calls_t){b.allreduce - a.allreduce, b.rsb - a.rsb, b.alltoall - a.alltoall, b.alltoallv - a.alltoallv,
-                   b.allgatherv - a.allgatherv, b.send - a.send};
+                   b.allgatherv - a.allgatherv, b.send - a.send, b.reduce - a.reduce};
 }
 
 enum { OP_AR, OP_RS };
@@ -375,6 +379,67 @@ START_TEST(forced_all_to_all) {
     tcoll_tensor_free(&out);
     tcoll_tensor_free(&in);
   }
+  restore_algo();
+}
+END_TEST
+
+/* reduce under each setting for it, to every dst, out of place, in place and allocating, SUM,
+ * AVG and PREMUL_SUM over a count the ranks do not divide: dst holds the closed form, the others
+ * an output never written (zeros where tcoll allocated it); "ring" sends point-to-point messages
+ * only, "mpi" calls MPI_Ireduce. */
+START_TEST(forced_reduce) {
+  save_algo();
+  const char *specs[][2] = {{"reduce:ring", "ring"}, {"reduce:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL}};
+  tcoll_redop_t premul;
+  T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
+  const struct {
+    int k;
+    tcoll_redop_t op;
+    tcoll_dtype_t d;
+  } ops[] = {{K_SUM, TCOLL_SUM, TCOLL_INT32}, {K_AVG, TCOLL_AVG, TCOLL_FLOAT64}, {K_PREMUL, premul, TCOLL_FLOAT32},
+             {K_SUM, TCOLL_SUM, TCOLL_FLOAT16}};
+  int64_t shape[1] = {37 * (int64_t)t_size + 5};
+  for (size_t f = 0; f < T_LEN(specs); f++) {
+    set_algo(specs[f][0]);
+    for (int dst = 0; dst < t_size; dst++) {
+      for (size_t i = 0; i < T_LEN(ops); i++) {
+        int variant = (int)((dst + i) % 3); /* 0 out of place, 1 in place, 2 allocating */
+        rc_t c = rc_world(ops[i].d, ops[i].k, 0.5);
+        c.salt = 7 + dst;
+        tcoll_tensor_t in = t_alloc(ops[i].d, 1, shape);
+        t_set_all(&in, rc_fill, &c);
+        tcoll_tensor_t out = variant == 0 ? t_alloc(ops[i].d, 1, shape) : variant == 1 ? in : t_empty();
+        calls_t before = n_calls;
+        T_OK(tcoll_reduce(&in, dst, ops[i].op, NULL, &out));
+        char what[200];
+        snprintf(what, sizeof what, "algo \"%s\": reduce %s %s to %d (%s)", specs[f][0], kname(ops[i].k),
+                 tcoll_dtype_name(ops[i].d), dst, variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating");
+        const char *got = tcoll_last_algorithm();
+        if (specs[f][1])
+          T_EXPECT(!strcmp(got, specs[f][1]), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what, got,
+                   specs[f][1]);
+        T_OK(tcoll_wait(out.data));
+        calls_t n = calls_since(before);
+        if (!strcmp(got, "ring"))
+          T_EXPECT(!n.reduce && (t_size == 1 ? !n.send : n.send > 0), "%s: Ireduce %ld, Isend %ld", what, n.reduce,
+                   n.send);
+        else
+          T_EXPECT(n.reduce > 0 && !n.send, "%s: Ireduce %ld, Isend %ld (expected the literal call)", what, n.reduce,
+                   n.send);
+        if (t_rank == dst) {
+          t_check_all(what, &out, rc_want, &c, 0);
+        } else if (variant == 2) {
+          double zero = 0.0;
+          t_check_all(what, &out, const_fill, &zero, 0);
+        } else if (variant == 1) {
+          t_check_all(what, &out, rc_orig, &c, 0); /* its input, untouched */
+        }
+        if (variant != 1) tcoll_tensor_free(&out);
+        tcoll_tensor_free(&in);
+      }
+    }
+  }
+  T_OK(tcoll_redop_destroy(premul));
   restore_algo();
 }
 END_TEST
@@ -865,6 +930,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, forced_shapes);
   tcase_add_test(tc, forced_coalesced);
   tcase_add_test(tc, forced_all_to_all);
+  tcase_add_test(tc, forced_reduce);
   tcase_add_test(tc, forced_small_limit);
   tcase_add_test(tc, last_algorithm_follows);
   tcase_add_test(tc, same_bits);

@@ -13,6 +13,7 @@ typedef enum {
   TC_OP_ALL_GATHER,
   TC_OP_BROADCAST,
   TC_OP_ALL_TO_ALL,
+  TC_OP_REDUCE,
   TC_NUM_ALGO_OPS
 } tc_algo_op_t;
 
@@ -20,7 +21,8 @@ typedef enum {
   TC_ALGO_AUTO,           /* the table decides */
   TC_ALGO_MPI,            /* the literal mapping onto one MPI call (DESIGN.md section 3) */
   TC_ALGO_RING,           /* reduce_scatter: ring of sends and local reductions;
-                             all_reduce: ring reduce_scatter + ring all-gather */
+                             all_reduce: ring reduce_scatter + ring all-gather;
+                             reduce: ring reduce_scatter + each block sent to the root */
   TC_ALGO_ALLTOALL,       /* reduce_scatter: MPI_Ialltoall + local reduction in rank order */
   TC_ALGO_RING_ALLGATHER, /* all_reduce: ring reduce_scatter + MPI_Iallgatherv */
   TC_ALGO_SCATTERED,      /* all_to_all_single: every block its own MPI_Isend / MPI_Irecv, all

@@ -1,11 +1,53 @@
-/* reduce -> MPI_Ireduce (chunked above the per-call limit); out is written on dst only. */
+/* reduce -> MPI_Ireduce (chunked above the per-call limit), or the ring: a ring reduce_scatter,
+ * then every block sent to dst. out is written on dst only. */
 #include "../argcheck.h"
+#include "../sched/select.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
 #include "post.h"
 
+static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_redop_t *op) {
+  tc_algo_query_t q = {.op = TC_OP_REDUCE, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
+                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
+  tc_algo_t algo = q.bytes == 0 ? TC_ALGO_MPI : tc_algo_choose(&q);
+  return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
+}
+
+/* Each rank reduces one block of the vector (the ring reduce_scatter, into dst's output on dst,
+ * into scratch elsewhere), divides it there for AVG, and sends it to dst. */
+static int post_ring(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {
+  int64_t n = tcoll_tensor_numel(in);
+  int p = w->comm->size, r = w->comm->rank;
+  bool is_dst = r == dst, inplace = is_dst && out->data == in->data;
+  size_t es = tc_dtype_size(in->dtype);
+  const void *src = NULL;
+  void *buf = NULL;
+  w->host_math = true; /* local reductions on the host: staging hands host memory */
+  int rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
+  if (!rc && is_dst && !inplace) rc = tc_stage_out(w, out, &buf);
+  if (rc) return rc;
+  if (inplace) src = buf;
+  tc_sched_t *s = &w->sched;
+  size_t ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, in->dtype) + 7) & ~(size_t)7;
+  size_t own = is_dst ? 0 : (size_t)tc_block_count(n, p, 0) * es;
+  size_t scaled = op->kind == TC_REDOP_PREMUL_SUM ? (size_t)n * es : 0;
+  char *scratch = tc_work_scratch(w, ring_bytes + own + scaled);
+  if (!scratch) return TCOLL_ERR_NO_MEMORY;
+  if (scaled) { /* each rank's contribution is scaled first; in and out stay as they are */
+    if ((rc = tc_sched_scale(s, scratch + ring_bytes + own, src, n, in->dtype, op->scalar, 1.0, true))) return rc;
+    src = scratch + ring_bytes + own;
+  }
+  char *mine = is_dst ? (char *)buf + (size_t)tc_block_offset(n, p, r) * es : scratch + ring_bytes;
+  rc = tc_build_ring_reduce_scatter(s, src, mine, n, in->dtype, tc_mpi_op(op, in->dtype), scratch, 0, NULL);
+  if (!rc && op->kind == TCOLL_AVG) rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), in->dtype, 1.0, p, true);
+  return rc ? rc : tc_build_blocks_to_root(&w->sched, buf, mine, n, in->dtype, dst, p);
+}
+
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {
   int64_t n = tcoll_tensor_numel(in);
+  tc_algo_t algo = choose(w, in, op);
+  tc_work_set_algo(w, algo);
+  if (algo == TC_ALGO_RING) return post_ring(w, in, out, dst, op);
   bool is_dst = w->comm->rank == dst, premul = op->kind == TC_REDOP_PREMUL_SUM;
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf = NULL;

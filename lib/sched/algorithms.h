@@ -37,6 +37,10 @@ int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64
                                  void *scratch, int tag0, const tc_blocks_t *blocks);
 /* Ring all-gather in place: buf holds the p blocks of n elements, this rank's filled in. */
 int tc_build_ring_all_gather(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int tag0);
+/* The blocks to one rank, in a round after the steps so far: every other rank sends its block
+ * (`mine`, contiguous) to root, which receives block q into its place in buf (the p blocks of n
+ * elements; root's own block is already there). The tail of the ring reduce. */
+int tc_build_blocks_to_root(tc_sched_t *s, void *buf, const void *mine, int64_t n, tcoll_dtype_t d, int root, int tag0);
 /* Scratch bytes of the MPI_Iallgatherv all-gather (its counts and displacements; 8-byte aligned). */
 size_t tc_allgatherv_scratch(int p);
 /* Whether one MPI_Iallgatherv can carry blocks of n elements: int counts within the per-call

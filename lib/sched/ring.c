@@ -1,5 +1,6 @@
 /* Ring reduce_scatter and ring all-gather (see algorithms.h): point-to-point steps between
- * neighbours, one round per step, a local reduction after each receive. */
+ * neighbours, one round per step, a local reduction after each receive; and the blocks sent to
+ * one rank, which makes the ring reduce_scatter a reduce. */
 #include "algorithms.h"
 
 #include "../base/dtype.h"
@@ -74,6 +75,21 @@ int tc_build_ring_all_gather(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t 
     if (!rc)
       rc = tc_sched_recv(s, b + (size_t)tc_block_offset(n, p, br) * es, tc_block_count(n, p, br), d, left,
                          tag0 + step, false);
+  }
+  return rc;
+}
+
+int tc_build_blocks_to_root(tc_sched_t *s, void *buf, const void *mine, int64_t n, tcoll_dtype_t d, int root,
+                            int tag0) {
+  int p = s->comm->size, r = s->comm->rank;
+  if (r != root) return tc_sched_send(s, mine, tc_block_count(n, p, r), d, root, tag0, true);
+  size_t es = tc_dtype_size(d);
+  int rc = TCOLL_SUCCESS;
+  for (int q = 0, first = 1; q < p && !rc; q++) {
+    if (q == root) continue;
+    rc = tc_sched_recv(s, (char *)buf + (size_t)tc_block_offset(n, p, q) * es, tc_block_count(n, p, q), d, q, tag0,
+                       first);
+    first = 0;
   }
   return rc;
 }
