@@ -1335,7 +1335,7 @@ static void usage(void) {
          "                  the note's alloc/prealloc is that time over the preallocated call's\n"
          "  --grad          the grad_all_reduce op (same as adding it to --ops): differentiable all_reduce\n"
          "                  forward + backward, outputs allocated by tcoll, against one and two plain all_reduces\n"
-         "  --tune          also time all_reduce and reduce_scatter under each algorithm (TCOLL_ALGO), note their\n"
+         "  --tune          also time all_reduce, reduce_scatter, reduce under each algorithm (TCOLL_ALGO), note their\n"
          "                  times over raw MPI's, and print the table of the best algorithm by size at the end\n"
          "                  (--tune-algorithms: the same; Open MPI's mpiexec also reads --tune as its own option)\n"
          "  --no-overlap    skip the overlap measurement\n"
