@@ -412,8 +412,9 @@ START_TEST(forced_reduce) {
         calls_t before = n_calls;
         T_OK(tcoll_reduce(&in, dst, ops[i].op, NULL, &out));
         char what[200];
+        const char *how = variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating";
         snprintf(what, sizeof what, "algo \"%s\": reduce %s %s to %d (%s)", specs[f][0], kname(ops[i].k),
-                 tcoll_dtype_name(ops[i].d), dst, variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating");
+                 tcoll_dtype_name(ops[i].d), dst, how);
         const char *got = tcoll_last_algorithm();
         if (specs[f][1])
           T_EXPECT(!strcmp(got, specs[f][1]), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what, got,

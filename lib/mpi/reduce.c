@@ -39,7 +39,8 @@ static int post_ring(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_
   }
   char *mine = is_dst ? (char *)buf + (size_t)tc_block_offset(n, p, r) * es : scratch + ring_bytes;
   rc = tc_build_ring_reduce_scatter(s, src, mine, n, in->dtype, tc_mpi_op(op, in->dtype), scratch, 0, NULL);
-  if (!rc && op->kind == TCOLL_AVG) rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), in->dtype, 1.0, p, true);
+  if (!rc && op->kind == TCOLL_AVG) /* each block is divided once, where it was reduced */
+    rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), in->dtype, 1.0, p, true);
   return rc ? rc : tc_build_blocks_to_root(&w->sched, buf, mine, n, in->dtype, dst, p);
 }
 
