@@ -313,7 +313,17 @@ static void multi_all_ops(tcoll_comm_t *c, const char *label) {
   for (int k = 0; k < 2; k++) {
     make_inputs(&b, p, n_el, TCOLL_FLOAT64, in);
     for (int i = 0; i < b.n; i++) out[i] = t_empty();
+    /* The processes' part is a work on the algorithm table: the ring when forced (the first op). */
+    tcoll_config_t saved, ring;
+    T_OK(tcoll_get_config(&saved));
+    ring = saved;
+    snprintf(ring.algo, sizeof ring.algo, "reduce_scatter:ring");
+    if (k == 0) T_OK(tcoll_set_config(&ring));
     T_OK(tcoll_multi_reduce_scatter(in, out, b.n, ops[k], NULL, comms));
+    if (k == 0 && c)
+      T_EXPECT(!strcmp(tcoll_last_algorithm(), "ring"), "%s multi_reduce_scatter with the ring forced ran \"%s\"",
+               label, tcoll_last_algorithm());
+    if (k == 0) T_OK(tcoll_set_config(&saved));
     int64_t blk = n_el / T;
     for (int i = 0; i < b.n; i++) {
       int g = p * b.n + i;
