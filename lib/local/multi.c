@@ -237,16 +237,19 @@ static int x_allreduce(const mop_t *m, void *buf, int64_t count) {
   return TCOLL_SUCCESS;
 }
 
-static int x_reduce(const mop_t *m, void *buf, int64_t count, int root) {
+/* The root reduces into recv, apart from its contribution in buf: MPICH 4.0's blocking
+ * MPI_Reduce crashes on MPI_IN_PLACE at 3 or more ranks from a few KiB (a stand-alone test
+ * segfaults at 3, 5, 6 and 7 ranks, 4 KiB and 400 KiB; its MPI_Ireduce does not). */
+static int x_reduce(const mop_t *m, const void *buf, void *recv, int64_t count, int root) {
   MPI_Datatype dt = tc_mpi_dtype(m->in[0].dtype);
   MPI_Op op = tc_mpi_op(&m->op, m->in[0].dtype);
   size_t es = tc_dtype_size(m->in[0].dtype);
   int64_t per = tc_mpi_per_call(count);
   for (int64_t off = 0; off < count; off += per) {
     int64_t c = count - off < per ? count - off : per;
-    char *p = (char *)buf + (size_t)off * es;
-    int rc = m->p == root ? tc_mpi_reduce(MPI_IN_PLACE, p, c, dt, op, root, m->c->mpi)
-                          : tc_mpi_reduce(p, NULL, c, dt, op, root, m->c->mpi);
+    const char *p = (const char *)buf + (size_t)off * es;
+    char *r = m->p == root ? (char *)recv + (size_t)off * es : NULL;
+    int rc = tc_mpi_reduce(p, r, c, dt, op, root, m->c->mpi);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, TC_MPI_NAME("MPI_Reduce", c));
   }
   return TCOLL_SUCCESS;
@@ -310,6 +313,7 @@ static int run(mop_t *m) {
   int64_t count = tcoll_tensor_numel(x0);
   int n = m->n, total = n * m->P;
   size_t bytes = nb * (size_t)n;
+  if (m->kind == M_REDUCE) bytes += nb; /* the root's result, apart from its contribution */
   if (m->kind == M_BROADCAST) bytes = nb;
   if (m->kind == M_ALL_GATHER) bytes = nb * (size_t)total;
   if (m->kind == M_REDUCE_SCATTER) bytes = nb * (size_t)n + nb / (size_t)m->P;
@@ -330,15 +334,21 @@ static int run(mop_t *m) {
     if (!rc) rc = loads_wait(m);
     if (rc) break;
     local_reduce(m, stage, count, nb);
-    if (m->c) rc = m->kind == M_ALL_REDUCE ? x_allreduce(m, stage, count) : x_reduce(m, stage, count, rproc);
+    char *res = stage;
+    if (m->c && m->kind == M_REDUCE) {
+      res = stage + (size_t)n * nb;
+      rc = x_reduce(m, stage, res, count, rproc);
+    } else if (m->c) {
+      rc = x_allreduce(m, stage, count);
+    }
     if (rc) break;
     if (m->kind == M_REDUCE && !is_root_proc) break;
-    if (m->op.kind == TCOLL_AVG) tc_host_divide(stage, x0->dtype, count, avg);
+    if (m->op.kind == TCOLL_AVG) tc_host_divide(res, x0->dtype, count, avg);
     if (m->kind == M_ALL_REDUCE) {
-      for (int i = 0; i < n && !rc; i++) rc = store(m, i, m->out[i].data, m->in[i].device, stage, nb, fdev, fstream, &nf);
+      for (int i = 0; i < n && !rc; i++) rc = store(m, i, m->out[i].data, m->in[i].device, res, nb, fdev, fstream, &nf);
     } else {
       void *dst = m->out ? m->out->data : m->in[rloc].data;
-      rc = store(m, rloc, dst, m->in[rloc].device, stage, nb, fdev, fstream, &nf);
+      rc = store(m, rloc, dst, m->in[rloc].device, res, nb, fdev, fstream, &nf);
     }
     break;
   case M_BROADCAST:
