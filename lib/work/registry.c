@@ -1,5 +1,6 @@
 #include "registry.h"
 
+#include "../base/lock.h"
 #include "../comm.h"
 #include "../tensor.h"
 
@@ -13,7 +14,7 @@ typedef struct entry {
   int k; /* the buffer's index in work->bufs (reads: unused) */
 } entry_t;
 
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static tc_lock_t reg_lock = TC_LOCK_INIT;
 /* Every pending output, by base; entries never overlap, so one binary search answers every
  * lookup: the buffer starting at a base, the one containing a pointer, the ones overlapping a
  * range. A double-ended array: ordered = ordered_buf + head, with free
@@ -40,7 +41,7 @@ static tc_wbuf_t *pops;
 static void sweep_locked(void);
 
 static void lock_registry(void) {
-  pthread_mutex_lock(&reg_lock);
+  tc_lock(&reg_lock);
   if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
 }
 
@@ -355,7 +356,7 @@ static int add_outputs_locked(tc_work_t *w) {
 int tc_registry_add(tc_work_t *w) {
   lock_registry();
   int rc = add_outputs_locked(w);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return rc;
 }
 
@@ -363,7 +364,7 @@ void tc_registry_remove_entries(tc_work_t *w) {
   lock_registry();
   remove_entries_of(w);
   remove_reads_of(w);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
 }
 
 /* The entry of other work overlapping [b, e), or NULL (registry lock held). */
@@ -444,7 +445,7 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
   size_t sorted = nreads;
   int rc = add_read_locked(w, p, n);
   settle_reads(sorted);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return rc;
 }
 
@@ -492,7 +493,7 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
   *rc = TCOLL_SUCCESS;
   lock_registry();
   tc_work_t *other = claim_inputs_locked(w, in, n, next, base, rc, true);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return other;
 }
 
@@ -519,7 +520,7 @@ tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int
   tc_work_t *other = NULL;
   lock_registry();
   if (add_io_alone_locked(w, in, n)) {
-    pthread_mutex_unlock(&reg_lock);
+    tc_unlock(&reg_lock);
     *rc = TCOLL_SUCCESS;
     *next = n;
     return NULL;
@@ -528,7 +529,7 @@ tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int
   /* w's references are the entries it just keyed (nobody else has seen it yet): when they are
    * every entry, no other work's pending output can be an input (the searches are skipped). */
   if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc, nordered > (size_t)w->refs);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return other;
 }
 
@@ -546,7 +547,7 @@ void tc_wait_readers(const void *p, size_t n) {
     entry_t *r = read_overlapping(b, e, NULL);
     tc_work_t *w = r ? r->work : NULL;
     if (w) w->refs++;
-    pthread_mutex_unlock(&reg_lock);
+    tc_unlock(&reg_lock);
     if (!w) return;
     complete_held(w); /* completing it ends its reads; its result stays pending */
     tc_registry_release(w, NULL, false);
@@ -571,7 +572,7 @@ int tc_registry_check_writable(const void *p, size_t n, const char *name) {
   lock_registry();
   entry_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
   if (x || r) tc_work_describe(x ? x->work : r->work, what, sizeof what);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   if (!x && !r) return TCOLL_SUCCESS;
   return tc_error(TCOLL_ERR_BUSY, "%s (%p, %zu bytes) is %s pending work: %s (wait for it first)", name, p, n,
                   x ? "the output of" : "an input still read by", what);
@@ -582,7 +583,7 @@ void tc_registry_remove_work(tc_work_t *w) {
   remove_entries_of(w);
   remove_reads_of(w);
   if (w->refs == 0) tc_work_recycle(w);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
 }
 
 tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void **base) {
@@ -594,7 +595,7 @@ tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void
     w->refs++;
     *base = (void *)x->base;
   }
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return w;
 }
 
@@ -613,7 +614,7 @@ static int release_locked(tc_work_t *w, uintptr_t base, bool pop) {
 int tc_registry_release(tc_work_t *w, void *base, bool pop) {
   lock_registry();
   int rc = release_locked(w, (uintptr_t)base, pop);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return rc;
 }
 
@@ -628,7 +629,7 @@ int tc_registry_snapshot(tc_work_t **works, int max) {
     w->refs++;
     works[n++] = w;
   }
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return n;
 }
 
@@ -647,7 +648,7 @@ void tc_registry_describe_pending(char *buf, size_t len, int max) {
                             is_done(w) ? " (complete, not yet waited)" : "");
     shown++;
   }
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
 }
 
 static int report_failure(tc_work_t *w, int rc) {
@@ -666,7 +667,7 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
   lock_registry();
   entry_t *x = overlapping(b, b + 1);
   if (!x) {
-    pthread_mutex_unlock(&reg_lock);
+    tc_unlock(&reg_lock);
     return TCOLL_SUCCESS;
   }
   tc_work_t *w = x->work;
@@ -676,7 +677,7 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
     *base = x->base;
     *buf = &w->bufs[x->k];
     *driving = tc_work_try_claim(w);
-    pthread_mutex_unlock(&reg_lock);
+    tc_unlock(&reg_lock);
     return TCOLL_IN_PROGRESS;
   }
   int status = w->status;
@@ -685,7 +686,7 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
   int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
   remove_at((size_t)(x - ordered));
   unref_locked(w);
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return status ? tc_error(status, "%s", err) : ready;
 }
 
@@ -729,7 +730,7 @@ void tc_wait_users(const void *p, size_t n) {
     tc_work_t *w = x ? x->work : r ? r->work : NULL;
     uintptr_t at = x ? x->base : 0;
     if (w && !x) w->refs++;
-    pthread_mutex_unlock(&reg_lock);
+    tc_unlock(&reg_lock);
     if (!w) return;
     if (x) {
       tc_wait_ptr((void *)at, 0.0, true); /* pops it, whatever its status */
@@ -746,7 +747,7 @@ static void *any_pending(const tcoll_comm_t *comm) {
   lock_registry();
   for (size_t i = 0; i < nordered && !base; i++)
     if (!comm || ordered[i].work->comm == comm) base = (void *)ordered[i].base;
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return base;
 }
 
@@ -768,13 +769,13 @@ int tc_wait_everything(double seconds) {
 
 void tc_registry_flush(void) {
   lock_registry();
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
 }
 
 size_t tc_registry_count(void) {
   lock_registry();
   size_t n = nordered;
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   return n;
 }
 
@@ -795,7 +796,7 @@ void tc_registry_report_unwaited(void) {
                               (unsigned long long)w->seq);
   }
   size_t nbuf = nordered;
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
   if (nbuf)
     tc_warn("at finalize, %zu collective(s) on %zu buffer(s) were never waited: %s. Completing them now; call "
             "tcoll_wait on every output before using it.",
@@ -810,5 +811,5 @@ void tc_registry_cleanup(void) {
   free(reads);
   reads = NULL;
   nreads = reads_cap = longest_read = dead_reads = 0;
-  pthread_mutex_unlock(&reg_lock);
+  tc_unlock(&reg_lock);
 }
