@@ -29,6 +29,11 @@ static int post_scattered(tc_work_t *w, const char *sbuf, char *rbuf, const int6
                           const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t row) {
   int size = w->comm->size, me = w->comm->rank, rc = TCOLL_SUCCESS;
   size_t rb = (size_t)row * tc_dtype_size(d);
+  /* The own block never reaches MPI, which would refuse a receive shorter than its message: a
+   * copy must not write past its rows instead. */
+  if (sc[me] > rc_[me])
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "input_split_sizes[%d] is %lld but output_split_sizes[%d] is %lld: "
+                    "rank %d's own block does not fit", me, (long long)sc[me], me, (long long)rc_[me], me);
   tc_sched_t *s = &w->sched;
   for (int k = 1; k < size && !rc; k++) {
     int from = (me - k + size) % size, to = (me + k) % size;
