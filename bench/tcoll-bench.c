@@ -27,9 +27,9 @@
  * percent of tcoll's / MPI's time: how close each comes to the machine's limit. algorithm: what
  * tcoll chose for the call (tcoll_last_algorithm; doc/guide.md, "Algorithms").
  *
- * --tune times all_reduce, reduce_scatter and reduce again under each algorithm, forced through the
- * config's algo field (as TCOLL_ALGO does), notes each one's time over raw MPI's, and prints at
- * the end the table of the best algorithm by size that it measured.
+ * --tune times all_reduce, reduce_scatter, reduce and the all-to-all family again under each
+ * algorithm, forced through the config's algo field (as TCOLL_ALGO does), notes each one's time
+ * over raw MPI's, and prints at the end the table of the best algorithm by size that it measured.
  *
  * Extra cases: all_gather and reduce_scatter along dim 1 also time the dim-0 call on the same
  * bytes (dim1/dim0), and all_gather_dim1 also a contiguous MPI all_gather followed by a local
@@ -37,7 +37,13 @@
  * (pack, one MPI_Iallreduce, unpack), against one raw MPI_Iallreduce of the same total bytes from
  * one contiguous buffer (coalesced/one_raw: the target), and 64 separate tcoll_all_reduce calls
  * (all posted, then all waited) against 64 MPI_Iallreduce + MPI_Waitall. reduce goes to rank 0
- * (results compared there only).
+ * (results compared there only). The all-to-all family: all_to_all (the list form, one tensor per
+ * peer) against the raw MPI_Ialltoall of the same bytes between contiguous buffers, as
+ * all_to_all_single; permute (a shift by one rank) against its literal call (MPI_Ialltoallv with
+ * one non-empty block each way), and MPI_Irecv + MPI_Isend in the note (/p2p); shard_dim
+ * ([R, n C] sharded along dim 1, gathered along 0) and shard_dim_g1s0 (the reverse) against their
+ * literal call (MPI_Ialltoallv of strided slab datatypes), and the raw MPI_Ialltoall of the same
+ * bytes in the note (/alltoall).
  *
  * --alloc adds to every op with one output a variant whose output tcoll allocates (data == NULL,
  * freed after the wait): alloc/prealloc in the note. grad_all_reduce (--grad, or in --ops) times
@@ -81,12 +87,17 @@ enum {
   OP_COALESCED,
   OP_GRAD_ALL_REDUCE,
   OP_REDUCE,
+  OP_A2A_LIST,
+  OP_PERMUTE,
+  OP_SHARD,
+  OP_SHARD_G1,
   NUM_OPS
 };
 
 static const char *const op_names[NUM_OPS] = {
     "all_reduce",          "all_gather", "all_gather_dim1", "reduce_scatter", "reduce_scatter_dim1",
     "all_to_all_single",   "broadcast",  "coalesced",       "grad_all_reduce",     "reduce",
+    "all_to_all",          "permute",    "shard_dim",       "shard_dim_g1s0",
 };
 
 #define COAL_N 64       /* tensors in the coalesced case */
@@ -196,7 +207,9 @@ struct point {
   /* raw MPI side (host) */
   char *min, *mout, *mout2, *scratch; /* g_dt elements */
   char *mcin[COAL_N], *mcout[COAL_N], *msout[COAL_N];
-  MPI_Datatype vec;
+  MPI_Datatype vec, rvec; /* shard: the slab types of the input and the output */
+  int *ones, *slabs, *pcounts, *pdispls; /* shard: counts and displacements; permute: raw MPI's */
+  int to, from;                          /* permute: this rank's destination and source */
   MPI_Request req, reqs[COAL_N];
   MPI_Status stats[COAL_N]; /* not MPI_STATUSES_IGNORE: MPICH's (MPI_Status *)1 makes GCC 12 warn */
 };
@@ -331,6 +344,53 @@ static void m_a2a_post(point_t *p) {
   MP(MPI_Ialltoall(p->min, per, g_dt.mpi, p->mout, per, g_dt.mpi, g_mpi, &p->req));
 }
 
+/* ---- all_to_all (list): one tensor per peer of per = count / n elements, against the raw
+ * MPI_Ialltoall of the same bytes between contiguous buffers (as all_to_all_single) ---- */
+static void t_a2a_list_post(point_t *p) { TC(tcoll_all_to_all(p->cin, g_tc, p->cout)); }
+static void t_a2a_list_wait(point_t *p) {
+  for (int i = 0; i < g_size; i++) TC(tcoll_wait(p->cout[i].data));
+}
+
+/* ---- permute: a shift (rank r sends to r + 1), against its literal MPI call (MPI_Ialltoallv
+ * with one non-empty block each way) and, in the note, against MPI_Irecv + MPI_Isend ---- */
+static void t_perm_post(point_t *p) { TC(tcoll_permute(&p->tin, p->pcounts + 2 * g_size, g_tc, &p->tout)); }
+static void m_perm_post(point_t *p) {
+  int *c = p->pcounts, *d = p->pdispls;
+  MP(MPI_Ialltoallv(p->min, c, d, g_dt.mpi, p->mout, c + g_size, d, g_dt.mpi, g_mpi, &p->req));
+}
+static void m_perm_p2p_post(point_t *p) {
+  MP(MPI_Irecv(p->scratch, (int)p->count, g_dt.mpi, p->from, 0, g_mpi, &p->reqs[0]));
+  MP(MPI_Isend(p->min, (int)p->count, g_dt.mpi, p->to, 0, g_mpi, &p->reqs[1]));
+}
+static void m_wait2(point_t *p) { MP(MPI_Waitall(2, p->reqs, p->stats)); }
+
+/* ---- shard_dim_all_to_all: [R, n C] sharded along dim 1, gathered along 0 into [n R, C]
+ * (shard_dim), or [n R, C] along 0 into [R, n C] (shard_dim_g1s0); against its literal MPI call
+ * (MPI_Ialltoallv of one slab datatype per rank) and, in the note, the raw MPI_Ialltoall of the
+ * same bytes between contiguous buffers ---- */
+static void t_shard_post(point_t *p) {
+  bool g1 = p->op == OP_SHARD_G1;
+  TC(tcoll_shard_dim_all_to_all(&p->tin, g1 ? 1 : 0, g1 ? 0 : 1, g_tc, &p->tout));
+}
+static void m_shard_post(point_t *p) {
+  MP(MPI_Ialltoallv(p->min, p->ones, p->slabs, p->vec, p->mout, p->ones, p->slabs, p->rvec, g_mpi, &p->req));
+}
+static void m_a2a_scratch_post(point_t *p) {
+  int per = (int)(p->count / g_size);
+  MP(MPI_Ialltoall(p->min, per, g_dt.mpi, p->scratch, per, g_dt.mpi, g_mpi, &p->req));
+}
+
+/* Slab r of a [outer, n block] layout: outer runs of block elements, n block apart, whose extent
+ * is one block (displacement r selects slab r). */
+static MPI_Datatype slab_type(int64_t outer, int64_t block) {
+  MPI_Datatype v, t;
+  MP(MPI_Type_vector((int)outer, (int)block, (int)(block * g_size), g_dt.mpi, &v));
+  MP(MPI_Type_create_resized(v, 0, (MPI_Aint)(block * (int64_t)g_dt.size), &t));
+  MP(MPI_Type_commit(&t));
+  MPI_Type_free(&v);
+  return t;
+}
+
 /* ---- coalesced: 64 tensors of 256 elements ---- */
 static void t_coal_post(point_t *p) { TC(tcoll_all_reduce_coalesced(p->cin, COAL_N, TCOLL_SUM, g_tc, p->cout)); }
 static void t_coal_wait(point_t *p) {
@@ -416,19 +476,27 @@ static void add_alloc_variant(point_t *p) {
 }
 
 /* --tune: the op's tcoll call again under each algorithm it offers, forced with TCOLL_ALGO's
- * setting (all_reduce, reduce_scatter along dim 0, reduce to rank 0). */
+ * setting (all_reduce, reduce_scatter along dim 0, reduce to rank 0, the all-to-all family). */
 static void add_tune_variants(point_t *p) {
   static const char *const ar[] = {"mpi", "ring", "ring_allgather"}, *const ar_set[] = {
       "all_reduce:mpi", "all_reduce:ring", "all_reduce:ring_allgather"};
   static const char *const rs[] = {"mpi", "ring", "alltoall"}, *const rs_set[] = {
       "reduce_scatter:mpi", "reduce_scatter:ring", "reduce_scatter:alltoall"};
   static const char *const rd[] = {"mpi", "ring"}, *const rd_set[] = {"reduce:mpi", "reduce:ring"};
+  static const char *const a2a[] = {"mpi", "scattered"}, *const a2a_set[] = {"all_to_all:mpi",
+                                                                             "all_to_all:scattered"};
+  bool is_a2a = p->op == OP_ALL_TO_ALL || p->op == OP_A2A_LIST || p->op == OP_PERMUTE || p->op == OP_SHARD ||
+                p->op == OP_SHARD_G1;
   const char *const *names = p->op == OP_ALL_REDUCE       ? ar
                              : p->op == OP_REDUCE_SCATTER ? rs
                              : p->op == OP_REDUCE         ? rd
+                             : is_a2a                     ? a2a
                                                           : NULL;
-  const char *const *sets = p->op == OP_ALL_REDUCE ? ar_set : p->op == OP_REDUCE_SCATTER ? rs_set : rd_set;
-  int count = p->op == OP_REDUCE ? 2 : MAX_TUNE;
+  const char *const *sets = p->op == OP_ALL_REDUCE       ? ar_set
+                            : p->op == OP_REDUCE_SCATTER ? rs_set
+                            : p->op == OP_REDUCE         ? rd_set
+                                                         : a2a_set;
+  int count = p->op == OP_REDUCE || is_a2a ? 2 : MAX_TUNE;
   if (!names || g_size < 2) return;
   if (p->nv + count + 1 > MAX_VARIANTS) die("too many variants for one point");
   p->vtune = p->nv;
@@ -521,7 +589,7 @@ static int64_t rows_for(int64_t m) {
 static bool point_setup(point_t *p, int op, size_t bytes) {
   memset(p, 0, sizeof *p);
   p->op = op;
-  p->vec = MPI_DATATYPE_NULL;
+  p->vec = p->rvec = MPI_DATATYPE_NULL;
   p->req = MPI_REQUEST_NULL;
   int n = g_size;
   double ring = n > 1 ? (double)(n - 1) / n : 0.0;
@@ -625,6 +693,79 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
     }
     break;
   }
+  case OP_A2A_LIST: {
+    int64_t per = elems / n;
+    if (per < 1) return false;
+    p->count = per * n;
+    p->bytes = (size_t)p->count * g_dt.size;
+    p->busfactor = ring;
+    p->min = xmalloc(p->bytes);
+    p->mout = xmalloc(p->bytes);
+    for (int i = 0; i < n; i++) {
+      p->cin[i] = tensor_on(g_dev, 1, per, 0);
+      p->cout[i] = tensor_on(g_dev, 1, per, 0);
+    }
+    p->v[0] = (variant_t){t_a2a_list_post, t_a2a_list_wait};
+    p->v[1] = (variant_t){m_a2a_post, m_wait};
+    break;
+  }
+  case OP_PERMUTE: {
+    if (elems < 1) return false;
+    p->count = elems;
+    p->bytes = (size_t)elems * g_dt.size;
+    p->busfactor = 1.0;
+    p->tin = tensor_on(g_dev, 1, elems, 0);
+    p->tout = tensor_on(g_dev, 1, elems, 0);
+    p->min = xmalloc(p->bytes);
+    p->mout = xmalloc(p->bytes);
+    p->scratch = xmalloc(p->bytes);
+    p->to = (g_rank + 1) % n;
+    p->from = (g_rank + n - 1) % n;
+    p->pcounts = calloc(3 * (size_t)n, sizeof *p->pcounts); /* send, receive counts; src_dst */
+    p->pdispls = calloc((size_t)n, sizeof *p->pdispls);
+    if (!p->pcounts || !p->pdispls) die("out of memory");
+    p->pcounts[p->to] += (int)elems;
+    p->pcounts[n + p->from] += (int)elems;
+    for (int m = 0; m < n; m++) p->pcounts[2 * n + m] = (m + 1) % n;
+    p->nv = 3;
+    p->v[0] = (variant_t){t_perm_post, t_wait_out};
+    p->v[1] = (variant_t){m_perm_post, m_wait};
+    p->v[2] = (variant_t){m_perm_p2p_post, m_wait2};
+    break;
+  }
+  case OP_SHARD:
+  case OP_SHARD_G1: {
+    int64_t per = elems / n; /* the chunk each rank sends each peer */
+    if (per < 1) return false;
+    p->count = per * n;
+    p->bytes = (size_t)p->count * g_dt.size;
+    p->busfactor = ring;
+    p->R = rows_for(per);
+    p->C = per / p->R;
+    p->min = xmalloc(p->bytes);
+    p->mout = xmalloc(p->bytes);
+    p->scratch = xmalloc(p->bytes);
+    if (op == OP_SHARD) { /* [R, n C] -> [n R, C]: strided slabs sent, contiguous ones received */
+      p->tin = tensor_on(g_dev, 2, p->R, n * p->C);
+      p->tout = tensor_on(g_dev, 2, n * p->R, p->C);
+      p->vec = slab_type(p->R, p->C);
+      p->rvec = slab_type(1, per);
+    } else { /* [n R, C] -> [R, n C]: contiguous slabs sent, strided ones received */
+      p->tin = tensor_on(g_dev, 2, n * p->R, p->C);
+      p->tout = tensor_on(g_dev, 2, p->R, n * p->C);
+      p->vec = slab_type(1, per);
+      p->rvec = slab_type(p->R, p->C);
+    }
+    p->ones = calloc(2 * (size_t)n, sizeof *p->ones);
+    if (!p->ones) die("out of memory");
+    p->slabs = p->ones + n;
+    for (int r = 0; r < n; r++) p->ones[r] = 1, p->slabs[r] = r;
+    p->nv = 3;
+    p->v[0] = (variant_t){t_shard_post, t_wait_out};
+    p->v[1] = (variant_t){m_shard_post, m_wait};
+    p->v[2] = (variant_t){m_a2a_scratch_post, m_wait};
+    break;
+  }
   case OP_COALESCED: {
     p->count = (int64_t)COAL_N * COAL_NUMEL;
     p->bytes = (size_t)p->count * g_dt.size;
@@ -661,6 +802,13 @@ static bool point_setup(point_t *p, int op, size_t bytes) {
       fill_tensor(&p->cin[i]);
       fill_host(p->mcin[i], COAL_NUMEL);
     }
+  } else if (op == OP_A2A_LIST) { /* the pattern of one contiguous input, piece i in cin[i] */
+    int64_t per = p->count / n;
+    fill_host(p->min, p->count);
+    for (int i = 0; i < n; i++) {
+      tcoll_tensor_t h = tcoll_tensor_make(p->min + (size_t)(i * per) * g_dt.size, g_dt.tc, 1, &per, TCOLL_HOST);
+      TC(tcoll_tensor_copy(&p->cin[i], &h));
+    }
   } else {
     fill_tensor(&p->tin);
     fill_host(p->min, tcoll_tensor_numel(&p->tin));
@@ -690,6 +838,10 @@ static void point_teardown(point_t *p) {
   free(p->cpy_src);
   free(p->cpy_dst);
   if (p->vec != MPI_DATATYPE_NULL) MPI_Type_free(&p->vec);
+  if (p->rvec != MPI_DATATYPE_NULL) MPI_Type_free(&p->rvec);
+  free(p->ones);
+  free(p->pcounts);
+  free(p->pdispls);
 }
 
 /* tcoll's results against raw MPI's (both from the last iteration): differing elements. */
@@ -699,6 +851,10 @@ static long point_check(point_t *p) {
   case OP_BROADCAST: bad = diff_tensor(&p->tin, p->min); break;
   case OP_REDUCE: bad = g_rank == 0 ? diff_tensor(&p->tout, p->mout) : 0; break; /* written on the root only */
   case OP_GRAD_ALL_REDUCE: bad = check_grad(p); break;
+  case OP_A2A_LIST:
+    for (int i = 0; i < g_size; i++)
+      bad += diff_tensor(&p->cout[i], p->mout + (size_t)(i * (p->count / g_size)) * g_dt.size);
+    break;
   case OP_COALESCED:
     for (int i = 0; i < COAL_N; i++) {
       bad += diff_tensor(&p->cout[i], p->mcout[i]);
@@ -1085,6 +1241,14 @@ static void run_op(int op) {
         r.extra2 = paired_ratio(&m, 3, 2);
       }
       if (op == OP_GRAD_ALL_REDUCE) grad_extras(&r, &m);
+      if (op == OP_PERMUTE) {
+        r.extra_name = "/p2p";
+        r.extra = paired_ratio(&m, 0, 2);
+      }
+      if (op == OP_SHARD || op == OP_SHARD_G1) {
+        r.extra_name = "/alltoall";
+        r.extra = paired_ratio(&m, 0, 2);
+      }
       add_row(&r);
       measured_free(&m);
     }
@@ -1335,8 +1499,9 @@ static void usage(void) {
          "                  the note's alloc/prealloc is that time over the preallocated call's\n"
          "  --grad          the grad_all_reduce op (same as adding it to --ops): differentiable all_reduce\n"
          "                  forward + backward, outputs allocated by tcoll, against one and two plain all_reduces\n"
-         "  --tune          also time all_reduce, reduce_scatter, reduce under each algorithm (TCOLL_ALGO), note their\n"
-         "                  times over raw MPI's, and print the table of the best algorithm by size at the end\n"
+         "  --tune          also time all_reduce, reduce_scatter, reduce and the all-to-all family under each\n"
+         "                  algorithm (TCOLL_ALGO), note their times over raw MPI's, and print the table of the\n"
+         "                  best algorithm by size at the end\n"
          "                  (--tune-algorithms: the same; Open MPI's mpiexec also reads --tune as its own option)\n"
          "  --no-overlap    skip the overlap measurement\n"
          "  --no-check      skip the comparison of the results with raw MPI's\n"

@@ -481,7 +481,8 @@ int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t 
   if ((rc = tc_check_tensor(in, "in"))) return rc;
   int size = (*c)->size;
   if (!src_dst) return INVALID("src_dst is NULL (expected %d destinations)", size);
-  int *from = malloc((size_t)size * sizeof *from);
+  /* On the stack for the usual group sizes: a call allocates nothing on the host path. */
+  int on_stack[64], *from = size <= (int)TC_ARRAY_LEN(on_stack) ? on_stack : malloc((size_t)size * sizeof *from);
   if (!from) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d entries", size);
   for (int i = 0; i < size; i++) from[i] = -1;
   rc = TCOLL_SUCCESS;
@@ -492,7 +493,7 @@ int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t 
       rc = INVALID("src_dst is not a permutation: rank %d is the destination of both %d and %d", d, from[d], m);
     else from[d] = m;
   }
-  free(from);
+  if (from != on_stack) free(from);
   if (rc) return rc;
   if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device))) return rc;
   return tc_check_disjoint(out, "out", in, "in", false);

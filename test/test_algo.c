@@ -7,6 +7,7 @@
  * The suite also runs with TCOLL_ALGO set in the environment (test/meson.build, algo_suites):
  * every test sets the algorithm it needs and puts back the setting it found. */
 #include "reduce_common.h"
+#include "move_util.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -19,9 +20,10 @@
  *                   (MPI_Ialltoallv along a dim other than 0)
  *   ring:           MPI_Isend / MPI_Irecv between neighbours only (no call at 1 rank)
  *   ring_allgather: MPI_Isend / MPI_Irecv, then MPI_Iallgatherv (no call at 1 rank)
- *   alltoall:       MPI_Ialltoall */
+ *   alltoall:       MPI_Ialltoall
+ *   scattered:      (the all-to-all family) MPI_Isend / MPI_Irecv, one per peer and block */
 typedef struct calls {
-  long allreduce, rsb, alltoall, alltoallv, allgatherv, send, reduce;
+  long allreduce, rsb, alltoall, alltoallv, allgatherv, send, reduce, recv;
 } calls_t;
 static _Thread_local calls_t n_calls;
 
@@ -57,10 +59,16 @@ int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c
   return PMPI_Isend(b, n, d, dst, tag, c, q);
 }
 
+int MPI_Irecv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Request *q) {
+  n_calls.recv++;
+  return PMPI_Irecv(b, n, d, src, tag, c, q);
+}
+
 static calls_t calls_since(calls_t a) {
   calls_t b = n_calls;
-  return (calls_t){b.allreduce - a.allreduce, b.rsb - a.rsb, b.alltoall - a.alltoall, b.alltoallv - a.alltoallv,
-                   b.allgatherv - a.allgatherv, b.send - a.send, b.reduce - a.reduce};
+  return (calls_t){b.allreduce - a.allreduce, b.rsb - a.rsb,         b.alltoall - a.alltoall,
+                   b.alltoallv - a.alltoallv, b.allgatherv - a.allgatherv, b.send - a.send,
+                   b.reduce - a.reduce,       b.recv - a.recv};
 }
 
 enum { OP_AR, OP_RS, OP_A2A, OP_RD };
@@ -379,6 +387,193 @@ START_TEST(forced_all_to_all) {
     tcoll_tensor_free(&out);
     tcoll_tensor_free(&in);
   }
+  restore_algo();
+}
+END_TEST
+
+/* The calls of the all-to-all family under `got`: "scattered" exactly `sends` MPI_Isend and `recvs`
+ * MPI_Irecv and no all-to-all call; "mpi" `literal` MPI_Ialltoallv calls (one, or none where nothing
+ * moves) and no point-to-point message. */
+static void expect_a2a_calls(const char *what, const char *got, calls_t c, long sends, long recvs, long literal) {
+  if (!strcmp(got, "scattered"))
+    T_EXPECT(!c.alltoallv && !c.alltoall && c.send == sends && c.recv == recvs,
+             "%s: Ialltoallv %ld, Isend %ld, Irecv %ld (expected 0, %ld, %ld)", what, c.alltoallv, c.send, c.recv,
+             sends, recvs);
+  else
+    T_EXPECT(c.alltoallv == literal && !c.send && !c.recv,
+             "%s: Ialltoallv %ld, Isend %ld, Irecv %ld (expected the literal call: %ld, 0, 0)", what, c.alltoallv,
+             c.send, c.recv, literal);
+}
+
+static const char *const a2a_specs[][2] = {
+    {"all_to_all:scattered", "scattered"}, {"all_to_all:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL}};
+
+/* all_to_all (list) under each setting: rank q sends rank r list_n(q, r) elements of value
+ * mv_val(tag 16 q + r, index), uneven per pair and empty where (q + 2 r) % 4 == 1 (also a rank's
+ * block to itself at some rank counts); host tensors or emulated device ones (T_DEVICE). Sends
+ * and receives: one per non-empty block to or from another rank. */
+static int64_t list_n(int q, int r) { return (q + 2 * r) % 4 == 1 ? 0 : 2 * q + 3 * r + 1; }
+
+START_TEST(forced_all_to_all_list) {
+  save_algo();
+  tcoll_dtype_t dts[] = {TCOLL_FLOAT64, TCOLL_INT16};
+  for (size_t f = 0; f < T_LEN(a2a_specs); f++) {
+    set_algo(a2a_specs[f][0]);
+    for (size_t k = 0; k < T_LEN(dts); k++) {
+      tcoll_tensor_t ins[T_MAX_G], outs[T_MAX_G];
+      long sends = 0, recvs = 0;
+      for (int p = 0; p < t_size; p++) {
+        int64_t ni = list_n(t_rank, p), no = list_n(p, t_rank);
+        ins[p] = t_alloc(dts[k], 1, &ni);
+        mv_fill(&ins[p], 16 * t_rank + p, 0);
+        outs[p] = k % 2 ? t_alloc(dts[k], 1, &no) : tcoll_tensor_make(NULL, dts[k], 1, &no, t_device());
+        sends += p != t_rank && ni > 0;
+        recvs += p != t_rank && no > 0;
+      }
+      calls_t before = n_calls;
+      T_OK(tcoll_all_to_all(ins, NULL, outs));
+      char what[160];
+      snprintf(what, sizeof what, "algo \"%s\": all_to_all %s", a2a_specs[f][0], tcoll_dtype_name(dts[k]));
+      expect_algo(what, OP_A2A, a2a_specs[f][1]);
+      const char *got = tcoll_last_algorithm();
+      for (int p = 0; p < t_size; p++) T_OK(tcoll_wait(outs[p].data));
+      expect_a2a_calls(what, got, calls_since(before), sends, recvs, 1);
+      for (int p = 0; p < t_size; p++) {
+        char w2[200];
+        snprintf(w2, sizeof w2, "%s: outs[%d]", what, p);
+        mv_check_fill(w2, &outs[p], 16 * p + t_rank, 0);
+        tcoll_tensor_free(&outs[p]);
+        tcoll_tensor_free(&ins[p]);
+      }
+    }
+  }
+  restore_algo();
+}
+END_TEST
+
+/* permute under each setting: shifts (shift 0: the identity, every rank a fixed point), the
+ * reversal and neighbour swaps (fixed points where the rank count is odd), and an empty tensor.
+ * Rank m's tensor holds mv_val(m, index); the scattered exchange sends one message to another
+ * rank, copies at a fixed point and moves nothing when the tensor is empty. */
+static void permute_algo_case(const char *spec, const char *want, const int *p, const char *kind, int64_t n,
+                              tcoll_dtype_t dt) {
+  int from = 0;
+  while (p[from] != t_rank) from++;
+  int64_t shape[2] = {n, 3};
+  tcoll_tensor_t in = t_alloc(dt, 2, shape), out = t_empty();
+  mv_fill(&in, t_rank, 0);
+  calls_t before = n_calls;
+  T_OK(tcoll_permute(&in, p, NULL, &out));
+  char what[160];
+  snprintf(what, sizeof what, "algo \"%s\": permute %s of %lld rows (%s)", spec, kind, (long long)n,
+           tcoll_dtype_name(dt));
+  expect_algo(what, OP_A2A, want);
+  const char *got = tcoll_last_algorithm();
+  T_OK(tcoll_wait(out.data));
+  bool moves = n > 0 && p[t_rank] != t_rank;
+  expect_a2a_calls(what, got, calls_since(before), moves, n > 0 && from != t_rank, n > 0);
+  mv_check_fill(what, &out, from, 0);
+  tcoll_tensor_free(&out);
+  tcoll_tensor_free(&in);
+}
+
+START_TEST(forced_permute) {
+  save_algo();
+  int p[T_MAX_G];
+  for (size_t f = 0; f < T_LEN(a2a_specs); f++) {
+    const char *spec = a2a_specs[f][0], *want = a2a_specs[f][1];
+    set_algo(spec);
+    for (int shift = 0; shift < t_size; shift++) {
+      for (int m = 0; m < t_size; m++) p[m] = (m + shift) % t_size;
+      tcoll_dtype_t dt = shift % 2 ? TCOLL_INT32 : TCOLL_FLOAT16;
+      permute_algo_case(spec, want, p, shift ? "shift" : "identity", 5 + shift, dt);
+    }
+    for (int m = 0; m < t_size; m++) p[m] = t_size - 1 - m;
+    permute_algo_case(spec, want, p, "reversal", 4, TCOLL_FLOAT64);
+    for (int m = 0; m < t_size; m++) p[m] = (m ^ 1) < t_size ? m ^ 1 : m;
+    permute_algo_case(spec, want, p, "pair swap", 7, TCOLL_INT8);
+    for (int m = 0; m < t_size; m++) p[m] = (m + 1) % t_size;
+    permute_algo_case(spec, want, p, "shift, empty", 0, TCOLL_FLOAT32);
+  }
+  restore_algo();
+}
+END_TEST
+
+/* shard_dim_all_to_all under each setting, for several (gather_dim, shard_dim) pairs of 2-D and
+ * 3-D shapes and an empty one: the output against the closed form of move_util.h; the scattered
+ * exchange sends one slab to every rank, itself included, the literal call is one
+ * MPI_Ialltoallv (none where the tensor is empty). */
+START_TEST(forced_shard_dim) {
+  save_algo();
+  int64_t P = t_size;
+  static const struct {
+    int ndim, g, s;
+    int64_t shape[3]; /* dims multiplied by the rank count where marked negative */
+  } cases[] = {{2, 0, 1, {3, -2}}, {2, 1, 0, {-2, 3}}, {2, 0, 0, {-3, 2}}, {2, 1, 1, {2, -3}},
+               {3, 2, 1, {2, -2, 3}}, {3, 0, 2, {2, 3, -1}}, {3, 1, 1, {2, -1, 2}}, {2, 0, 1, {0, -2}}};
+  for (size_t f = 0; f < T_LEN(a2a_specs); f++) {
+    set_algo(a2a_specs[f][0]);
+    for (size_t i = 0; i < T_LEN(cases); i++) {
+      int nd = cases[i].ndim, g = cases[i].g, sd = cases[i].s;
+      int64_t ishape[3], oshape[3];
+      for (int d = 0; d < nd; d++) ishape[d] = cases[i].shape[d] < 0 ? -cases[i].shape[d] * P : cases[i].shape[d];
+      memcpy(oshape, ishape, sizeof oshape);
+      oshape[sd] /= P;
+      oshape[g] *= P;
+      tcoll_dtype_t dt = i % 2 ? TCOLL_BFLOAT16 : TCOLL_INT32;
+      tcoll_tensor_t in = t_alloc(dt, nd, ishape), out = i % 3 ? t_alloc(dt, nd, oshape) : t_empty();
+      mv_fill(&in, t_rank, 0);
+      calls_t before = n_calls;
+      T_OK(tcoll_shard_dim_all_to_all(&in, g, sd, NULL, &out));
+      char what[160], sh[64];
+      snprintf(what, sizeof what, "algo \"%s\": shard_dim_all_to_all %s gather %d shard %d", a2a_specs[f][0],
+               mv_shape_str(sh, sizeof sh, nd, ishape), g, sd);
+      expect_algo(what, OP_A2A, a2a_specs[f][1]);
+      const char *got = tcoll_last_algorithm();
+      T_OK(tcoll_wait(out.data));
+      bool moves = tcoll_tensor_numel(&in) > 0;
+      expect_a2a_calls(what, got, calls_since(before), moves ? t_size : 0, moves ? t_size : 0, moves);
+      MV_EXPECT_SHAPE(&out, nd, oshape, what);
+      mv_shard_ctx c = {dt, nd, g, sd, t_size, t_rank, ishape, NULL};
+      t_check_all(what, &out, mv_shard_expect, &c, 0);
+      tcoll_tensor_free(&out);
+      tcoll_tensor_free(&in);
+    }
+  }
+  restore_algo();
+}
+END_TEST
+
+/* The scattered exchange copies a rank's own block: one that does not fit where it lands is
+ * refused before anything is posted (the literal call leaves that to MPI). Every rank makes the
+ * same mistake, so no rank waits for another. */
+START_TEST(scattered_own_block_too_large) {
+  save_algo();
+  set_algo("all_to_all:scattered");
+  int64_t isz[T_MAX_G], osz[T_MAX_G], rows = 0, orows = 0;
+  for (int q = 0; q < t_size; q++) {
+    isz[q] = q == t_rank ? 3 : 1;
+    osz[q] = q == t_rank ? 2 : 1;
+    rows += isz[q];
+    orows += osz[q];
+  }
+  int64_t shape[2] = {rows, 2}, oshape[2] = {orows, 2};
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 2, shape), out = t_alloc(TCOLL_FLOAT32, 2, oshape);
+  T_FAILS(tcoll_all_to_all_single(&in, osz, isz, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "own block");
+  tcoll_tensor_t ins[T_MAX_G], outs[T_MAX_G];
+  for (int p = 0; p < t_size; p++) {
+    int64_t ni = p == t_rank ? 4 : 1, no = 1;
+    ins[p] = t_alloc(TCOLL_FLOAT32, 1, &ni);
+    outs[p] = t_alloc(TCOLL_FLOAT32, 1, &no);
+  }
+  T_FAILS(tcoll_all_to_all(ins, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, "own block");
+  T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu works pending", tcoll_pending_count());
+  for (int p = 0; p < t_size; p++) {
+    tcoll_tensor_free(&ins[p]);
+    tcoll_tensor_free(&outs[p]);
+  }
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
   restore_algo();
 }
 END_TEST
@@ -929,6 +1124,10 @@ Suite *t_suite(void) {
   tcase_add_test(tc, forced_shapes);
   tcase_add_test(tc, forced_coalesced);
   tcase_add_test(tc, forced_all_to_all);
+  tcase_add_test(tc, forced_all_to_all_list);
+  tcase_add_test(tc, forced_permute);
+  tcase_add_test(tc, forced_shard_dim);
+  tcase_add_test(tc, scattered_own_block_too_large);
   tcase_add_test(tc, forced_reduce);
   tcase_add_test(tc, forced_small_limit);
   tcase_add_test(tc, last_algorithm_follows);

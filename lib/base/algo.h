@@ -25,8 +25,9 @@ typedef enum {
                              reduce: ring reduce_scatter + each block sent to the root */
   TC_ALGO_ALLTOALL,       /* reduce_scatter: MPI_Ialltoall + local reduction in rank order */
   TC_ALGO_RING_ALLGATHER, /* all_reduce: ring reduce_scatter + MPI_Iallgatherv */
-  TC_ALGO_SCATTERED,      /* all_to_all_single: every block its own MPI_Isend / MPI_Irecv, all
-                             posted at once, this rank's own block copied locally */
+  TC_ALGO_SCATTERED,      /* all_to_all_single, all_to_all (list), permute, shard_dim_all_to_all:
+                             every block its own MPI_Isend / MPI_Irecv, all posted at once, this
+                             rank's own block copied locally (shard_dim: sent to itself) */
   TC_NUM_ALGOS
 } tc_algo_t;
 

@@ -29,6 +29,11 @@ static int post_scattered(tc_work_t *w, const char *sbuf, char *rbuf, const int6
                           const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t row) {
   int size = w->comm->size, me = w->comm->rank, rc = TCOLL_SUCCESS;
   size_t rb = (size_t)row * tc_dtype_size(d);
+  /* The own block never reaches MPI, which would refuse a receive shorter than its message: a
+   * copy must not write past its rows instead. */
+  if (sc[me] > rc_[me])
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "input_split_sizes[%d] is %lld but output_split_sizes[%d] is %lld: "
+                    "rank %d's own block does not fit", me, (long long)sc[me], me, (long long)rc_[me], me);
   tc_sched_t *s = &w->sched;
   for (int k = 1; k < size && !rc; k++) {
     int from = (me - k + size) % size, to = (me + k) % size;
@@ -42,9 +47,9 @@ static int post_scattered(tc_work_t *w, const char *sbuf, char *rbuf, const int6
 
 /* The table's choice for this communicator: never by bytes, which differ between ranks whose
  * splits differ, so that every rank takes the same algorithm. */
-static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in) {
-  tc_algo_query_t q = {.op = TC_OP_ALL_TO_ALL, .bytes = 0, .ranks = w->comm->size, .dtype = in->dtype,
-                       .redop = -1, .device = in->device != TCOLL_HOST};
+tc_algo_t tc_all_to_all_algo(const tc_work_t *w, tcoll_dtype_t d, bool device) {
+  tc_algo_query_t q = {.op = TC_OP_ALL_TO_ALL, .bytes = 0, .ranks = w->comm->size, .dtype = d, .redop = -1,
+                       .device = device};
   tc_algo_t algo = tc_algo_choose(&q);
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }
@@ -58,7 +63,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   layout(osplits, in->shape[0], size, v + 2 * size, v + 3 * size);
   int rc = TCOLL_SUCCESS;
   if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size))) return rc;
-  tc_algo_t algo = choose(w, in);
+  tc_algo_t algo = tc_all_to_all_algo(w, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   const void *sbuf;
   void *rbuf;

@@ -1,25 +1,46 @@
 /* permute -> MPI_Ialltoallv with one non-empty send (to src_dst[me]) and one non-empty receive
- * (from the rank m with src_dst[m] == me). */
+ * (from the rank m with src_dst[m] == me), or the scattered exchange (all_to_all's algorithm):
+ * that one MPI_Isend and one MPI_Irecv, or a local copy where this rank sends to itself. */
 #include "../argcheck.h"
+#include "../base/dtype.h"
 #include "../work/staging.h"
 #include "post.h"
 
 #include <string.h>
 
+/* The rank whose input lands here: src_dst is a permutation (checked). */
+static int source_of(const int *src_dst, int size, int me) {
+  int m = 0;
+  while (m < size - 1 && src_dst[m] != me) m++;
+  return m;
+}
+
+static int post_scattered(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, int to, int from) {
+  tc_sched_t *s = &w->sched;
+  if (to == w->comm->rank) return tc_sched_copy(s, rbuf, sbuf, (size_t)n * tc_dtype_size(d), false);
+  int rc = tc_sched_recv(s, rbuf, n, d, from, 0, false);
+  return rc ? rc : tc_sched_send(s, sbuf, n, d, to, 0, false);
+}
+
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const int *src_dst) {
   int size = w->comm->size, me = w->comm->rank;
+  tc_algo_t algo = tc_all_to_all_algo(w, in->dtype, in->device != TCOLL_HOST);
+  tc_work_set_algo(w, algo);
+  int64_t n = tcoll_tensor_numel(in);
+  const void *sbuf;
+  void *rbuf;
+  w->host_math = algo == TC_ALGO_SCATTERED; /* a fixed point is copied on the host (as all_to_all_single) */
+  int rc = tc_stage_in(w, in, &sbuf);
+  if (!rc) rc = tc_stage_out(w, out, &rbuf);
+  if (rc || n == 0) return rc;
+  if (algo == TC_ALGO_SCATTERED)
+    return post_scattered(w, sbuf, rbuf, n, in->dtype, src_dst[me], source_of(src_dst, size, me));
   int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   if (!v) return TCOLL_ERR_NO_MEMORY;
-  int64_t n = tcoll_tensor_numel(in);
   memset(v, 0, 4 * (size_t)size * sizeof *v);
   v[src_dst[me]] = n; /* send counts; all displacements stay 0 */
   for (int m = 0; m < size; m++)
     if (src_dst[m] == me) v[2 * size + m] = n; /* receive counts */
-  const void *sbuf;
-  void *rbuf;
-  int rc = tc_stage_in(w, in, &sbuf);
-  if (!rc) rc = tc_stage_out(w, out, &rbuf);
-  if (rc || n == 0) return rc;
   return tc_post_alltoallv(w, sbuf, v, v + size, rbuf, v + 2 * size, v + 3 * size, in->dtype, 1);
 }
 

@@ -1,7 +1,10 @@
 /* shard_dim_all_to_all -> MPI_Ialltoallv with strided datatypes on both sides: chunk j of the
  * input along shard_dim goes to rank j, and rank i's chunk lands as the i-th slab of the output
- * along gather_dim, with no packing. */
+ * along gather_dim, with no packing. Or the scattered exchange (all_to_all's algorithm): the same
+ * slabs, one MPI_Isend and one MPI_Irecv of one slab datatype per rank, all posted at once (the
+ * own slab too: a message to itself, which lets MPI copy between the two strided layouts). */
 #include "../argcheck.h"
+#include "../base/dtype.h"
 #include "../work/staging.h"
 #include "../tensor.h"
 #include "post.h"
@@ -17,34 +20,67 @@ static int slab_type(tcoll_dtype_t d, const int64_t *shape, int ndim, int dim, i
   return tc_mpi_vector(d, v.outer, block, block * parts, block, t);
 }
 
-static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int gdim, int sdim) {
+/* Slab p of each side by point-to-point messages (the datatypes are held by the work until the
+ * steps are posted). The receive from a rank is posted before the send to it. */
+static int post_scattered(tc_work_t *w, const char *sbuf, char *rbuf, tc_mpi_type_t *st, tc_mpi_type_t *rt,
+                          size_t sslab, size_t rslab) {
+  int size = w->comm->size, me = w->comm->rank;
+  MPI_Datatype s_type = st->type, r_type = rt->type;
+  int rc = tc_work_hold_type(w, st);
+  if (rc) {
+    tc_mpi_type_put(rt);
+    return rc;
+  }
+  if ((rc = tc_work_hold_type(w, rt))) return rc;
+  tc_sched_t *s = &w->sched;
+  for (int k = 0; k < size && !rc; k++) {
+    int from = (me - k + size) % size, to = (me + k) % size;
+    rc = tc_sched_recv_typed(s, rbuf + (size_t)from * rslab, 1, r_type, from, 0, false);
+    if (!rc) rc = tc_sched_send_typed(s, sbuf + (size_t)to * sslab, 1, s_type, to, 0, false);
+  }
+  return rc;
+}
+
+static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_type_t *st, tc_mpi_type_t *rt) {
   int size = w->comm->size;
   int *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
-  if (!v) return TCOLL_ERR_NO_MEMORY;
-  for (int p = 0; p < size; p++) {
-    v[p] = v[2 * size + p] = 1;      /* counts */
+  int rc = v ? tc_work_reserve(w, 1) : TCOLL_ERR_NO_MEMORY;
+  for (int p = 0; v && p < size; p++) {
+    v[p] = v[2 * size + p] = 1;        /* counts */
     v[size + p] = v[3 * size + p] = p; /* displacements, in slabs */
   }
+  if (!rc)
+    rc = tc_post_ok(w,
+                    MPI_Ialltoallv(sbuf, v, v + size, st->type, rbuf, v + 2 * size, v + 3 * size, rt->type,
+                                   w->comm->mpi, tc_work_req(w)),
+                    "MPI_Ialltoallv");
+  tc_mpi_type_put(st);
+  tc_mpi_type_put(rt);
+  return rc;
+}
+
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int gdim, int sdim) {
+  int size = w->comm->size;
+  tc_algo_t algo = tc_all_to_all_algo(w, in->dtype, in->device != TCOLL_HOST);
+  tc_work_set_algo(w, algo);
   const void *sbuf;
   void *rbuf;
+  w->host_math = algo == TC_ALGO_SCATTERED; /* staged whole, as all_to_all_single's */
   int rc = tc_stage_in(w, in, &sbuf);
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc || tcoll_tensor_numel(in) == 0) return rc;
   tc_mpi_type_t st, rt;
-  if ((rc = slab_type(in->dtype, in->shape, in->ndim, sdim, in->shape[sdim] / size, size, &st))) return rc;
-  if ((rc = slab_type(in->dtype, out->shape, out->ndim, gdim, out->shape[gdim] / size, size, &rt))) {
+  int64_t slen = in->shape[sdim] / size, glen = out->shape[gdim] / size;
+  if ((rc = slab_type(in->dtype, in->shape, in->ndim, sdim, slen, size, &st))) return rc;
+  if ((rc = slab_type(in->dtype, out->shape, out->ndim, gdim, glen, size, &rt))) {
     tc_mpi_type_put(&st);
     return rc;
   }
-  rc = tc_work_reserve(w, 1);
-  if (!rc)
-    rc = tc_post_ok(w,
-                    MPI_Ialltoallv(sbuf, v, v + size, st.type, rbuf, v + 2 * size, v + 3 * size, rt.type,
-                                   w->comm->mpi, tc_work_req(w)),
-                    "MPI_Ialltoallv");
-  tc_mpi_type_put(&st);
-  tc_mpi_type_put(&rt);
-  return rc;
+  if (algo != TC_ALGO_SCATTERED) return post_alltoallv(w, sbuf, rbuf, &st, &rt);
+  size_t es = tc_dtype_size(in->dtype);
+  size_t sslab = (size_t)(slen * tc_dimview(in->shape, in->ndim, sdim).inner) * es;
+  size_t rslab = (size_t)(glen * tc_dimview(out->shape, out->ndim, gdim).inner) * es;
+  return post_scattered(w, sbuf, rbuf, &st, &rt, sslab, rslab);
 }
 
 int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim, tcoll_comm_t *comm,

@@ -188,6 +188,11 @@ int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datat
   return add_p2p_step(s, TC_STEP_SEND, (void *)buf, count, dt, peer, tag_offset, new_round);
 }
 
+int tc_sched_recv_typed(tc_sched_t *s, void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
+                        bool new_round) {
+  return add_p2p_step(s, TC_STEP_RECV, buf, count, dt, peer, tag_offset, new_round);
+}
+
 int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,
                          tcoll_dtype_t d, MPI_Op op, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_REDUCE, new_round);

@@ -163,9 +163,11 @@ void tc_sched_name_posted(tc_sched_t *s, const char *call);
 int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
                   bool new_round);
 int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset, bool new_round);
-/* One MPI_Isend of count elements of a derived datatype dt (a strided block; count within the
- * limit), which must stay valid until the step is posted. */
+/* One MPI_Isend / MPI_Irecv of count elements of a derived datatype dt (a strided block; count
+ * within the limit), which must stay valid until the step is posted. */
 int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
+                        bool new_round);
+int tc_sched_recv_typed(tc_sched_t *s, void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
                         bool new_round);
 int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round);
 int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool new_round);

@@ -49,7 +49,17 @@ static const row_t table[] = {
     {TC_MPI_MPICH, TC_OP_REDUCE, 3, INT_MAX, 8 * MiB, ANY_SIZE, TC_ALGO_RING},
     /* MPICH 4.0's MPI_Ialltoallv is 1.2-1.5x its MPI_Ialltoall from 256 KiB at 2 ranks; the
      * scattered sends match MPI_Ialltoall there and beat it below. Ranks choose without the
-     * bytes, which differ between ranks with uneven splits. */
+     * bytes, which differ between ranks with uneven splits. The row serves the whole family
+     * (tcoll over the raw call, medians of 3 runs, 8 B-16 MiB): all_to_all_single 0.61-0.95x raw
+     * MPI_Ialltoall (literal 1.02-1.57x), the list form 0.55-1.02x from 32 KiB and 1.2-1.6x below
+     * (literal 1.5-3.0x; it no longer packs host tensors), permute 0.88-1.06x its raw
+     * MPI_Ialltoallv (literal up to 1.58x), shard_dim 0.74-1.19x its raw strided MPI_Ialltoallv
+     * (literal up to 1.52x). At 3-4 ranks the exchange also beat the literal calls in the same
+     * runs, but those runs have more ranks than cores and their times are the scheduler's
+     * (milliseconds for 8 B); runs forcing one algorithm each did not agree: no row there. On
+     * Open MPI the list form wins (0.60-1.00x from 128 KiB at 2 ranks, literal 1.2-2.0x) but
+     * all_to_all_single and permute lose 5-20% from 2 MiB at 2 ranks and 10-40% from 128 KiB at
+     * 3-4, and the row is the family's: none there either. */
     {TC_MPI_MPICH, TC_OP_ALL_TO_ALL, 2, 2, 0, ANY_SIZE, TC_ALGO_SCATTERED},
 };
 
