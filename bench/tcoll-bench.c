@@ -485,6 +485,7 @@ static void add_tune_variants(point_t *p) {
   static const char *const rd[] = {"mpi", "ring"}, *const rd_set[] = {"reduce:mpi", "reduce:ring"};
   static const char *const a2a[] = {"mpi", "scattered"}, *const a2a_set[] = {"all_to_all:mpi",
                                                                              "all_to_all:scattered"};
+  static const char *const list_set[] = {"all_to_all_list:mpi", "all_to_all_list:scattered"};
   bool is_a2a = p->op == OP_ALL_TO_ALL || p->op == OP_A2A_LIST || p->op == OP_PERMUTE || p->op == OP_SHARD ||
                 p->op == OP_SHARD_G1;
   const char *const *names = p->op == OP_ALL_REDUCE       ? ar
@@ -495,6 +496,7 @@ static void add_tune_variants(point_t *p) {
   const char *const *sets = p->op == OP_ALL_REDUCE       ? ar_set
                             : p->op == OP_REDUCE_SCATTER ? rs_set
                             : p->op == OP_REDUCE         ? rd_set
+                            : p->op == OP_A2A_LIST       ? list_set
                                                          : a2a_set;
   int count = p->op == OP_REDUCE || is_a2a ? 2 : MAX_TUNE;
   if (!names || g_size < 2) return;

@@ -8,7 +8,7 @@
 tc_algo_t tc_algo_forced[TC_NUM_ALGO_OPS];
 
 static const char *const op_names[TC_NUM_ALGO_OPS] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                                       "all_to_all", "reduce"};
+                                                       "all_to_all", "reduce", "all_to_all_list"};
 static const char *const algo_names[TC_NUM_ALGOS] = {"auto", "mpi", "ring", "alltoall", "ring_allgather", "scattered"};
 
 /* Which algorithms each op offers besides auto and mpi (bit per tc_algo_t). */
@@ -17,6 +17,7 @@ static const unsigned offered[TC_NUM_ALGO_OPS] = {
     [TC_OP_REDUCE_SCATTER] = 1u << TC_ALGO_RING | 1u << TC_ALGO_ALLTOALL,
     [TC_OP_ALL_TO_ALL] = 1u << TC_ALGO_SCATTERED,
     [TC_OP_REDUCE] = 1u << TC_ALGO_RING,
+    [TC_OP_ALL_TO_ALL_LIST] = 1u << TC_ALGO_SCATTERED,
 };
 
 const char *tc_algo_op_name(tc_algo_op_t op) { return op < TC_NUM_ALGO_OPS ? op_names[op] : "?"; }
@@ -69,7 +70,7 @@ static int parse_item(const char *item, size_t len, const char *what, tc_algo_t 
   if (op < 0)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
                     "%s: unknown collective \"%.*s\" (expected all_reduce, reduce_scatter, all_gather, broadcast, "
-                    "all_to_all or reduce)",
+                    "all_to_all, reduce or all_to_all_list)",
                     what, (int)oplen, opname);
   const char *name = colon + 1;
   size_t nlen = len - (size_t)(name - item);

@@ -12,8 +12,9 @@ typedef enum {
   TC_OP_REDUCE_SCATTER,
   TC_OP_ALL_GATHER,
   TC_OP_BROADCAST,
-  TC_OP_ALL_TO_ALL,
+  TC_OP_ALL_TO_ALL,      /* all_to_all_single, permute, shard_dim_all_to_all */
   TC_OP_REDUCE,
+  TC_OP_ALL_TO_ALL_LIST, /* all_to_all with a list of tensors: its literal mapping packs them */
   TC_NUM_ALGO_OPS
 } tc_algo_op_t;
 
@@ -25,7 +26,7 @@ typedef enum {
                              reduce: ring reduce_scatter + each block sent to the root */
   TC_ALGO_ALLTOALL,       /* reduce_scatter: MPI_Ialltoall + local reduction in rank order */
   TC_ALGO_RING_ALLGATHER, /* all_reduce: ring reduce_scatter + MPI_Iallgatherv */
-  TC_ALGO_SCATTERED,      /* all_to_all_single, all_to_all (list), permute, shard_dim_all_to_all:
+  TC_ALGO_SCATTERED,      /* all_to_all_single, permute, shard_dim_all_to_all, all_to_all (list):
                              every block its own MPI_Isend / MPI_Irecv, all posted at once, this
                              rank's own block copied locally (shard_dim: sent to itself) */
   TC_NUM_ALGOS

@@ -47,8 +47,8 @@ static int post_scattered(tc_work_t *w, const char *sbuf, char *rbuf, const int6
 
 /* The table's choice for this communicator: never by bytes, which differ between ranks whose
  * splits differ, so that every rank takes the same algorithm. */
-tc_algo_t tc_all_to_all_algo(const tc_work_t *w, tcoll_dtype_t d, bool device) {
-  tc_algo_query_t q = {.op = TC_OP_ALL_TO_ALL, .bytes = 0, .ranks = w->comm->size, .dtype = d, .redop = -1,
+tc_algo_t tc_all_to_all_algo(const tc_work_t *w, tc_algo_op_t op, tcoll_dtype_t d, bool device) {
+  tc_algo_query_t q = {.op = op, .bytes = 0, .ranks = w->comm->size, .dtype = d, .redop = -1,
                        .device = device};
   tc_algo_t algo = tc_algo_choose(&q);
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
@@ -63,7 +63,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   layout(osplits, in->shape[0], size, v + 2 * size, v + 3 * size);
   int rc = TCOLL_SUCCESS;
   if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size))) return rc;
-  tc_algo_t algo = tc_all_to_all_algo(w, in->dtype, in->device != TCOLL_HOST);
+  tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   const void *sbuf;
   void *rbuf;

@@ -105,7 +105,7 @@ static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor
   int size = w->comm->size;
   tcoll_dtype_t d = ins[0].dtype;
   size_t es = tc_dtype_size(d);
-  tc_algo_t algo = tc_all_to_all_algo(w, d, ins[0].device != TCOLL_HOST);
+  tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL_LIST, d, ins[0].device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   if (!v) return TCOLL_ERR_NO_MEMORY;

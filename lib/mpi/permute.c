@@ -24,7 +24,7 @@ static int post_scattered(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n,
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const int *src_dst) {
   int size = w->comm->size, me = w->comm->rank;
-  tc_algo_t algo = tc_all_to_all_algo(w, in->dtype, in->device != TCOLL_HOST);
+  tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   int64_t n = tcoll_tensor_numel(in);
   const void *sbuf;

@@ -33,10 +33,11 @@ int tc_post_allgather(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
 int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *scounts, const int64_t *sdispls, void *rbuf,
                       const int64_t *rcounts, const int64_t *rdispls, tcoll_dtype_t d, int64_t unit);
 
-/* The algorithm of the all-to-all family (all_to_all_single, all_to_all, permute,
- * shard_dim_all_to_all; TC_OP_ALL_TO_ALL): TC_ALGO_MPI or TC_ALGO_SCATTERED, chosen without the
- * bytes, which differ between ranks with uneven blocks, so that every rank takes the same one. */
-tc_algo_t tc_all_to_all_algo(const tc_work_t *w, tcoll_dtype_t d, bool device);
+/* The algorithm of the all-to-all family (op TC_OP_ALL_TO_ALL: all_to_all_single, permute,
+ * shard_dim_all_to_all; TC_OP_ALL_TO_ALL_LIST: all_to_all, whose table rows differ because its
+ * literal mapping packs the tensors): TC_ALGO_MPI or TC_ALGO_SCATTERED, chosen without the bytes,
+ * which differ between ranks with uneven blocks, so that every rank takes the same one. */
+tc_algo_t tc_all_to_all_algo(const tc_work_t *w, tc_algo_op_t op, tcoll_dtype_t d, bool device);
 
 /* Composed algorithms on host buffers (lib/sched/algorithms.h builds their steps), for the
  * single-tensor calls and the packed groups of coalesced ones alike. Each rank's contribution is

@@ -61,7 +61,7 @@ static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_typ
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int gdim, int sdim) {
   int size = w->comm->size;
-  tc_algo_t algo = tc_all_to_all_algo(w, in->dtype, in->device != TCOLL_HOST);
+  tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   const void *sbuf;
   void *rbuf;

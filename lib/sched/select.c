@@ -49,18 +49,26 @@ static const row_t table[] = {
     {TC_MPI_MPICH, TC_OP_REDUCE, 3, INT_MAX, 8 * MiB, ANY_SIZE, TC_ALGO_RING},
     /* MPICH 4.0's MPI_Ialltoallv is 1.2-1.5x its MPI_Ialltoall from 256 KiB at 2 ranks; the
      * scattered sends match MPI_Ialltoall there and beat it below. Ranks choose without the
-     * bytes, which differ between ranks with uneven splits. The row serves the whole family
-     * (tcoll over the raw call, medians of 3 runs, 8 B-16 MiB): all_to_all_single 0.61-0.95x raw
-     * MPI_Ialltoall (literal 1.02-1.57x), the list form 0.55-1.02x from 32 KiB and 1.2-1.6x below
-     * (literal 1.5-3.0x; it no longer packs host tensors), permute 0.88-1.06x its raw
-     * MPI_Ialltoallv (literal up to 1.58x), shard_dim 0.74-1.19x its raw strided MPI_Ialltoallv
-     * (literal up to 1.52x). At 3-4 ranks the exchange also beat the literal calls in the same
-     * runs, but those runs have more ranks than cores and their times are the scheduler's
-     * (milliseconds for 8 B); runs forcing one algorithm each did not agree: no row there. On
-     * Open MPI the list form wins (0.60-1.00x from 128 KiB at 2 ranks, literal 1.2-2.0x) but
-     * all_to_all_single and permute lose 5-20% from 2 MiB at 2 ranks and 10-40% from 128 KiB at
-     * 3-4, and the row is the family's: none there either. */
+     * bytes, which differ between ranks with uneven splits. The row serves all_to_all_single,
+     * permute and shard_dim (tcoll over the raw call, medians of 3 runs, 8 B-16 MiB):
+     * all_to_all_single 0.61-0.95x raw MPI_Ialltoall (literal 1.02-1.57x), permute 0.88-1.06x
+     * its raw MPI_Ialltoallv (literal up to 1.58x), shard_dim 0.74-1.19x its raw strided
+     * MPI_Ialltoallv (literal up to 1.52x). At 3-4 ranks the exchange also beat the literal
+     * calls in the same runs, but those runs have more ranks than cores and their times are the
+     * scheduler's (milliseconds for 8 B); runs forcing one algorithm each did not agree: no row
+     * there. On Open MPI all_to_all_single and permute lose 5-20% from 2 MiB at 2 ranks and
+     * 10-40% from 128 KiB at 3-4: no row. */
     {TC_MPI_MPICH, TC_OP_ALL_TO_ALL, 2, 2, 0, ANY_SIZE, TC_ALGO_SCATTERED},
+    /* The list all_to_all's literal mapping packs the tensors into one buffer and unpacks the
+     * results; the scattered exchange sends and receives host tensors where they lie. Against
+     * raw MPI_Ialltoall of the same bytes (medians of 3 runs, scattered / literal, same runs):
+     * Open MPI 2 ranks 1.51 / 1.78 at 8 B, 1.10 / 1.71 at 32 KiB, 0.60 / 1.17 at 2 MiB, 0.98 /
+     * 1.91 at 16 MiB; 3-4 ranks 1.16-1.30 / 1.18-1.30 below 32 KiB, 0.84-1.00 / 1.08-1.34 above;
+     * MPICH 2 ranks 1.23-1.63 / 1.70-2.22 below 32 KiB, 0.60-1.03 / 1.52-2.99 above (and
+     * 0.04-0.65 / 0.16-1.00 in the oversubscribed 3-4-rank runs). Never slower: every size, at
+     * the measured rank counts. */
+    {TC_MPI_OPEN_MPI, TC_OP_ALL_TO_ALL_LIST, 2, 4, 0, ANY_SIZE, TC_ALGO_SCATTERED},
+    {TC_MPI_MPICH, TC_OP_ALL_TO_ALL_LIST, 2, 4, 0, ANY_SIZE, TC_ALGO_SCATTERED},
 };
 
 static _Thread_local TC_TLS_HOT tc_algo_t last = TC_ALGO_MPI;
