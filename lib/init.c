@@ -126,7 +126,6 @@ static int start_library(void) {
   tc_mpi_impl_init();
   log_devices();
   tc_comm_set_drain(tc_wait_comm);
-  tc_sched_set_peer(&(tc_sched_peer_t){tc_pipe_drive_all, tc_pipe_any_active});
   if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;
   rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);

@@ -310,6 +310,51 @@ START_TEST(pipe_wait_orders) {
 }
 END_TEST
 
+/* Device pipelines and a host pipeline (a gather along dim 1) in flight together, waited in
+ * opposite orders on odd and even ranks, the first with a timeout too short to finish: their
+ * chunk calls share the engine's FIFO and must match across ranks whatever the order. */
+START_TEST(pipe_mixed_orders) {
+  small_chunks();
+  int64_t shape[1] = {7001}, hshape[2] = {64, 1024};
+  tcoll_tensor_t a = filled(TCOLL_FLOAT32, 1, shape, t_rank), ao = t_empty();
+  tcoll_tensor_t h = t_host(TCOLL_FLOAT32, 2, hshape), ho = t_empty();
+  ctx_t hc = {t_rank, 0, 0, 1.0};
+  t_set_all(&h, rank_val, &hc);
+  int64_t rshape[1] = {4096 * t_size};
+  tcoll_tensor_t r = filled(TCOLL_FLOAT32, 1, rshape, t_rank), ro = t_empty();
+  T_OK(tcoll_all_reduce(&a, TCOLL_SUM, NULL, &ao));
+  T_OK(tcoll_all_gather(&h, 1, NULL, &ho));
+  T_OK(tcoll_reduce_scatter(&r, TCOLL_SUM, 0, NULL, &ro));
+  void *bufs[3] = {ao.data, ho.data, ro.data};
+  int first = t_rank % 2 ? 2 : 0, step = t_rank % 2 ? -1 : 1;
+  int rc = tcoll_wait_timeout(bufs[first], 1e-6);
+  T_EXPECT(rc == TCOLL_SUCCESS || rc == TCOLL_ERR_TIMEOUT, "wait_timeout: %s", tcoll_status_string(rc));
+  for (int k = 0; k < 3; k++) T_OK(tcoll_wait(bufs[first + step * k]));
+  ctx_t c = {0, 0, 0, 1.0};
+  t_check_all("all_reduce beside a host pipeline", &ao, sum_val, &c, 0);
+  t_check_all("reduce_scatter beside a host pipeline", &ro, sum_val, &(ctx_t){0, 4096 * t_rank, 0, 1.0}, 0);
+  int64_t n = tcoll_tensor_numel(&ho), row = 1024 * t_size;
+  double *v = malloc((size_t)n * sizeof *v);
+  t_read(&ho, v);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t col = i % row;
+    double want = val((int)(col / 1024), i / row * 1024 + col % 1024);
+    if (v[i] != want) {
+      T_EXPECT(false, "gather along dim 1: element %lld is %g, expected %g", (long long)i, v[i], want);
+      break;
+    }
+  }
+  free(v);
+  tcoll_tensor_free(&a);
+  tcoll_tensor_free(&ao);
+  tcoll_tensor_free(&h);
+  tcoll_tensor_free(&ho);
+  tcoll_tensor_free(&r);
+  tcoll_tensor_free(&ro);
+  restore_chunks();
+}
+END_TEST
+
 /* A subcommunicator: pipelines on two communicators at once. */
 START_TEST(pipe_subcomm) {
   small_chunks();
@@ -746,6 +791,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, pipe_all_gather);
   tcase_add_test(tc, pipe_reduce_scatter);
   tcase_add_test(tc, pipe_wait_orders);
+  tcase_add_test(tc, pipe_mixed_orders);
   tcase_add_test(tc, pipe_subcomm);
   tcase_add_test(tc, pipe_repeat);
   tcase_add_test(tc, pipe_max_count);

@@ -3,6 +3,7 @@
 #include "schedule.h"
 
 #include "../base/dtype.h"
+#include "../device/device.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -30,9 +31,9 @@ static int keyval = MPI_KEYVAL_INVALID;
 
 void tc_sched_reset(tc_sched_t *s, tcoll_comm_t *comm, uint64_t seq) {
   s->n = s->first = s->nmpi = 0;
-  s->unstarted_comm = s->unposted_coll = 0;
+  s->unstarted_comm = s->unposted_coll = s->ncoll = s->coll_started = 0;
   s->status = TCOLL_SUCCESS;
-  s->starting = s->driven = s->in_fifo = false;
+  s->starting = s->driven = s->in_fifo = s->coll_later = false;
   s->comm = comm;
   s->sc = NULL;
   s->tag_base = (int)(seq & INT_MAX); /* folded into the tag range when a message needs it */
@@ -116,14 +117,18 @@ tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
   st->large = false;
   s->n++;
   if (communicates(kind)) s->unstarted_comm++;
-  if (kind == TC_STEP_COLL) s->unposted_coll++;
+  if (kind == TC_STEP_COLL) {
+    s->unposted_coll++;
+    st->u.coll.nth = s->ncoll++;
+  }
   return st;
 }
 
 bool tc_sched_posted_any(const tc_sched_t *s) {
   for (int i = 0; i < s->n; i++)
     if (s->steps[i].kind == TC_STEP_MPI || s->steps[i].kind == TC_STEP_POLL ||
-        (communicates(s->steps[i].kind) && s->steps[i].state != TC_STEP_WAITING))
+        ((communicates(s->steps[i].kind) || s->steps[i].kind == TC_STEP_DEV) &&
+         s->steps[i].state != TC_STEP_WAITING))
       return true;
   return false;
 }
@@ -248,6 +253,28 @@ int tc_sched_poll(tc_sched_t *s, int (*fn)(void *, bool, double), void *arg, boo
   return TCOLL_SUCCESS;
 }
 
+int tc_sched_coll(tc_sched_t *s, tc_coll_kind_t what, const void *sbuf, void *rbuf, int64_t count,
+                  MPI_Datatype dt, MPI_Op op, int root, bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_COLL, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.coll.what = what;
+  st->u.coll.sbuf = sbuf;
+  st->u.coll.rbuf = rbuf;
+  st->u.coll.count = count;
+  st->u.coll.counts = st->u.coll.displs = NULL;
+  st->u.coll.dt = dt;
+  st->u.coll.op = op;
+  st->u.coll.root = root;
+  return TCOLL_SUCCESS;
+}
+
+int tc_sched_dev(tc_sched_t *s, const tc_dev_step_t *d, bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_DEV, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.dev = *d;
+  return TCOLL_SUCCESS;
+}
+
 int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_CALL, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
@@ -335,6 +362,8 @@ static const char *step_call_name(const tc_step_t *st) {
     case TC_COLL_ALLTOALL: return NAME("MPI_Ialltoall");
     case TC_COLL_ALLREDUCE: return NAME("MPI_Iallreduce");
     case TC_COLL_ALLGATHER: return NAME("MPI_Iallgather");
+    case TC_COLL_BCAST: return NAME("MPI_Ibcast");
+    case TC_COLL_REDUCE_SCATTER_BLOCK: return NAME("MPI_Ireduce_scatter_block");
     }
     break;
   default: break;
@@ -362,6 +391,10 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
     return tc_mpi_iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
   case TC_COLL_ALLGATHER:
     return tc_mpi_iallgather(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
+  case TC_COLL_BCAST:
+    return tc_mpi_ibcast(c->rbuf, c->count, c->dt, c->root, comm, &st->req);
+  case TC_COLL_REDUCE_SCATTER_BLOCK:
+    return tc_mpi_ireduce_scatter_block(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
   }
   TC_UNUSED(s);
   return MPI_ERR_OTHER;
@@ -371,14 +404,18 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
 static bool start_comm(tc_sched_t *s, tc_step_t *st) {
   int rc;
   if (st->kind == TC_STEP_COLL) {
-    /* While starting, a collective goes on the communicator itself, in program order like any
-     * other call; later ones go on the schedule communicator, in FIFO order. */
+    /* In the order they were added, whatever order their dependencies complete in on each rank
+     * (a staging pipeline's chunks). While starting, a collective goes on the communicator
+     * itself, in program order like any other call; later ones go on the schedule
+     * communicator, in FIFO order. */
+    if (st->u.coll.nth != s->coll_started || (s->starting && s->coll_later)) return false;
     MPI_Comm comm = s->comm->mpi;
     if (!s->starting) {
       if (s->sc->fifo_head != s) return false;
       comm = s->sc->mpi;
     }
     rc = post_coll(s, st, comm);
+    s->coll_started++;
     if (--s->unposted_coll == 0) fifo_remove(s);
   } else {
     const typeof(st->u.p2p) *p = &st->u.p2p;
@@ -434,6 +471,29 @@ static void run_local(tc_sched_t *s, tc_step_t *st) {
   st->state = TC_STEP_DONE;
 }
 
+/* Queues a DEV step's device work; done at once unless it waits for an event. */
+static void start_dev(tc_sched_t *s, tc_step_t *st) {
+  const tc_dev_step_t *d = &st->u.dev;
+  const tc_device_ops_t *ops = tc_dev();
+  bool dev = d->dev != TCOLL_HOST;
+  int rc = TCOLL_SUCCESS;
+  if (dev && d->wait_ev) rc = ops->stream_wait_event(d->dev, d->stream, d->wait_ev);
+  if (!rc && d->queue) rc = d->queue(d->arg, d->k);
+  if (!rc && dev && d->record_ev) rc = ops->event_record(d->dev, d->record_ev, d->stream);
+  if (rc) fail(s, rc, "%s", tc_last_message());
+  st->state = !rc && dev && d->done_ev ? TC_STEP_POSTED : TC_STEP_DONE;
+}
+
+/* Whether a posted DEV step's event completed; block: waits for it on the host. */
+static bool dev_done(tc_sched_t *s, tc_step_t *st, bool block) {
+  const tc_dev_step_t *d = &st->u.dev;
+  int rc = block ? tc_dev()->event_sync(d->dev, d->done_ev) : tc_dev()->event_query(d->dev, d->done_ev);
+  if (rc == TCOLL_IN_PROGRESS) return false;
+  if (rc != TCOLL_SUCCESS) fail(s, rc, "%s", tc_last_message());
+  st->state = TC_STEP_DONE;
+  return true;
+}
+
 /* Asks a POLL step's work whether it is done; whether it is. */
 static bool poll_step(tc_sched_t *s, tc_step_t *st, bool block, double deadline) {
   int rc = st->u.poll.fn(st->u.poll.arg, block, deadline);
@@ -446,6 +506,7 @@ static bool poll_step(tc_sched_t *s, tc_step_t *st, bool block, double deadline)
 /* Tests a posted step; whether it completed. */
 static bool test_posted(tc_sched_t *s, tc_step_t *st) {
   if (st->kind == TC_STEP_POLL) return poll_step(s, st, false, 0.0);
+  if (st->kind == TC_STEP_DEV) return dev_done(s, st, false);
   int flag = 0, rc = tc_mpi_testall(1, &st->req, &flag);
   if (rc != MPI_SUCCESS) {
     fail_mpi(s, rc, step_call_name(st));
@@ -481,6 +542,9 @@ static bool advance(tc_sched_t *s) {
         if (start_comm(s, st)) again = true;
       } else if (st->kind == TC_STEP_POLL) {
         st->state = TC_STEP_POSTED; /* its work runs already: asked from the next pass on */
+        again = true;
+      } else if (st->kind == TC_STEP_DEV) {
+        start_dev(s, st);
         again = true;
       } else {
         run_local(s, st);
@@ -534,16 +598,6 @@ static void drive_all_locked(void) {
   }
 }
 
-static tc_sched_peer_t peer;
-
-void tc_sched_set_peer(const tc_sched_peer_t *p) { peer = *p; }
-
-static void drive_peer(void) {
-  if (peer.drive_all) peer.drive_all();
-}
-
-static bool peer_active(void) { return peer.any_active && peer.any_active(); }
-
 void tc_sched_drive_all(void) {
   if (!tc_sched_any_driven()) return;
   pthread_mutex_lock(&eng_mu);
@@ -562,6 +616,8 @@ static void run_blocking(tc_sched_t *s) {
     tc_step_t *st = &s->steps[s->first];
     if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) {
       poll_step(s, st, true, 0.0);
+    } else if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_DEV) {
+      dev_done(s, st, true);
     } else if (st->state == TC_STEP_POSTED) {
       int rc = tc_mpi_waitall(1, &st->req);
       if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
@@ -594,15 +650,13 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
       pthread_mutex_lock(&eng_mu);
       drive_all_locked();
       pthread_mutex_unlock(&eng_mu);
-      drive_peer();
-    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield && !peer_active()) {
+    } else if (block && deadline <= 0 && !tc_sched_any_driven() && !tc_cfg.wait_yield) {
       /* TCOLL_WAIT=yield polls instead: MPICH's MPI_Wait spins without yielding, and with more
        * ranks than cores it starves the very ranks it waits for (a 4-rank demo on 2 cores). */
       run_blocking(s);
     } else {
       advance(s);
       tc_sched_drive_all(); /* others may wait for this rank's steps of their schedules */
-      drive_peer();
     }
     if (finished(s)) break;
     if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;
@@ -623,6 +677,7 @@ void tc_sched_abandon(tc_sched_t *s) {
   for (int i = s->first; i < s->n; i++) {
     tc_step_t *st = &s->steps[i];
     if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) poll_step(s, st, true, 0.0);
+    else if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_DEV) dev_done(s, st, true);
     else if (st->state == TC_STEP_POSTED) tc_mpi_waitall(1, &st->req);
   }
   s->n = s->first = s->nmpi = 0;

@@ -4,7 +4,8 @@
  * is done and the (at most TC_STEP_MAX_DEPS) steps it names as dependencies are done; steps of
  * one round otherwise run in any order, so that transfers and local math overlap. Local steps
  * (a reduction, a copy, a scaling, a call) complete when they start; MPI steps complete when
- * their request does.
+ * their request does; device steps (copies queued on a stream, TC_STEP_DEV) when queued or
+ * when their event completed (the staging pipeline, work/pipeline.h, is built of them).
  *
  * Where MPI steps go:
  *   TC_STEP_MPI   a request the builder posted itself at once, on the collective's own
@@ -16,9 +17,10 @@
  * messages nor the literal calls. Point-to-point steps carry tags derived from
  * the collective's sequence number on the communicator, which keeps concurrent collectives
  * apart whatever the order in which ranks post and wait. Collective steps have no tags: every
- * rank posts them in the same order because a schedule posts its COLL steps only once every
- * schedule started before it on that communicator has posted all of its own (a FIFO per
- * communicator), as in MPI's own rule that collectives are called in the same order.
+ * rank posts them in the same order because a schedule posts its COLL steps in the order they
+ * were added (whatever order their dependencies complete in), and only once every schedule
+ * started before it on that communicator has posted all of its own (a FIFO per communicator),
+ * as in MPI's own rule that collectives are called in the same order.
  *
  * Steps that start while the schedule is being started (tc_sched_start) are the same on every
  * rank by construction: starting never waits for a transfer, so only steps that depend on
@@ -48,11 +50,27 @@ typedef enum {
   TC_STEP_COPY,   /* memcpy on the host */
   TC_STEP_SCALE,  /* dst = src * mul / div on the host (premul_sum, AVG) */
   TC_STEP_CALL,   /* fn(arg): a completion step of the caller's (unpacking, interleaving...) */
-  TC_STEP_POLL    /* poll(arg): a wait on work run elsewhere (a staging pipeline, the inner
-                     collectives of a composite work), polled until it says done */
+  TC_STEP_POLL,   /* poll(arg): a wait on work run elsewhere (the inner collectives of a
+                     composite work), polled until it says done */
+  TC_STEP_DEV     /* copies queued on a device stream (see tc_sched_dev) */
 } tc_step_kind_t;
 
-typedef enum { TC_COLL_ALLGATHERV, TC_COLL_ALLTOALL, TC_COLL_ALLREDUCE, TC_COLL_ALLGATHER } tc_coll_kind_t;
+typedef enum {
+  TC_COLL_ALLGATHERV,
+  TC_COLL_ALLTOALL,
+  TC_COLL_ALLREDUCE,
+  TC_COLL_ALLGATHER,
+  TC_COLL_BCAST,
+  TC_COLL_REDUCE_SCATTER_BLOCK
+} tc_coll_kind_t;
+
+typedef struct tc_dev_step {
+  int dev;
+  void *stream, *wait_ev, *record_ev, *done_ev;
+  int (*queue)(void *arg, int64_t k);
+  void *arg;
+  int64_t k;
+} tc_dev_step_t;
 
 typedef enum { TC_STEP_WAITING, TC_STEP_POSTED, TC_STEP_DONE } tc_step_state_t;
 
@@ -75,6 +93,8 @@ typedef struct tc_step {
                                       MPI_Aint when large */
       MPI_Datatype dt;
       MPI_Op op;
+      int root; /* BCAST */
+      int nth;  /* the schedule's COLL steps post in this order (0, 1, ...) on every rank */
     } coll;
     struct { /* SEND, RECV */
       void *buf;
@@ -111,6 +131,7 @@ typedef struct tc_step {
       int (*fn)(void *arg, bool block, double deadline);
       void *arg;
     } poll;
+    struct tc_dev_step dev; /* DEV (see tc_sched_dev) */
   } u;
 } tc_step_t;
 
@@ -124,8 +145,11 @@ typedef struct tc_sched {
                          there is nothing to start and a wait is MPI's alone */
   int unstarted_comm; /* COLL, SEND and RECV steps not started yet */
   int unposted_coll;  /* COLL steps not started yet (the schedule waits in its FIFO meanwhile) */
+  int ncoll;          /* COLL steps added, and started: they start in the order they were added */
+  int coll_started;
   int status;         /* the first error, once one happened */
   bool starting;      /* inside tc_sched_start */
+  bool coll_later;    /* no COLL step posts while starting (tc_sched_coll_later) */
   bool driven;        /* in the list of driven schedules (the engine lock guards it) */
   bool in_fifo;
   tcoll_comm_t *comm;
@@ -148,6 +172,10 @@ int tc_sched_reserve(tc_sched_t *s, int n);
 /* Appends a step of kind in the current round (new_round: in a round after every step so far);
  * NULL (error set) without memory. The pointer is valid until the next append. */
 tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round);
+/* COLL steps never post inside tc_sched_start: for schedules where whether one could start then
+ * differs between ranks (a staging pipeline: the chunk's data comes from a device on one rank,
+ * from MPI on another). */
+static inline void tc_sched_coll_later(tc_sched_t *s) { s->coll_later = true; }
 /* The index of the step last added (for dependencies). */
 static inline int tc_sched_last(const tc_sched_t *s) { return s->n - 1; }
 /* Step `step` (an index) starts only after step `dep` is done. */
@@ -185,6 +213,17 @@ int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round);
  * engine's lock: a schedule with a POLL step is never driven from inside another's pass (it has
  * no lazily started communication), so fn may wait for other works. */
 int tc_sched_poll(tc_sched_t *s, int (*fn)(void *, bool, double), void *arg, bool new_round);
+/* An MPI_I* collective on contiguous buffers, posted by the engine (count per rank: see
+ * tc_step_t; root for BCAST). The schedule's COLL steps post in the order they are added. */
+int tc_sched_coll(tc_sched_t *s, tc_coll_kind_t what, const void *sbuf, void *rbuf, int64_t count,
+                  MPI_Datatype dt, MPI_Op op, int root, bool new_round);
+/* Device work on stream of dev (the engine calls the device backend, never waits in it while
+ * anything else can move): when the step starts, the stream waits for wait_ev, queue(arg, k)
+ * queues copies on it and record_ev is recorded after them (each NULL: none). The step is done
+ * once queued, or, with done_ev, once done_ev completed (a host-side wait: for record_ev, or
+ * for an event recorded by an earlier step). On the host (dev TCOLL_HOST) queue copies
+ * synchronously and there are no streams or events: the step is done when it starts. */
+int tc_sched_dev(tc_sched_t *s, const tc_dev_step_t *d, bool new_round);
 
 /* ---- running ---- */
 
@@ -197,15 +236,6 @@ void tc_sched_start(tc_sched_t *s);
 int tc_sched_progress(tc_sched_t *s, bool block, double deadline);
 /* Whether s has nothing left to do. */
 static inline bool tc_sched_done(const tc_sched_t *s) { return s->first == s->n; }
-/* Another engine whose pending work other ranks may wait for (the staging pipelines, which post
- * their chunks lazily): every wait and test drives it with the schedules, so that a rank waiting
- * for a schedule never stalls a rank waiting for a pipeline (or the reverse); and no wait blocks
- * inside MPI while it has work. Called outside the engine's lock. */
-typedef struct tc_sched_peer {
-  void (*drive_all)(void);
-  bool (*any_active)(void);
-} tc_sched_peer_t;
-void tc_sched_set_peer(const tc_sched_peer_t *peer);
 /* Advances every driven schedule (the progress thread, and whoever waits). */
 void tc_sched_drive_all(void);
 /* Whether any schedule is driven now (a cheap, unlocked read). */

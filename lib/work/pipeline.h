@@ -2,27 +2,33 @@
  * memory in chunks of about TCOLL_STAGING_CHUNK bytes, so that the device-to-host copy of chunk
  * k+1, MPI on chunk k and the host-to-device copy of chunk k-1 overlap.
  *
- * Per chunk: fill (device-to-host copies on tcoll's d2h stream of the device, ordered after
- * the caller's current stream by an event recorded when the collective was posted), host
- * pre-processing (premul_sum scaling), one MPI_I* call, host post-processing (AVG division),
- * drain (host-to-device copies on tcoll's h2d stream). A ring of TC_PIPE_SLOTS pinned slots
- * bounds the memory; a slot is refilled once its drain finished (the d2h stream waits on the
- * drain's event; MPI writing a slot that was not refilled waits on the host).
+ * A pipeline is a schedule: tc_pipe_start appends each chunk's steps to the work's schedule and
+ * the engine runs them like any other (one progress path for every work):
+ *   fill   (DEV) device-to-host copies on tcoll's d2h stream of the device (which waits, once,
+ *          for the caller's current stream at the call), done once its event completed;
+ *   scale  (SCALE) premul_sum on the host;
+ *   MPI    (COLL) the chunk's MPI_I* call: one call per chunk (TCOLL_MAX_COUNT);
+ *   divide (SCALE) AVG on the host;
+ *   drain  (DEV) host-to-device copies on the h2d stream, done once queued.
+ * A ring of TC_PIPE_SLOTS pinned slots bounds the memory; slot reuse is a dependency: chunk
+ * k + TC_PIPE_SLOTS's fill starts after chunk k's drain was queued, and its copies wait on the
+ * device for the drain's event; where MPI fills the slot (broadcast off its root), a host-side
+ * wait on that event comes first. After the last drain an event is recorded: the work is
+ * complete then, and every waiter's current stream waits for the event (device semantics: the
+ * host blocks only for MPI).
  *
- * The state machine is the work's progress hook: tcoll_wait / tcoll_test (of this work or of
- * any other pipelined work) advance every active pipeline. The host blocks only for MPI: when
- * the last chunk's drain is queued the work is complete, and the waiter's current stream waits
- * for the drains with an event ("device semantics").
+ * The chunk calls are COLL steps: the engine posts a schedule's COLL steps in the order they
+ * were added, on the schedule communicator, once every schedule started before on that
+ * communicator posted all of its own (the engine's FIFO), so every rank posts the same calls in
+ * the same order, whatever order the works are waited in. A device pipeline posts none inside
+ * tc_sched_start (tc_sched_coll_later): whether a chunk is ready then differs between ranks.
+ * Ranks must agree on whether a collective's buffers are device buffers when it is pipelined.
  *
- * Chunk MPI calls are posted lazily, so they go on a duplicate of the communicator reserved for
- * them (made with MPI_Comm_idup the first time), in the order the pipelines were started: every
- * rank posts the same calls in the same order, whatever order the works are waited in. Ranks
- * must agree on whether a collective's buffers are device buffers when it is pipelined.
- *
- * A host pipeline (device TCOLL_HOST) runs the same engine on host buffers, with memcpy for
+ * A host pipeline (device TCOLL_HOST) builds the same steps on host buffers, with memcpy for
  * copies and chunks of TC_PIPE_HOST_CHUNK bytes: a gather along a dim other than 0 interleaves
  * each chunk while it is still in cache, instead of MPI unpacking a strided datatype or one
- * interleave of the whole output afterwards. Its first chunks are posted by tc_pipe_start. */
+ * interleave of the whole output afterwards. Its fills are done at once, so its first chunks'
+ * calls are posted when the schedule starts, on the communicator itself, in program order. */
 #ifndef TC_PIPELINE_H
 #define TC_PIPELINE_H
 
@@ -65,14 +71,11 @@ typedef struct tc_pipe_desc {
  * be staged, n must span more than one chunk, and strided pieces must come in runs long enough
  * for per-run copies. */
 bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int64_t run, int size);
-/* Starts the pipeline for w (outputs registered, pending inputs waited): queues the first
- * fills and adds the POLL step that completes the work. Nothing is posted to MPI yet. */
+/* Builds the pipeline for w (outputs registered, pending inputs waited) into its schedule:
+ * tc_work_end starts it (the first fills are queued then). */
 int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d);
-/* Returns a pipeline held by a work (TC_HELD_PIPE). */
+/* Returns a pipeline held by a work (TC_HELD_PIPE) once its steps are done or never started. */
 void tc_pipe_release(void *pipe);
-/* Advances every active pipeline; whether any is active (the schedule engine's peer). */
-void tc_pipe_drive_all(void);
-bool tc_pipe_any_active(void);
 void tc_pipe_cleanup(void);
 
 #endif

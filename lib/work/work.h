@@ -14,9 +14,9 @@
  * tc_work_end appends the completion steps to the work's schedule, in rounds after everything
  * posted: divide (AVG), finish (op-specific), pieces (unpacking), copy-backs (staged outputs to
  * device memory). A waiter (or the progress thread) runs the schedule to its end, then pops its
- * buffer. The work returns to the pool when its last buffer is popped. Work that runs elsewhere
- * (the staging pipeline, a composite's inner collectives) is a POLL step of the schedule: one
- * progress path serves every work. */
+ * buffer. The work returns to the pool when its last buffer is popped. A staging pipeline is
+ * steps of the schedule too (pipeline.h); work that runs elsewhere (a composite's inner
+ * collectives) is a POLL step: one progress path serves every work. */
 #ifndef TC_WORK_H
 #define TC_WORK_H
 
@@ -103,7 +103,7 @@ typedef struct tc_held {
   int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE, TC_HELD_MPI_TYPES or TC_HELD_MPI_TYPE */
   tc_mpi_type_t type; /* TC_HELD_MPI_TYPE */
 } tc_held_t;
-enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline (cuda/pipeline.h) */,
+enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline's slots and events (pipeline.h) */,
        TC_HELD_MPI_TYPES /* a malloc'd array of MPI datatypes ended by MPI_DATATYPE_NULL: all freed */,
        TC_HELD_MPI_TYPE /* a datatype of the cache (or not), put back */ };
 
