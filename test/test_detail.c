@@ -167,6 +167,33 @@ START_TEST(split_agreement) {
 }
 END_TEST
 
+/* The list all_to_all: rank i's ins[j] must hold as many elements as rank j's outs[i]. */
+START_TEST(list_agreement) {
+  int size = t_size, me = t_rank;
+  tcoll_tensor_t ins[8] = {{0}}, outs[8] = {{0}};
+  for (int j = 0; j < size; j++) {
+    int64_t ni = me + j + 1, no = j + me + 1; /* rank i sends i + j + 1 elements to rank j */
+    if (me == 1 && j == 0) no += 1;             /* but rank 1 expects one more from rank 0 */
+    ins[j] = t_alloc(TCOLL_INT32, 1, &ni);
+    outs[j] = t_alloc(TCOLL_INT32, 1, &no);
+  }
+  int rc = tcoll_all_to_all(ins, NULL, outs);
+  if (size >= 2) {
+    T_EXPECT(rc == TCOLL_ERR_MISMATCH, "got %s: %s", tcoll_status_string(rc), tcoll_last_error());
+    T_EXPECT(t_contains(tcoll_last_error(), "rank 1 expects 3 elements from rank 0 (its outs[0]) but rank 0 sends 2"),
+             "message: %s", tcoll_last_error());
+  } else {
+    T_EXPECT(rc == TCOLL_SUCCESS, "one rank: got %s: %s", tcoll_status_string(rc), tcoll_last_error());
+    T_OK(tcoll_wait_all());
+  }
+  for (int j = 0; j < size; j++) {
+    tcoll_tensor_free(&ins[j]);
+    tcoll_tensor_free(&outs[j]);
+  }
+  expect_usable();
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("detail");
   TCase *tc = t_tcase("detail");
@@ -178,6 +205,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, local_failure_reaches_the_others);
   tcase_add_test(tc, busy_on_one_rank);
   tcase_add_test(tc, split_agreement);
+  tcase_add_test(tc, list_agreement);
   suite_add_tcase(s, tc);
   return s;
 }

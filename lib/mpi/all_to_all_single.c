@@ -62,7 +62,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   layout(isplits, in->shape[0], size, v, v + size);
   layout(osplits, in->shape[0], size, v + 2 * size, v + 3 * size);
   int rc = TCOLL_SUCCESS;
-  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size))) return rc;
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size, false))) return rc;
   tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   const void *sbuf;

@@ -5,6 +5,7 @@
  * straight between the host tensors (device tensors still packed), the own block copied. */
 #include "../argcheck.h"
 #include "../device/device.h"
+#include "../work/detail.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
 #include "post.h"
@@ -118,9 +119,12 @@ static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor
     v[3 * size + p] = rtotal;
     rtotal += v[2 * size + p];
   }
+  /* With DETAIL a block that its peer does not expect is refused on every rank (else the
+   * scattered exchange leaves it unmatched, and the literal call fails or hangs) */
+  int rc = TCOLL_SUCCESS;
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size, true))) return rc;
   bool pack = algo == TC_ALGO_MPI || ins[0].device != TCOLL_HOST;
   char *sbuf = NULL, *rbuf = NULL;
-  int rc = TCOLL_SUCCESS;
   if (pack) rc = tc_stage_scratch(w, (size_t)stotal * es, ins[0].device, (void **)&sbuf);
   if (pack && !rc) rc = tc_stage_scratch(w, (size_t)rtotal * es, ins[0].device, (void **)&rbuf);
   for (int p = 0; pack && p < size && !rc; p++)

@@ -230,7 +230,7 @@ int tc_detail_check(tc_work_t *w, int local_status) {
   return rc;
 }
 
-int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *osplit) {
+int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *osplit, bool list) {
   int size = w->comm->size, me = w->comm->rank;
   int64_t *sends = malloc(2 * (size_t)size * sizeof *sends); /* sends[j]: what rank j sends me */
   int64_t(*bad)[3] = malloc((size_t)size * sizeof *bad);       /* per rank: peer, expected, sent */
@@ -278,10 +278,10 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
   for (int r = 0; r < size && off < sizeof msg; r++) {
     if (bad[r][0] < 0) continue;
     int j = (int)bad[r][0];
-    off += (size_t)snprintf(msg + off, sizeof msg - off,
-                            "%srank %d expects %lld rows from rank %d (its output_split_sizes[%d]) but rank %d sends "
-                            "%lld (its input_split_sizes[%d])",
-                            off ? "; " : "", r, (long long)bad[r][1], j, j, j, (long long)bad[r][2], r);
+    off += (size_t)snprintf(msg + off, sizeof msg - off, "%srank %d expects %lld %s from rank %d (its %s[%d]) but rank %d sends %lld (its %s[%d])",
+                            off ? "; " : "", r, (long long)bad[r][1], list ? "elements" : "rows", j,
+                            list ? "outs" : "output_split_sizes", j, j, (long long)bad[r][2],
+                            list ? "ins" : "input_split_sizes", r);
   }
   free(sends);
   free(bad);
