@@ -28,13 +28,9 @@ bool tc_allgatherv_fits(int64_t n, int p) { return allgatherv_ints(n, p) || tc_m
 int tc_build_allgatherv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, void *scratch) {
   int p = s->comm->size;
   if (p == 1) return TCOLL_SUCCESS;
-  tc_step_t *st = tc_sched_add(s, TC_STEP_COLL, true);
-  if (!st) return TCOLL_ERR_NO_MEMORY;
-  st->u.coll.what = TC_COLL_ALLGATHERV;
-  st->u.coll.sbuf = MPI_IN_PLACE;
-  st->u.coll.rbuf = buf;
-  st->u.coll.count = 0;
-  st->u.coll.dt = tc_mpi_dtype(d);
+  int rc = tc_sched_coll(s, TC_COLL_ALLGATHERV, MPI_IN_PLACE, buf, 0, tc_mpi_dtype(d), MPI_OP_NULL, 0, true);
+  if (rc) return rc;
+  tc_step_t *st = &s->steps[tc_sched_last(s)];
   /* MPI reads the arrays until the call completes (scratch lives in the work). Above the int
    * counts, MPI_Iallgatherv_c (tc_allgatherv_fits let no other case through). */
   st->large = !allgatherv_ints(n, p);
@@ -53,15 +49,9 @@ int tc_build_alltoall_reduce_scatter(tc_sched_t *s, const void *in, void *out, i
                                      MPI_Op op, void *scratch) {
   int p = s->comm->size;
   size_t es = tc_dtype_size(d), block = (size_t)nper * es;
-  tc_step_t *st = tc_sched_add(s, TC_STEP_COLL, true);
-  if (!st) return TCOLL_ERR_NO_MEMORY;
-  st->u.coll.what = TC_COLL_ALLTOALL;
-  st->u.coll.sbuf = in;
-  st->u.coll.rbuf = scratch;
-  st->u.coll.count = nper;
-  st->u.coll.dt = tc_mpi_dtype(d);
+  int rc = tc_sched_coll(s, TC_COLL_ALLTOALL, in, scratch, nper, tc_mpi_dtype(d), MPI_OP_NULL, 0, true);
   char *blocks = scratch;
-  int rc = tc_sched_copy(s, out, blocks, block, true);
+  if (!rc) rc = tc_sched_copy(s, out, blocks, block, true);
   for (int k = 1; k < p && !rc; k++) rc = tc_sched_reduce(s, blocks + (size_t)k * block, out, nper, d, op, true);
   return rc;
 }
