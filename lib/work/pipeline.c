@@ -310,10 +310,12 @@ static int add_chunk(tc_sched_t *s, tc_pipe_t *p, int64_t k, int *drain) {
 
 /* Every chunk's steps, then (in a round of its own, after every drain was queued) the record of
  * ev_done after them: the work is complete then, and its waiters' streams wait for ev_done. */
+enum { STEPS_PER_CHUNK = 5 }; /* at most: fill, premul scaling, the MPI call, AVG division, drain */
+
 static int add_steps(tc_sched_t *s, tc_pipe_t *p) {
-  if (p->K > (INT_MAX - s->n) / 6)
+  if (p->K > (INT_MAX - s->n - 1) / STEPS_PER_CHUNK)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "too many staging chunks (%lld)", (long long)p->K);
-  int rc = tc_sched_reserve(s, (int)p->K * 5 + 1);
+  int rc = tc_sched_reserve(s, (int)p->K * STEPS_PER_CHUNK + 1);
   if (!on_host(p)) tc_sched_coll_later(s); /* fills complete on the device: later everywhere */
   int drain[TC_PIPE_SLOTS];
   for (int i = 0; i < TC_PIPE_SLOTS; i++) drain[i] = -1;

@@ -45,6 +45,8 @@ static void lock_registry(void) {
   if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
 }
 
+static void unlock_registry(void) { tc_unlock(&reg_lock); }
+
 /* First read whose base is > key (reads with equal bases stay in arrival order). */
 static size_t reads_upper_bound(uintptr_t key) {
   size_t lo = 0, hi = nreads;
@@ -356,7 +358,7 @@ static int add_outputs_locked(tc_work_t *w) {
 int tc_registry_add(tc_work_t *w) {
   lock_registry();
   int rc = add_outputs_locked(w);
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return rc;
 }
 
@@ -364,7 +366,7 @@ void tc_registry_remove_entries(tc_work_t *w) {
   lock_registry();
   remove_entries_of(w);
   remove_reads_of(w);
-  tc_unlock(&reg_lock);
+  unlock_registry();
 }
 
 /* The entry of other work overlapping [b, e), or NULL (registry lock held). */
@@ -445,7 +447,7 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
   size_t sorted = nreads;
   int rc = add_read_locked(w, p, n);
   settle_reads(sorted);
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return rc;
 }
 
@@ -493,7 +495,7 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
   *rc = TCOLL_SUCCESS;
   lock_registry();
   tc_work_t *other = claim_inputs_locked(w, in, n, next, base, rc, true);
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return other;
 }
 
@@ -520,7 +522,7 @@ tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int
   tc_work_t *other = NULL;
   lock_registry();
   if (add_io_alone_locked(w, in, n)) {
-    tc_unlock(&reg_lock);
+    unlock_registry();
     *rc = TCOLL_SUCCESS;
     *next = n;
     return NULL;
@@ -529,7 +531,7 @@ tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int
   /* w's references are the entries it just keyed (nobody else has seen it yet): when they are
    * every entry, no other work's pending output can be an input (the searches are skipped). */
   if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc, nordered > (size_t)w->refs);
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return other;
 }
 
@@ -547,7 +549,7 @@ void tc_wait_readers(const void *p, size_t n) {
     entry_t *r = read_overlapping(b, e, NULL);
     tc_work_t *w = r ? r->work : NULL;
     if (w) w->refs++;
-    tc_unlock(&reg_lock);
+    unlock_registry();
     if (!w) return;
     complete_held(w); /* completing it ends its reads; its result stays pending */
     tc_registry_release(w, NULL, false);
@@ -572,7 +574,7 @@ int tc_registry_check_writable(const void *p, size_t n, const char *name) {
   lock_registry();
   entry_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
   if (x || r) tc_work_describe(x ? x->work : r->work, what, sizeof what);
-  tc_unlock(&reg_lock);
+  unlock_registry();
   if (!x && !r) return TCOLL_SUCCESS;
   return tc_error(TCOLL_ERR_BUSY, "%s (%p, %zu bytes) is %s pending work: %s (wait for it first)", name, p, n,
                   x ? "the output of" : "an input still read by", what);
@@ -583,7 +585,7 @@ void tc_registry_remove_work(tc_work_t *w) {
   remove_entries_of(w);
   remove_reads_of(w);
   if (w->refs == 0) tc_work_recycle(w);
-  tc_unlock(&reg_lock);
+  unlock_registry();
 }
 
 tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void **base) {
@@ -595,7 +597,7 @@ tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void
     w->refs++;
     *base = (void *)x->base;
   }
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return w;
 }
 
@@ -614,7 +616,7 @@ static int release_locked(tc_work_t *w, uintptr_t base, bool pop) {
 int tc_registry_release(tc_work_t *w, void *base, bool pop) {
   lock_registry();
   int rc = release_locked(w, (uintptr_t)base, pop);
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return rc;
 }
 
@@ -629,7 +631,7 @@ int tc_registry_snapshot(tc_work_t **works, int max) {
     w->refs++;
     works[n++] = w;
   }
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return n;
 }
 
@@ -648,7 +650,7 @@ void tc_registry_describe_pending(char *buf, size_t len, int max) {
                             is_done(w) ? " (complete, not yet waited)" : "");
     shown++;
   }
-  tc_unlock(&reg_lock);
+  unlock_registry();
 }
 
 static int report_failure(tc_work_t *w, int rc) {
@@ -667,7 +669,7 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
   lock_registry();
   entry_t *x = overlapping(b, b + 1);
   if (!x) {
-    tc_unlock(&reg_lock);
+    unlock_registry();
     return TCOLL_SUCCESS;
   }
   tc_work_t *w = x->work;
@@ -677,7 +679,7 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
     *base = x->base;
     *buf = &w->bufs[x->k];
     *driving = tc_work_try_claim(w);
-    tc_unlock(&reg_lock);
+    unlock_registry();
     return TCOLL_IN_PROGRESS;
   }
   int status = w->status;
@@ -686,7 +688,7 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
   int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
   remove_at((size_t)(x - ordered));
   unref_locked(w);
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return status ? tc_error(status, "%s", err) : ready;
 }
 
@@ -730,7 +732,7 @@ void tc_wait_users(const void *p, size_t n) {
     tc_work_t *w = x ? x->work : r ? r->work : NULL;
     uintptr_t at = x ? x->base : 0;
     if (w && !x) w->refs++;
-    tc_unlock(&reg_lock);
+    unlock_registry();
     if (!w) return;
     if (x) {
       tc_wait_ptr((void *)at, 0.0, true); /* pops it, whatever its status */
@@ -747,7 +749,7 @@ static void *any_pending(const tcoll_comm_t *comm) {
   lock_registry();
   for (size_t i = 0; i < nordered && !base; i++)
     if (!comm || ordered[i].work->comm == comm) base = (void *)ordered[i].base;
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return base;
 }
 
@@ -769,13 +771,13 @@ int tc_wait_everything(double seconds) {
 
 void tc_registry_flush(void) {
   lock_registry();
-  tc_unlock(&reg_lock);
+  unlock_registry();
 }
 
 size_t tc_registry_count(void) {
   lock_registry();
   size_t n = nordered;
-  tc_unlock(&reg_lock);
+  unlock_registry();
   return n;
 }
 
@@ -796,7 +798,7 @@ void tc_registry_report_unwaited(void) {
                               (unsigned long long)w->seq);
   }
   size_t nbuf = nordered;
-  tc_unlock(&reg_lock);
+  unlock_registry();
   if (nbuf)
     tc_warn("at finalize, %zu collective(s) on %zu buffer(s) were never waited: %s. Completing them now; call "
             "tcoll_wait on every output before using it.",
@@ -811,5 +813,5 @@ void tc_registry_cleanup(void) {
   free(reads);
   reads = NULL;
   nreads = reads_cap = longest_read = dead_reads = 0;
-  tc_unlock(&reg_lock);
+  unlock_registry();
 }
