@@ -83,12 +83,13 @@ static bool host_chunked(const tcoll_tensor_t *in, const tcoll_tensor_t *out, in
          tcoll_tensor_nbytes(out) > TC_PIPE_HOST_CHUNK;
 }
 
-/* The table (sched/select.c) chooses cma by output size; along a dim other than 0 it also needs
- * runs (one rank's part of an outer row) of at least this many bytes, unless forced: each run is
- * one iovec, and below this the kernel's cost per iovec ate the copy saved (measured at 2 ranks,
- * /work/proto-cma/RESULTS.md: 256 B runs 1.3-2x MPI_Allgather along dim 0, 1 KiB runs 0.75-0.9x
- * up to 1 MiB but 1.35x from 4 MiB, 4 KiB runs 0.65-0.7x up to 1 MiB). */
-#define CMA_MIN_RUN_BYTES (4 << 10)
+/* The table (sched/select.c) chooses cma by output size; unless forced it also needs a dim other
+ * than 0 with runs (one rank's part of an outer row) of at least this many bytes: each run is one
+ * iovec, and the kernel's cost per iovec ate the copy saved below it (at 2 ranks on Open MPI,
+ * against today's dim-1 path in the same runs: 256 B runs 0.7-1.06x, 512 B 0.7x, 1 KiB and more
+ * 0.4-0.7x; against MPI_Iallgather along dim 0, /work/proto-cma/RESULTS.md). Along dim 0 MPI's
+ * own single-copy transfer is as fast or faster (cma 1.0-1.4x it at 2 ranks). */
+#define CMA_MIN_RUN_BYTES 512
 
 /* This rank's block as the cma algorithm sees it: outer runs of run bytes. */
 static void cma_rows(const tcoll_tensor_t *in, int dim, size_t *run, int64_t *outer) {
@@ -114,7 +115,7 @@ static tc_algo_t choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tens
   size_t run;
   int64_t outer;
   cma_rows(in, dim, &run, &outer);
-  if (tc_algo_forced[TC_OP_ALL_GATHER] != TC_ALGO_CMA && outer > 1 && run < CMA_MIN_RUN_BYTES) return TC_ALGO_MPI;
+  if (tc_algo_forced[TC_OP_ALL_GATHER] != TC_ALGO_CMA && (outer == 1 || run < CMA_MIN_RUN_BYTES)) return TC_ALGO_MPI;
   return tc_cma_usable(w->comm) ? TC_ALGO_CMA : TC_ALGO_MPI;
 }
 

@@ -5,10 +5,11 @@
  * per row. Open MPI's shared-memory transport moves large messages the same way, but a strided
  * receive (or a contiguous one interleaved afterwards) costs it a second copy.
  *
- * Steps: MPI_Iallgather of (pid, input address); then, on the host, this rank's own block
- * copied into place and every peer's block read; then MPI_Ibarrier, so that no rank completes
+ * Steps (point-to-point, on the schedule communicator): each rank sends its (pid, input address)
+ * to every peer and copies its own block into place; then reads every peer's block; then sends
+ * every peer a note that its input was read and waits for every peer's, so that no rank completes
  * (and lets its input be changed) before every peer has read it. A failed read is reported after
- * the barrier, naming the peer, errno and the bytes read, so that the other ranks are not left
+ * the notes, naming the peer, errno and the bytes read, so that the other ranks are not left
  * waiting and the communicator stays usable: TCOLL_ERR_UNSUPPORTED for EPERM / EACCES (ptrace
  * rights withdrawn), TCOLL_ERR_MPI otherwise (ESRCH, EFAULT, a read that stopped). For tests,
  * TCOLL_CMA_FAULT=ERRNO (read at each call) makes this rank's reads fail with ERRNO half-way. */

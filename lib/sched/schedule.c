@@ -364,7 +364,6 @@ static const char *step_call_name(const tc_step_t *st) {
     case TC_COLL_ALLGATHER: return NAME("MPI_Iallgather");
     case TC_COLL_BCAST: return NAME("MPI_Ibcast");
     case TC_COLL_REDUCE_SCATTER_BLOCK: return NAME("MPI_Ireduce_scatter_block");
-    case TC_COLL_BARRIER: return "MPI_Ibarrier";
     }
     break;
   default: break;
@@ -396,8 +395,6 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
     return tc_mpi_ibcast(c->rbuf, c->count, c->dt, c->root, comm, &st->req);
   case TC_COLL_REDUCE_SCATTER_BLOCK:
     return tc_mpi_ireduce_scatter_block(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
-  case TC_COLL_BARRIER:
-    return MPI_Ibarrier(comm, &st->req);
   }
   TC_UNUSED(s);
   return MPI_ERR_OTHER;

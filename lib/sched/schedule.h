@@ -61,8 +61,7 @@ typedef enum {
   TC_COLL_ALLREDUCE,
   TC_COLL_ALLGATHER,
   TC_COLL_BCAST,
-  TC_COLL_REDUCE_SCATTER_BLOCK,
-  TC_COLL_BARRIER /* MPI_Ibarrier: no buffers, count 0 */
+  TC_COLL_REDUCE_SCATTER_BLOCK
 } tc_coll_kind_t;
 
 typedef struct tc_dev_step {
