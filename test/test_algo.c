@@ -1154,7 +1154,7 @@ static bool cma_works(void) {
     _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof got && !memcmp(got, word, sizeof got) ? 0 : 1);
   }
   int st = 0;
-  bool ok = child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  int ok = child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   int all = ok;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   known = all ? 1 : -1;
