@@ -87,7 +87,7 @@ static bool host_chunked(const tcoll_tensor_t *in, const tcoll_tensor_t *out, in
  * than 0 with runs (one rank's part of an outer row) of at least this many bytes: each run is one
  * iovec, and the kernel's cost per iovec ate the copy saved below it (at 2 ranks on Open MPI,
  * against today's dim-1 path in the same runs: 256 B runs 0.7-1.06x, 512 B 0.7x, 1 KiB and more
- * 0.4-0.7x; against MPI_Iallgather along dim 0, /work/proto-cma/RESULTS.md). Along dim 0 MPI's
+ * 0.4-0.7x; against MPI_Iallgather along dim 0, a stand-alone prototype). Along dim 0 MPI's
  * own single-copy transfer is as fast or faster (cma 1.0-1.4x it at 2 ranks). */
 #define CMA_MIN_RUN_BYTES 512
 

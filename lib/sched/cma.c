@@ -120,7 +120,7 @@ static int cma_report(void *arg) {
 }
 
 /* Point-to-point steps on the schedule communicator (Open MPI's libnbc MPI_Iallgather and
- * MPI_Ibarrier cost 4-15 us more per call at 2 ranks, measured in /work/proto-cma): round 0
+ * MPI_Ibarrier cost 4-15 us more per call at 2 ranks, measured with a stand-alone prototype): round 0
  * sends this rank's address to every peer and receives theirs while this rank's own block is
  * copied; round 1 reads the peers; round 2 tells every peer its input was read and waits for
  * the same word from every peer, so that no rank completes (and lets its input change) before

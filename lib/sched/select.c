@@ -72,7 +72,7 @@ static const row_t table[] = {
      * 512 B and host tensors; the probe, every rank on one node with cross-memory attach): each
      * rank reads its peers' inputs into its strided output, one copy per byte, where the MPI
      * paths gather contiguously and interleave (or pipeline chunks). Against today's dim-1 path,
-     * interleaved in one program (/work/proto-cma/tbench.c, medians of 3 runs under load): 2
+     * interleaved in one program (tcoll's all_gather timed against raw MPI, medians of 3 runs under load): 2
      * ranks 0.4-0.85x at 64 KiB-64 MiB with runs of 512 B-64 KiB (1.0-1.06x with 256 B runs at 1-4
      * MiB), 0.7x at 8 KiB, 1.9x at 1 KiB; 3 ranks 0.46-0.89x from 1 MiB, 4 ranks 0.53-0.93x
      * from 1 MiB with runs of 4 KiB and more (1.0-1.3x below 1 MiB); below 8 KiB at 2 ranks
