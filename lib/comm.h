@@ -24,6 +24,8 @@ struct tcoll_comm {
   uint32_t id;   /* process-local, for logs */
   char name[TC_COMM_NAME_LEN];
   uint64_t seq;  /* collectives posted on this communicator (atomic) */
+  int cma;       /* whether every rank may read every other's memory with process_vm_readv
+                    (sched/cma.h): 0 not probed yet, 1 yes, -1 no */
   /* TC_COMM_CACHED: the request it answers, and how many holders it has. */
   const tcoll_comm_t *key_parent;
   int *key_ranks;

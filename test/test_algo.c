@@ -6,10 +6,15 @@
  *
  * The suite also runs with TCOLL_ALGO set in the environment (test/meson.build, algo_suites):
  * every test sets the algorithm it needs and puts back the setting it found. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* process_vm_readv */
+#endif
 #include "reduce_common.h"
 #include "move_util.h"
 
 #include <pthread.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- MPI calls made
@@ -1132,6 +1137,217 @@ START_TEST(info_log_names_algorithm) {
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------- the cma all_gather */
+
+/* Whether this machine lets one process read another's memory (cross-memory attach), as
+ * scripts/cma-probe.c asks: a child reads its parent. Where it does not, forced cma falls back
+ * to the MPI call (tcoll_last_algorithm "mpi"), with the same results. */
+static bool cma_works(void) {
+  static int known;
+  if (known) return known > 0;
+  static char word[16] = "tcoll-cma-test";
+  pid_t parent = getpid(), child = fork();
+  if (child == 0) {
+    char got[sizeof word] = {0};
+    struct iovec l = {got, sizeof got}, r = {word, sizeof word};
+    _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof got && !memcmp(got, word, sizeof got) ? 0 : 1);
+  }
+  int st = 0;
+  int ok = child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  int all = ok;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  known = all ? 1 : -1;
+  return all;
+}
+
+/* Rank r's input element i: small integers, exact in every dtype (bool: their parity). */
+typedef struct ag_ctx {
+  int rank;
+  tcoll_dtype_t d;
+  int64_t outer, len, inner; /* the input along the gather dim */
+  int size;
+} ag_ctx_t;
+static double ag_value(int r, int64_t i, tcoll_dtype_t d) {
+  int64_t v = (r * 37 + i * 11 + 5) % 97;
+  return d == TCOLL_BOOL ? (double)(v & 1) : (double)v;
+}
+static double ag_in(int64_t i, void *p) {
+  ag_ctx_t *c = p;
+  return ag_value(c->rank, i, c->d);
+}
+/* Output element i: outer row o, position k along the gathered dim (rank k / len's element
+ * k % len), inner position e. */
+static double ag_out(int64_t i, void *p) {
+  ag_ctx_t *c = p;
+  int64_t glen = c->len * c->size, e = i % c->inner, k = i / c->inner % glen, o = i / c->inner / glen;
+  return ag_value((int)(k / c->len), (o * c->len + k % c->len) * c->inner + e, c->d);
+}
+
+/* One all_gather along dim of a host tensor of shape on comm (NULL: world), checked against the
+ * closed form; the algorithm it ran must be `want`. out_keep: the output is handed back (else freed). */
+static void ag_case(tcoll_comm_t *comm, const char *want, tcoll_dtype_t d, int ndim, const int64_t *shape, int dim,
+                    int variant, tcoll_tensor_t *out_keep) {
+  int size = comm ? tcoll_comm_size(comm) : t_size, rank = comm ? tcoll_comm_rank(comm) : t_rank;
+  char what[256];
+  int len = snprintf(what, sizeof what, "cma: all_gather %s [", tcoll_dtype_name(d));
+  for (int i = 0; i < ndim; i++) len += snprintf(what + len, sizeof what - (size_t)len, "%s%lld", i ? "," : "", (long long)shape[i]);
+  snprintf(what + len, sizeof what - (size_t)len, "] along dim %d (%s) on %d ranks", dim,
+           variant == 0 ? "out of place" : variant == 1 ? "allocating" : "in place", size);
+  ag_ctx_t c = {rank, d, 1, shape[dim], 1, size};
+  for (int i = 0; i < dim; i++) c.outer *= shape[i];
+  for (int i = dim + 1; i < ndim; i++) c.inner *= shape[i];
+  int64_t oshape[TCOLL_MAX_DIMS];
+  memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
+  oshape[dim] *= size;
+  tcoll_tensor_t in, out;
+  if (variant == 2) { /* in place: in is this rank's slice of out (dim 0) */
+    out = t_host(d, ndim, oshape);
+    in = out;
+    memcpy(in.shape, shape, (size_t)ndim * sizeof *shape);
+    in.data = (char *)out.data + (size_t)rank * (size_t)(c.len * c.inner) * tcoll_dtype_size(d);
+  } else {
+    in = t_host(d, ndim, shape);
+    out = variant == 1 ? t_empty() : t_host(d, ndim, oshape);
+  }
+  t_set_all(&in, ag_in, &c);
+  T_OK(tcoll_all_gather(&in, dim, comm, &out));
+  const char *got = tcoll_last_algorithm();
+  T_EXPECT(got && !strcmp(got, want), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what, got ? got : "(null)",
+           want);
+  T_OK(tcoll_wait(out.data));
+  t_check_all(what, &out, ag_out, &c, 0);
+  if (variant != 2) {
+    char w2[300];
+    snprintf(w2, sizeof w2, "%s: input", what);
+    t_check_all(w2, &in, ag_in, &c, 0);
+    tcoll_tensor_free(&in);
+  }
+  if (out_keep) *out_keep = out;
+  else tcoll_tensor_free(&out);
+}
+
+static const struct {
+  int ndim;
+  int64_t shape[3];
+  int dim;
+} AG_SHAPES[] = {
+    {2, {3, 5}, 1},    {2, {4, 7}, 1},     {3, {2, 3, 5}, 1},  {3, {2, 3, 5}, 2},  {3, {3, 1, 4}, 2},
+    {3, {5, 2, 1}, 1}, {2, {1, 6}, 1},     {2, {5, 2}, 0},     {1, {9}, 0},        {2, {2500, 3}, 1},
+    {3, {7, 1300, 1}, 2}, {2, {3, 2048}, 1}, {3, {2, 0, 3}, 1},
+};
+static const tcoll_dtype_t AG_DTYPES[] = {TCOLL_FLOAT32, TCOLL_FLOAT64, TCOLL_INT32,    TCOLL_INT64,
+                                          TCOLL_UINT8,   TCOLL_FLOAT16, TCOLL_BFLOAT16, TCOLL_BOOL};
+
+/* Forced cma: dims 1 and 2 of 2-D and 3-D tensors (runs of one element up to 8 KiB, more rows
+ * than one process_vm_readv takes), dim 0, empty tensors, every dtype, out of place, allocating
+ * and (dim 0) in place. An empty tensor takes the MPI call. */
+START_TEST(forced_cma) {
+  save_algo();
+  set_algo("all_gather:cma");
+  const char *want = cma_works() ? "cma" : "mpi";
+  for (size_t s = 0; s < T_LEN(AG_SHAPES); s++) {
+    int64_t n = 1;
+    for (int i = 0; i < AG_SHAPES[s].ndim; i++) n *= AG_SHAPES[s].shape[i];
+    for (size_t d = 0; d < T_LEN(AG_DTYPES); d++) {
+      if (d != s % T_LEN(AG_DTYPES) && d != 0 && AG_SHAPES[s].shape[0] != 3) continue; /* every dtype on some shapes */
+      ag_case(NULL, n ? want : "mpi", AG_DTYPES[d], AG_SHAPES[s].ndim, AG_SHAPES[s].shape, AG_SHAPES[s].dim, (int)(s + d) % 2,
+              NULL);
+    }
+  }
+  int64_t s2[2] = {6, 5};
+  ag_case(NULL, want, TCOLL_INT16, 2, s2, 0, 2, NULL);
+  ag_case(NULL, want, TCOLL_FLOAT32, 2, s2, 0, 2, NULL);
+  restore_algo();
+}
+END_TEST
+
+/* With TCOLL_CMA=0 at a communicator's first cma-eligible call, forced cma falls back to the MPI
+ * path on it (tcoll_last_algorithm "mpi"), with the same bits as cma on the world communicator;
+ * the world communicator, probed before, keeps cma. */
+START_TEST(cma_fallback) {
+  save_algo();
+  set_algo("all_gather:cma");
+  const char *want = cma_works() ? "cma" : "mpi";
+  int64_t shape[3] = {3, 4, 5};
+  for (int dim = 1; dim < 3; dim++) {
+    tcoll_tensor_t a, b;
+    ag_case(NULL, want, TCOLL_FLOAT32, 3, shape, dim, 0, &a);
+    setenv("TCOLL_CMA", "0", 1);
+    tcoll_comm_t *dup = NULL;
+    T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &dup));
+    ag_case(dup, "mpi", TCOLL_FLOAT32, 3, shape, dim, 0, &b);
+    unsetenv("TCOLL_CMA");
+    ag_case(NULL, want, TCOLL_FLOAT32, 3, shape, dim, 1, NULL); /* the world's probe stays */
+    ag_case(dup, "mpi", TCOLL_FLOAT32, 3, shape, dim, 1, NULL);  /* and dup's */
+    T_EXPECT(tcoll_tensor_nbytes(&a) == tcoll_tensor_nbytes(&b) && !memcmp(a.data, b.data, tcoll_tensor_nbytes(&a)),
+             "cma fallback along dim %d: the MPI path's bits differ from cma's", dim);
+    tcoll_tensor_free(&a);
+    tcoll_tensor_free(&b);
+    T_OK(tcoll_comm_free(&dup));
+  }
+  restore_algo();
+}
+END_TEST
+
+/* A failed read (TCOLL_CMA_FAULT=EPERM on rank 0: its reads stop half-way) fails rank 0's wait
+ * with TCOLL_ERR_UNSUPPORTED naming the peer, errno and the bytes read; the other ranks complete
+ * (they read rank 0's input fine), and the next call on the communicator works everywhere. */
+START_TEST(cma_read_fails) {
+  if (t_size < 2 || !cma_works()) return;
+  save_algo();
+  set_algo("all_gather:cma");
+  int64_t shape[2] = {64, 256};
+  ag_ctx_t c = {t_rank, TCOLL_FLOAT32, 64, 256, 1, t_size};
+  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 2, shape), out = t_empty();
+  t_set_all(&in, ag_in, &c);
+  if (t_rank == 0) setenv("TCOLL_CMA_FAULT", "1", 1);
+  T_OK(tcoll_all_gather(&in, 1, NULL, &out));
+  unsetenv("TCOLL_CMA_FAULT");
+  if (t_rank == 0) {
+    int rc = tcoll_wait(out.data);
+    char peer[32];
+    snprintf(peer, sizeof peer, "rank %d", 1 % t_size);
+    T_EXPECT(rc == TCOLL_ERR_UNSUPPORTED, "a failed read: tcoll_wait returned %s (expected TCOLL_ERR_UNSUPPORTED): %s",
+             tcoll_status_string(rc), tcoll_last_error());
+    const char *m = tcoll_last_error();
+    T_EXPECT(t_contains(m, "process_vm_readv") && t_contains(m, peer) && t_contains(m, "errno 1") &&
+                 t_contains(m, "after 32768 of 65536 bytes"),
+             "a failed read: message \"%s\" lacks the call, \"%s\", the errno or the bytes", m, peer);
+  } else
+    T_OK(tcoll_wait(out.data));
+  tcoll_tensor_free(&out);
+  tcoll_tensor_free(&in);
+  ag_case(NULL, "cma", TCOLL_FLOAT32, 2, shape, 1, 0, NULL);
+  restore_algo();
+}
+END_TEST
+
+/* The table's choice (TCOLL_ALGO=auto): on Open MPI at 2 ranks from 8 KiB and at 3-4 ranks from
+ * 1 MiB, on MPICH at 2 ranks from 32 KiB, an all_gather of host tensors along a dim other than 0 with runs of 512 B or more
+ * takes cma (where cross-memory attach works); dim 0, shorter runs, smaller outputs and other
+ * rank counts take the MPI call. Same closed-form results either way. */
+START_TEST(cma_table) {
+  save_algo();
+  set_algo("auto");
+  char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  bool ompi = strstr(v, "Open MPI") != NULL, mpich = !ompi && strstr(v, "MPICH") != NULL;
+  bool cma = cma_works() && (ompi || mpich);
+  int64_t big[2] = {64, 256};                      /* 64 KiB per rank, runs of 1 KiB */
+  int64_t large[2] = {16, 65536 / (int64_t)t_size}; /* ~4 MiB output, runs of 256 KiB / size */
+  int64_t narrow[3] = {256, 16, 4};                /* runs of 256 B */
+  int64_t small[2] = {4, 128};                     /* 2 KiB per rank */
+  ag_case(NULL, cma && t_size == 2 ? "cma" : "mpi", TCOLL_FLOAT32, 2, big, 1, 0, NULL);
+  ag_case(NULL, cma && t_size >= 2 && t_size <= (ompi ? 4 : 2) ? "cma" : "mpi", TCOLL_FLOAT32, 2, large, 1, 1, NULL);
+  ag_case(NULL, "mpi", TCOLL_FLOAT32, 2, big, 0, 0, NULL);
+  ag_case(NULL, "mpi", TCOLL_FLOAT32, 3, narrow, 1, 0, NULL);
+  ag_case(NULL, "mpi", TCOLL_FLOAT32, 2, small, 1, 0, NULL);
+  restore_algo();
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("algo");
   TCase *tc = t_tcase("algo");
@@ -1151,6 +1367,10 @@ Suite *t_suite(void) {
   tcase_add_test(tc, same_bits_reduce_scatter);
   tcase_add_test(tc, bad_settings);
   tcase_add_test(tc, info_log_names_algorithm);
+  tcase_add_test(tc, forced_cma);
+  tcase_add_test(tc, cma_fallback);
+  tcase_add_test(tc, cma_read_fails);
+  tcase_add_test(tc, cma_table);
   suite_add_tcase(s, tc);
   return s;
 }

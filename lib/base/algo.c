@@ -9,7 +9,8 @@ tc_algo_t tc_algo_forced[TC_NUM_ALGO_OPS];
 
 static const char *const op_names[TC_NUM_ALGO_OPS] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                                        "all_to_all", "reduce", "all_to_all_list"};
-static const char *const algo_names[TC_NUM_ALGOS] = {"auto", "mpi", "ring", "alltoall", "ring_allgather", "scattered"};
+static const char *const algo_names[TC_NUM_ALGOS] = {"auto", "mpi", "ring", "alltoall", "ring_allgather", "scattered",
+                                                      "cma"};
 
 /* Which algorithms each op offers besides auto and mpi (bit per tc_algo_t). */
 static const unsigned offered[TC_NUM_ALGO_OPS] = {
@@ -18,6 +19,7 @@ static const unsigned offered[TC_NUM_ALGO_OPS] = {
     [TC_OP_ALL_TO_ALL] = 1u << TC_ALGO_SCATTERED,
     [TC_OP_REDUCE] = 1u << TC_ALGO_RING,
     [TC_OP_ALL_TO_ALL_LIST] = 1u << TC_ALGO_SCATTERED,
+    [TC_OP_ALL_GATHER] = 1u << TC_ALGO_CMA,
 };
 
 const char *tc_algo_op_name(tc_algo_op_t op) { return op < TC_NUM_ALGO_OPS ? op_names[op] : "?"; }

@@ -29,6 +29,9 @@ typedef enum {
   TC_ALGO_SCATTERED,      /* all_to_all_single, permute, shard_dim_all_to_all, all_to_all (list):
                              every block its own MPI_Isend / MPI_Irecv, all posted at once, this
                              rank's own block copied locally (shard_dim: sent to itself) */
+  TC_ALGO_CMA,            /* all_gather of host tensors with every rank on one node: each rank
+                             reads its peers' inputs straight into its output with
+                             process_vm_readv (cross-memory attach; sched/cma.c) */
   TC_NUM_ALGOS
 } tc_algo_t;
 

@@ -1,0 +1,232 @@
+/* The cma all_gather (see cma.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include "cma.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Local iovecs per process_vm_readv call (the kernel takes at most IOV_MAX = 1024). */
+#define CMA_IOV 1024
+
+typedef struct cma_addr {
+  int64_t pid;
+  uint64_t addr;
+} cma_addr_t;
+
+/* The work's scratch: the job, then the address table (p entries), 8-byte aligned. */
+typedef struct cma_job {
+  cma_addr_t mine;
+  const char *in;
+  char *out;
+  size_t run;
+  int64_t outer;
+  int rank, size;
+  cma_addr_t *peers;
+  char *done;  /* p bytes: the "read" notes received (their content is unused) */
+  char note;   /* the note sent */
+  int fault;   /* TCOLL_CMA_FAULT (tests): reads fail with this errno half-way */
+  int status;  /* the first failed read, reported at the end */
+  char msg[240];
+} cma_job_t;
+
+#define JOB_BYTES ((sizeof(cma_job_t) + 15) & ~(size_t)15)
+size_t tc_cma_scratch(int p) { return JOB_BYTES + (size_t)p * (sizeof(cma_addr_t) + 1); }
+
+/* Reads `rows` rows of `run` bytes from remote (contiguous) into dst, rows `stride` apart.
+ * Returns 0, or errno (ENODATA for a read that moved nothing) with *done the bytes read. */
+static int read_rows(pid_t pid, uint64_t remote, char *dst, size_t run, size_t stride, int64_t rows, size_t *done,
+                     int fault) {
+  struct iovec liov[CMA_IOV];
+  *done = 0;
+  if (fault) rows /= 2; /* then fails */
+  for (int64_t r0 = 0; r0 < rows; r0 += CMA_IOV) {
+    int64_t nr = rows - r0 < CMA_IOV ? rows - r0 : CMA_IOV;
+    for (int64_t i = 0; i < nr; i++) {
+      liov[i].iov_base = dst + (size_t)(r0 + i) * stride;
+      liov[i].iov_len = run;
+    }
+    struct iovec *lv = liov;
+    unsigned long lcnt = (unsigned long)nr;
+    size_t want = (size_t)nr * run, got = 0;
+    while (got < want) { /* a partial read goes on where it stopped */
+      struct iovec riov = {(void *)(uintptr_t)(remote + (uint64_t)(*done + got)), want - got};
+      ssize_t n = process_vm_readv(pid, lv, lcnt, &riov, 1, 0);
+      if (n <= 0) {
+        *done += got;
+        return n < 0 ? errno : ENODATA;
+      }
+      got += (size_t)n;
+      for (size_t k = (size_t)n; k && lcnt;) { /* skip the iovecs filled */
+        if (k >= lv->iov_len) {
+          k -= lv->iov_len;
+          lv++;
+          lcnt--;
+        } else {
+          lv->iov_base = (char *)lv->iov_base + k;
+          lv->iov_len -= k;
+          k = 0;
+        }
+      }
+    }
+    *done += want;
+  }
+  return fault;
+}
+
+/* This rank's block into place (while the addresses travel). */
+static int cma_own(void *arg) {
+  cma_job_t *j = arg;
+  size_t stride = j->run * (size_t)j->size;
+  char *mine = j->out + (size_t)j->rank * j->run;
+  if (mine == j->in || !j->run) return TCOLL_SUCCESS;
+  if (j->outer == 1) memcpy(mine, j->in, j->run);
+  else
+    for (int64_t o = 0; o < j->outer; o++) memcpy(mine + (size_t)o * stride, j->in + (size_t)o * j->run, j->run);
+  return TCOLL_SUCCESS;
+}
+
+/* Once the addresses arrived: every peer's block, starting with the next rank (ranks read
+ * different peers at a time). Failures are kept for the end, after the notes. */
+static int cma_read(void *arg) {
+  cma_job_t *j = arg;
+  size_t stride = j->run * (size_t)j->size, total = j->run * (size_t)j->outer;
+  if (!total) return TCOLL_SUCCESS;
+  for (int k = 1; k < j->size; k++) {
+    int p = (j->rank + k) % j->size;
+    size_t done = 0;
+    int err = read_rows((pid_t)j->peers[p].pid, j->peers[p].addr, j->out + (size_t)p * j->run, j->run, stride,
+                        j->outer, &done, j->fault);
+    if (err && !j->status) {
+      j->status = err == EPERM || err == EACCES ? TCOLL_ERR_UNSUPPORTED : TCOLL_ERR_MPI;
+      snprintf(j->msg, sizeof j->msg,
+               "all_gather (cma): process_vm_readv of rank %d's input (pid %lld) failed: %s (errno %d) after %zu of "
+               "%zu bytes",
+               p, (long long)j->peers[p].pid, strerror(err), err, done, total);
+    }
+  }
+  return TCOLL_SUCCESS;
+}
+
+static int cma_report(void *arg) {
+  cma_job_t *j = arg;
+  return j->status ? tc_error(j->status, "%s", j->msg) : TCOLL_SUCCESS;
+}
+
+/* Point-to-point steps on the schedule communicator (Open MPI's libnbc MPI_Iallgather and
+ * MPI_Ibarrier cost 4-15 us more per call at 2 ranks, measured with a stand-alone prototype): round 0
+ * sends this rank's address to every peer and receives theirs while this rank's own block is
+ * copied; round 1 reads the peers; round 2 tells every peer its input was read and waits for
+ * the same word from every peer, so that no rank completes (and lets its input change) before
+ * its peers read it; round 3 reports a failed read. */
+int tc_build_cma_all_gather(tc_sched_t *s, const void *in, void *out, size_t run, int64_t outer, void *scratch) {
+  cma_job_t *j = scratch;
+  int p = s->comm->size, me = s->comm->rank;
+  const char *fault = getenv("TCOLL_CMA_FAULT");
+  *j = (cma_job_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)in}, .in = in, .out = out, .run = run,
+                   .outer = outer, .rank = me, .size = p, .fault = fault ? atoi(fault) : 0,
+                   .peers = (cma_addr_t *)((char *)scratch + JOB_BYTES)};
+  j->done = (char *)(j->peers + p);
+  int rc = tc_sched_reserve(s, 4 * p + 4);
+  for (int k = 1; k < p && !rc; k++) {
+    int q = (me + k) % p;
+    rc = tc_sched_recv(s, &j->peers[q], (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, q, 0, false);
+    if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, q, 0, false);
+  }
+  if (!rc) rc = tc_sched_call(s, cma_own, j, false);
+  if (!rc) rc = tc_sched_call(s, cma_read, j, true);
+  for (int k = 1; k < p && !rc; k++) {
+    int q = (me + k) % p;
+    rc = tc_sched_send(s, &j->note, 1, TCOLL_UINT8, q, 1, k == 1);
+    if (!rc) rc = tc_sched_recv(s, &j->done[q], 1, TCOLL_UINT8, q, 1, false);
+  }
+  if (!rc) rc = tc_sched_call(s, cma_report, j, true);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- the probe */
+
+/* What each rank's probe word holds: its pid and a cookie, read back by every peer. */
+typedef struct probe_word {
+  char magic[16];
+  int64_t pid;
+  uint64_t cookie;
+} probe_word_t;
+
+static probe_word_t probe_word;
+
+static bool knob_off(void) {
+  const char *v = getenv("TCOLL_CMA");
+  return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "no") || !strcasecmp(v, "false"));
+}
+
+/* One rank's view: 1 where every read worked, else 0 (why in `why`). Every rank makes the same
+ * collective calls on the control communicator, whatever it finds. */
+static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int local = 0, rc = MPI_Comm_split_type(c->ctrl, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  if (rc == MPI_SUCCESS) {
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+  }
+  probe_word_t *all = calloc((size_t)c->size, sizeof *all);
+  cma_addr_t *addrs = calloc((size_t)c->size, sizeof *addrs);
+  int ok = 1;
+  if (rc != MPI_SUCCESS || !all || !addrs) ok = 0, snprintf(why, len, "MPI_Comm_split_type failed or no memory");
+  else if (local != c->size) ok = 0, snprintf(why, len, "%d of the %d ranks share this rank's node", local, c->size);
+  else if (knob_off()) ok = 0, snprintf(why, len, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
+  int every = 0;
+  if (MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_LAND, c->ctrl) != MPI_SUCCESS) every = 0;
+  if (ok && !every) snprintf(why, len, "another rank cannot take part");
+  if (every) {
+    if (!probe_word.pid) {
+      memcpy(probe_word.magic, "tcoll-cma-probe", 16);
+      probe_word.pid = (int64_t)getpid();
+      probe_word.cookie = (uint64_t)(uintptr_t)&probe_word ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    }
+    cma_addr_t mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word};
+    if (MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, addrs, (int)sizeof mine, MPI_BYTE, c->ctrl) != MPI_SUCCESS ||
+        MPI_Allgather(&probe_word, (int)sizeof probe_word, MPI_BYTE, all, (int)sizeof probe_word, MPI_BYTE,
+                      c->ctrl) != MPI_SUCCESS)
+      ok = 0, snprintf(why, len, "the probe's MPI_Allgather failed");
+    for (int p = 0; ok && p < c->size; p++) {
+      if (p == c->rank) continue;
+      probe_word_t got;
+      memset(&got, 0, sizeof got);
+      struct iovec l = {&got, sizeof got}, r = {(void *)(uintptr_t)addrs[p].addr, sizeof got};
+      ssize_t n = process_vm_readv((pid_t)addrs[p].pid, &l, 1, &r, 1, 0);
+      int e = n < 0 ? errno : 0;
+      if (n != (ssize_t)sizeof got || memcmp(&got, &all[p], sizeof got)) {
+        ok = 0;
+        snprintf(why, len, "reading rank %d's memory (pid %lld) with process_vm_readv %s%s%s", p,
+                 (long long)addrs[p].pid, n < 0 ? "failed: " : "returned other bytes", n < 0 ? strerror(e) : "",
+                 e == EPERM ? " (ptrace rights: Yama's ptrace_scope, a container's seccomp or capabilities)" : "");
+      }
+    }
+  } else ok = 0;
+  free(all);
+  free(addrs);
+  return ok;
+}
+
+bool tc_cma_usable(tcoll_comm_t *c) {
+  int known = __atomic_load_n(&c->cma, __ATOMIC_ACQUIRE);
+  if (known) return known > 0;
+  char why[256] = "";
+  int ok = c->size == 1 ? !knob_off() : probe_peers(c, why, sizeof why);
+  if (c->size == 1 && !ok) snprintf(why, sizeof why, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
+  int all = ok;
+  if (c->size > 1 && MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, c->ctrl) != MPI_SUCCESS) all = 0;
+  char label[TC_COMM_NAME_LEN + 16];
+  if (!all)
+    tc_info("communicator %s: the cma all_gather does not apply (%s); all_gather takes its other paths",
+            tc_comm_label(c, label, sizeof label), ok ? "another rank cannot read its peers' memory" : why);
+  __atomic_store_n(&c->cma, all ? 1 : -1, __ATOMIC_RELEASE);
+  return all;
+}
