@@ -107,22 +107,16 @@ static void cma_rows(const tcoll_tensor_t *in, int dim, size_t *run, int64_t *ou
 /* Which algorithm: cma where TCOLL_ALGO forces it or the table picks it, on host tensors, and
  * where the communicator allows it (probed at its first such call); else the MPI call. Every
  * input here is the same on every rank, so every rank reaches the probe together. */
-static tc_algo_t choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim) {
+static tc_algo_t choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t run, int64_t outer) {
   if (tcoll_tensor_numel(in) == 0 || in->device != TCOLL_HOST || out->device != TCOLL_HOST) return TC_ALGO_MPI;
   tc_algo_query_t q = {.op = TC_OP_ALL_GATHER, .bytes = tcoll_tensor_nbytes(out), .ranks = w->comm->size,
                        .dtype = in->dtype, .redop = -1, .device = false};
   if (tc_algo_choose(&q) != TC_ALGO_CMA) return TC_ALGO_MPI;
-  size_t run;
-  int64_t outer;
-  cma_rows(in, dim, &run, &outer);
   if (tc_algo_forced[TC_OP_ALL_GATHER] != TC_ALGO_CMA && (outer == 1 || run < CMA_MIN_RUN_BYTES)) return TC_ALGO_MPI;
   return tc_cma_usable(w->comm) ? TC_ALGO_CMA : TC_ALGO_MPI;
 }
 
-static int post_cma(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim) {
-  size_t run;
-  int64_t outer;
-  cma_rows(in, dim, &run, &outer);
+static int post_cma(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t run, int64_t outer) {
   void *scratch = tc_work_scratch(w, tc_cma_scratch(w->comm->size));
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
   return tc_build_cma_all_gather(&w->sched, in->data, out->data, run, outer, scratch);
@@ -130,9 +124,12 @@ static int post_cma(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, bool inplace) {
   int64_t n = tcoll_tensor_numel(in);
-  tc_algo_t algo = choose(w, in, out, dim);
+  size_t cma_run;
+  int64_t cma_outer;
+  cma_rows(in, dim, &cma_run, &cma_outer);
+  tc_algo_t algo = choose(w, in, out, cma_run, cma_outer);
   tc_work_set_algo(w, algo);
-  if (algo == TC_ALGO_CMA) return post_cma(w, in, out, dim);
+  if (algo == TC_ALGO_CMA) return post_cma(w, in, out, cma_run, cma_outer);
   /* Rank r's block of the output: runs of len * inner elements, size runs apart. */
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
   int64_t run = v.outer == 1 ? n : v.len * v.inner;

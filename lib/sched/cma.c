@@ -161,6 +161,12 @@ typedef struct probe_word {
 
 static probe_word_t probe_word;
 
+/* What each rank tells the others: where its probe word lies, and what it holds. */
+typedef struct probe_entry {
+  cma_addr_t at;
+  probe_word_t word;
+} probe_entry_t;
+
 static bool knob_off(void) {
   const char *v = getenv("TCOLL_CMA");
   return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "no") || !strcasecmp(v, "false"));
@@ -175,10 +181,9 @@ static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
   }
-  probe_word_t *all = calloc((size_t)c->size, sizeof *all);
-  cma_addr_t *addrs = calloc((size_t)c->size, sizeof *addrs);
+  probe_entry_t *all = calloc((size_t)c->size, sizeof *all);
   int ok = 1;
-  if (rc != MPI_SUCCESS || !all || !addrs) ok = 0, snprintf(why, len, "MPI_Comm_split_type failed or no memory");
+  if (rc != MPI_SUCCESS || !all) ok = 0, snprintf(why, len, "MPI_Comm_split_type failed or no memory");
   else if (local != c->size) ok = 0, snprintf(why, len, "%d of the %d ranks share this rank's node", local, c->size);
   else if (knob_off()) ok = 0, snprintf(why, len, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
   int every = 0;
@@ -190,28 +195,25 @@ static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
       probe_word.pid = (int64_t)getpid();
       probe_word.cookie = (uint64_t)(uintptr_t)&probe_word ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
     }
-    cma_addr_t mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word};
-    if (MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, addrs, (int)sizeof mine, MPI_BYTE, c->ctrl) != MPI_SUCCESS ||
-        MPI_Allgather(&probe_word, (int)sizeof probe_word, MPI_BYTE, all, (int)sizeof probe_word, MPI_BYTE,
-                      c->ctrl) != MPI_SUCCESS)
+    probe_entry_t mine = {{(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word}, probe_word};
+    if (MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, c->ctrl) != MPI_SUCCESS)
       ok = 0, snprintf(why, len, "the probe's MPI_Allgather failed");
     for (int p = 0; ok && p < c->size; p++) {
       if (p == c->rank) continue;
       probe_word_t got;
       memset(&got, 0, sizeof got);
-      struct iovec l = {&got, sizeof got}, r = {(void *)(uintptr_t)addrs[p].addr, sizeof got};
-      ssize_t n = process_vm_readv((pid_t)addrs[p].pid, &l, 1, &r, 1, 0);
+      struct iovec l = {&got, sizeof got}, r = {(void *)(uintptr_t)all[p].at.addr, sizeof got};
+      ssize_t n = process_vm_readv((pid_t)all[p].at.pid, &l, 1, &r, 1, 0);
       int e = n < 0 ? errno : 0;
-      if (n != (ssize_t)sizeof got || memcmp(&got, &all[p], sizeof got)) {
+      if (n != (ssize_t)sizeof got || memcmp(&got, &all[p].word, sizeof got)) {
         ok = 0;
         snprintf(why, len, "reading rank %d's memory (pid %lld) with process_vm_readv %s%s%s", p,
-                 (long long)addrs[p].pid, n < 0 ? "failed: " : "returned other bytes", n < 0 ? strerror(e) : "",
+                 (long long)all[p].at.pid, n < 0 ? "failed: " : "returned other bytes", n < 0 ? strerror(e) : "",
                  e == EPERM ? " (ptrace rights: Yama's ptrace_scope, a container's seccomp or capabilities)" : "");
       }
     }
   } else ok = 0;
   free(all);
-  free(addrs);
   return ok;
 }
 
