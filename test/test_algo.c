@@ -794,6 +794,36 @@ START_TEST(last_algorithm_follows) {
 }
 END_TEST
 
+/* The table along a dim other than 0 (TCOLL_ALGO=auto): where it picks the all-to-all form, which
+ * serves contiguous blocks only, a host input below 1 MiB takes the MPI path (the strided slabs)
+ * and one of 1 MiB or more the ring (Open MPI at 4 ranks); where it picks the ring (2 ranks; 3
+ * from 512 KiB on Open MPI), the ring runs along any dim. Forcing the all-to-all form keeps the
+ * MPI path. Device tensors keep the MPI path (staged or pipelined). */
+static const char *table_other_dims(size_t bytes, bool device) {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  bool ompi = strstr(v, "Open MPI") != NULL, mpich = !ompi && strstr(v, "MPICH") != NULL;
+  if (t_size == 2 && (ompi || mpich)) return "ring";
+  if (ompi && t_size == 3 && bytes >= (512 << 10)) return "ring";
+  if (ompi && t_size == 4 && bytes >= (1 << 20) && !device) return "ring";
+  return "mpi";
+}
+
+START_TEST(table_other_dims_rs) {
+  save_algo();
+  set_algo("auto");
+  int64_t big[2] = {256, 256 * (int64_t)t_size}, small[2] = {128, 256 * (int64_t)t_size}; /* 256 / 128 KiB x size */
+  size_t bbig = (size_t)big[0] * (size_t)big[1] * 4, bsmall = (size_t)small[0] * (size_t)small[1] * 4;
+  bool dev = t_device() != TCOLL_HOST;
+  rs_case("auto", table_other_dims(bbig, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, big, 1);
+  rs_case("auto", table_other_dims(bsmall, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, true, 2, small, 1);
+  set_algo("reduce_scatter:alltoall");
+  rs_case("reduce_scatter:alltoall", "mpi", TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, big, 1);
+  restore_algo();
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the same bits everywhere */
 
 /* Rank r's element i: non-integers of very different magnitudes on different ranks (the
@@ -1365,6 +1395,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, last_algorithm_follows);
   tcase_add_test(tc, same_bits);
   tcase_add_test(tc, same_bits_reduce_scatter);
+  tcase_add_test(tc, table_other_dims_rs);
   tcase_add_test(tc, bad_settings);
   tcase_add_test(tc, info_log_names_algorithm);
   tcase_add_test(tc, forced_cma);

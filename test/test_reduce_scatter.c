@@ -90,8 +90,9 @@ END_TEST
 
 /* Zero-size tensors: along an empty dim, and an empty tensor scattered along a non-empty dim. */
 /* Inputs of 1 MiB and more along a dim other than 0: on host buffers the host pipeline (chunks
- * packed rank-major, each reduced with MPI_Ireduce_scatter_block straight into the output), on
- * devices the staging pipeline or the slabs. Chunks end inside runs; runs longer than a chunk. */
+ * packed rank-major, each reduced with MPI_Ireduce_scatter_block straight into the output) or
+ * the ring, on devices the staging pipeline or the slabs. Chunks end inside runs; runs longer than
+ * a chunk; runs of a few elements. */
 START_TEST(large_other_dims) {
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
@@ -107,6 +108,9 @@ START_TEST(large_other_dims) {
       {TCOLL_INT32, K_MIN, {33, 7, 1200}, 2},
       {TCOLL_FLOAT64, K_PREMUL, {2, 70001, 1}, 1},
       {TCOLL_FLOAT16, K_MAX, {300, 3, 601}, -1},
+      /* short runs: the ring packs its own runs a chunk at a time before reducing them */
+      {TCOLL_FLOAT32, K_SUM, {9000, 3, 5}, 2},
+      {TCOLL_FLOAT16, K_AVG, {40000, 3, 1}, 1},
   };
   for (size_t i = 0; i < T_LEN(cases); i++) {
     int64_t shape[3] = {cases[i].shape[0], cases[i].shape[1], cases[i].shape[2]};
