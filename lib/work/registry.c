@@ -147,13 +147,18 @@ static void compact_reads(void) {
  * the end go at once (the common post-wait cycle leaves no trace), the others are dropped
  * together once they are half the table, so forgetting costs O(log n) amortized. Among reads of
  * one base the newest come last, so the search runs backwards from there. */
-static void remove_reads_of(tc_work_t *w) {
+static void remove_reads_slow(tc_work_t *w); /* the general case, below */
+static inline void remove_reads_of(tc_work_t *w) {
   if (w->nread_bases == 0) return;
   if (w->nread_bases == 1 && reads[nreads - 1].work == w && dead_reads == 0) { /* a call's one input */
     w->nread_bases = 0;
     if (--nreads == 0) longest_read = 0;
     return;
   }
+  remove_reads_slow(w);
+}
+
+static void remove_reads_slow(tc_work_t *w) {
   /* Mostly w's reads are the last entries (its inputs, the only ones or the highest addresses):
    * those and dead ones go from the end in one pass; the rest are searched by base below. */
   size_t popped = 0;
@@ -187,12 +192,40 @@ static void unref_locked(tc_work_t *w) {
   tc_work_recycle(w);
 }
 
-static size_t lower_bound(uintptr_t key);
-static void remove_at(size_t i);
+/* First index whose base is >= key. */
+static inline size_t lower_bound(uintptr_t key) {
+  size_t lo = 0, hi = nordered;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (ordered[mid].base < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Moves n entries (none: no call, the common case of one pending buffer). */
+static inline void move_entries(entry_t *to, const entry_t *from, size_t n) {
+  if (n) memmove(to, from, n * sizeof *to);
+}
+
+/* Removes the entry at index i, moving the shorter side. */
+static inline void remove_at(size_t i) {
+  if (i < nordered / 2) { /* the shorter side moves */
+    move_entries(&ordered[1], &ordered[0], i);
+    ordered++;
+    head++;
+  } else {
+    move_entries(&ordered[i], &ordered[i + 1], nordered - i - 1);
+  }
+  if (--nordered == 0) {
+    ordered = ordered_buf;
+    head = 0;
+  }
+}
 
 /* Pops the entry at base if it still belongs to w (the index may have moved since it was found:
  * a binary search, no hash), without the ready-event wait (registry lock held). */
-static void pop_entry_locked(tc_work_t *w, uintptr_t base) {
+static inline void pop_entry_locked(tc_work_t *w, uintptr_t base) {
   size_t i = lower_bound(base);
   if (i < nordered && ordered[i].base == base && ordered[i].work == w) {
     remove_at(i);
@@ -220,17 +253,6 @@ static bool defer_pop(tc_wbuf_t *b) {
   do b->pop_next = top;
   while (!__atomic_compare_exchange_n(&pops, &top, b, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
   return true;
-}
-
-/* First index whose base is >= key. */
-static size_t lower_bound(uintptr_t key) {
-  size_t lo = 0, hi = nordered;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (ordered[mid].base < key) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /* The entry overlapping [b, e), if any: since entries are disjoint and sorted, only the last
@@ -261,11 +283,6 @@ static int reserve(size_t extra) {
   return TCOLL_SUCCESS;
 }
 
-/* Moves n entries (none: no call, the common case of one pending buffer). */
-static inline void move_entries(entry_t *to, const entry_t *from, size_t n) {
-  if (n) memmove(to, from, n * sizeof *to);
-}
-
 /* Inserts x at index i (room reserved), moving the shorter side. */
 static void insert_at(size_t i, entry_t x) {
   if (head > 0 && i < nordered / 2) {
@@ -277,20 +294,6 @@ static void insert_at(size_t i, entry_t x) {
   }
   ordered[i] = x;
   nordered++;
-}
-
-static void remove_at(size_t i) {
-  if (i < nordered / 2) { /* the shorter side moves */
-    move_entries(&ordered[1], &ordered[0], i);
-    ordered++;
-    head++;
-  } else {
-    move_entries(&ordered[i], &ordered[i + 1], nordered - i - 1);
-  }
-  if (--nordered == 0) {
-    ordered = ordered_buf;
-    head = 0;
-  }
 }
 
 static void remove_entries_of(tc_work_t *w) {
