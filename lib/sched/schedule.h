@@ -168,7 +168,10 @@ static inline void tc_sched_set_seq(tc_sched_t *s, uint64_t seq) { s->tag_base =
 /* Whether anything was posted to MPI (a failed start may leave requests in flight). */
 bool tc_sched_posted_any(const tc_sched_t *s);
 /* Room for n more steps, so that building never fails half-way for lack of memory. */
-int tc_sched_reserve(tc_sched_t *s, int n);
+int tc_sched_grow(tc_sched_t *s, int n);
+static inline int tc_sched_reserve(tc_sched_t *s, int n) {
+  return TC_LIKELY(s->n + n <= s->cap) ? TCOLL_SUCCESS : tc_sched_grow(s, n); /* the array is kept across uses */
+}
 /* Appends a step of kind in the current round (new_round: in a round after every step so far);
  * NULL (error set) without memory. The pointer is valid until the next append. */
 tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round);
