@@ -156,10 +156,6 @@ MPI_Request *tc_sched_posted(tc_sched_t *s) {
   return &st->req;
 }
 
-void tc_sched_name_posted(tc_sched_t *s, const char *call) {
-  if (s->n > 0 && s->steps[s->n - 1].kind == TC_STEP_MPI) s->steps[s->n - 1].u.mpi.call = call;
-}
-
 /* One point-to-point step: count elements of dt. */
 static int add_p2p_step(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t count, MPI_Datatype dt, int peer,
                         int64_t tag, bool new_round) {

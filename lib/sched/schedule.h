@@ -187,7 +187,9 @@ int tc_sched_after(tc_sched_t *s, int step, int dep);
  * The slot is valid until the next append: post into it right away. */
 MPI_Request *tc_sched_posted(tc_sched_t *s);
 /* Names the request last posted into tc_sched_posted's slot after its call (a literal). */
-void tc_sched_name_posted(tc_sched_t *s, const char *call);
+static inline void tc_sched_name_posted(tc_sched_t *s, const char *call) {
+  if (s->n > 0 && s->steps[s->n - 1].kind == TC_STEP_MPI) s->steps[s->n - 1].u.mpi.call = call;
+}
 /* Point-to-point steps; tag_offset tells apart the messages of one collective between the same
  * two ranks (the same value on both sides). A count above the per-call limit is one
  * MPI_Isend_c / MPI_Irecv_c where MPI has large counts, else several steps. */
