@@ -614,6 +614,16 @@ static bool is_driven(const tc_sched_t *s) { return __atomic_load_n(&s->driven, 
 /* Blocks in MPI for the first posted step, running what becomes startable in order: for a
  * schedule nobody else needs driven (the common single-call case, no polling). */
 static void run_blocking(tc_sched_t *s) {
+  if (s->nmpi == s->n) { /* only requests the builder posted: each waited for in turn, also after an error */
+    for (; s->first < s->n; s->first++) {
+      tc_step_t *st = &s->steps[s->first];
+      if (st->state != TC_STEP_POSTED) continue; /* completed by an earlier test */
+      int rc = tc_mpi_waitall(1, &st->req);
+      if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
+      st->state = TC_STEP_DONE;
+    }
+    return;
+  }
   while (!finished(s)) {
     tc_step_t *st = &s->steps[s->first];
     if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) {
@@ -624,10 +634,6 @@ static void run_blocking(tc_sched_t *s) {
       int rc = tc_mpi_waitall(1, &st->req);
       if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
       st->state = TC_STEP_DONE;
-      if (s->nmpi == s->n) { /* only posted requests: wait for each in turn */
-        s->first++;
-        continue;
-      }
     }
     if (!advance(s) && st->state != TC_STEP_DONE) return; /* cannot move alone: poll instead */
   }
