@@ -40,7 +40,7 @@ static tc_wbuf_t *pops;
 
 static void sweep_locked(void);
 
-static void lock_registry(void) {
+static inline void lock_registry(void) {
   tc_lock(&reg_lock);
   if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
 }
@@ -233,7 +233,7 @@ static inline void pop_entry_locked(tc_work_t *w, uintptr_t base) {
   }
 }
 
-static void sweep_locked(void) {
+static __attribute__((noinline)) void sweep_locked(void) { /* one call, out of every lock_registry */
   tc_wbuf_t *b = __atomic_exchange_n(&pops, NULL, __ATOMIC_ACQUIRE);
   while (b) {
     tc_wbuf_t *next = b->pop_next; /* b goes with its work if this was its last reference */
