@@ -263,7 +263,7 @@ static bool quick_in_out(const tcoll_tensor_t *in, const tcoll_tensor_t *out, si
 }
 
 /* The rest of check_out_like, for an output that passed quick_like. */
-static int check_like_out(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
+static inline int check_like_out(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
   if (!out->data || !in->data) return TCOLL_SUCCESS; /* to allocate: on in's device, checked */
   int rc = tc_dev_check_pointer(out->data, out->device, "out"); /* the device field is not trusted */
   if (rc) return rc;
