@@ -662,6 +662,20 @@ static int report_failure(tc_work_t *w, int rc) {
   return tc_error(rc, "%s", w->err);
 }
 
+/* A wait's find, complete already: pops it and lets go of the lock (out of line: the usual wait
+ * finds its work pending). */
+static TC_COLD int pop_done_locked(entry_t *x) {
+  tc_work_t *w = x->work;
+  int status = w->status;
+  char err[TC_WORK_ERR_LEN];
+  if (status) memcpy(err, w->err, sizeof err);
+  int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+  remove_at((size_t)(x - ordered));
+  unref_locked(w);
+  unlock_registry();
+  return status ? tc_error(status, "%s", err) : ready;
+}
+
 /* The start of a wait, in one critical section: finds the entry containing p. Work already
  * complete (a coalesced work's second and later buffers, or work the progress thread finished) is
  * popped at once. Otherwise returns TCOLL_IN_PROGRESS with the work held (*held, *base its entry)
@@ -685,14 +699,13 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
     unlock_registry();
     return TCOLL_IN_PROGRESS;
   }
-  int status = w->status;
-  char err[TC_WORK_ERR_LEN];
-  if (status) memcpy(err, w->err, sizeof err);
-  int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
-  remove_at((size_t)(x - ordered));
-  unref_locked(w);
-  unlock_registry();
-  return status ? tc_error(status, "%s", err) : ready;
+  return pop_done_locked(x);
+}
+
+static TC_COLD void timed_out(const tc_work_t *w, double seconds) {
+  char what[160];
+  tc_error(TCOLL_ERR_TIMEOUT, "%s did not complete within %g s (still pending; a later wait completes it)",
+           tc_work_describe(w, what, sizeof what), seconds);
 }
 
 int tc_wait_ptr(const void *p, double seconds, bool block) {
@@ -712,11 +725,7 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
     rc = block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
   }
   bool finished = rc != TCOLL_IN_PROGRESS && rc != TCOLL_ERR_TIMEOUT;
-  if (rc == TCOLL_ERR_TIMEOUT) {
-    char what[160];
-    tc_error(TCOLL_ERR_TIMEOUT, "%s did not complete within %g s (still pending; a later wait completes it)",
-             tc_work_describe(w, what, sizeof what), seconds);
-  }
+  if (rc == TCOLL_ERR_TIMEOUT) timed_out(w, seconds);
   rc = report_failure(w, rc);
   if (finished) {
     int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
