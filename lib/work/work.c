@@ -447,8 +447,8 @@ static void undo_outputs(tc_work_t *w) {
   w->nalloc = 0;
 }
 
-static void log_posted(const tc_work_t *w) {
-  if (tc_cfg.debug < TCOLL_LOG_INFO || !w->comm) return;
+/* INFO logs: one line per posted work with a communicator. */
+static TC_COLD void log_posted(const tc_work_t *w) {
   char shape[96], comm[80];
   tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d, algorithm %s",
           (unsigned long long)w->seq, w->op, tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
@@ -487,6 +487,8 @@ static int add_completion_steps(tc_work_t *w) {
   return rc;
 }
 
+static int end_failed(tc_work_t *w, int rc);
+
 int tc_work_end(tc_work_t *w, int rc) {
   if (rc == TCOLL_SUCCESS && (rc = add_completion_steps(w)) && tc_sched_posted_any(&w->sched)) {
     /* Requests in flight, no room for the steps that complete them: wait for them here. */
@@ -508,11 +510,16 @@ int tc_work_end(tc_work_t *w, int rc) {
     tc_algo_note(w->algo);
     w->t_post = tc_stamp();
     w->nalloc = 0;
-    log_posted(w);
+    if (tc_cfg.debug >= TCOLL_LOG_INFO && w->comm) log_posted(w);
     tc_trace_posted(w);
     tc_work_unclaim(w);
     return TCOLL_SUCCESS;
   }
+  return end_failed(w, rc);
+}
+
+/* tc_work_end's failure: undone if nothing was posted, else kept so that a wait completes it. */
+static TC_COLD int end_failed(tc_work_t *w, int rc) {
   bool started = w->posted || tc_sched_posted_any(&w->sched);
   if (!started) tc_sched_abandon(&w->sched); /* out of the engine's lists */
   if (!started) {
