@@ -642,7 +642,7 @@ static void run_blocking(tc_sched_t *s) {
 /* Between polls: yield the core. With TCOLL_WAIT=yield a long wait also sleeps a little, so
  * that oversubscribed ranks spinning inside MPI (MPICH's MPI_Wait) do not starve the ranks they
  * wait for. */
-static void pause_between_polls(int *polls) {
+static TC_COLD void pause_between_polls(int *polls) {
   if (tc_cfg.wait_yield && ++*polls > 1000) {
     struct timespec ts = {0, 50 * 1000};
     nanosleep(&ts, NULL);
