@@ -194,6 +194,7 @@ static void unref_locked(tc_work_t *w) {
 
 /* First index whose base is >= key. */
 static inline size_t lower_bound(uintptr_t key) {
+  if (nordered == 1) return ordered[0].base < key; /* one pending buffer (a post-wait loop) */
   size_t lo = 0, hi = nordered;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
