@@ -240,20 +240,46 @@ static bool quick_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in) {
                                 tc_same_shape(out->ndim, out->shape, in->ndim, in->shape)));
 }
 
-/* An output exactly like the checked input in (of nb bytes), disjoint from it unless the same
- * buffer and same_ok. */
-static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
-  bool like = quick_like(out, in);
-  if (!like) {
-    int rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device);
-    return rc ? rc : tc_check_disjoint(out, "out", in, "in", same_ok);
+/* Both at once, in one pass over the shape: what quick_tensor(in) and quick_like(out, in) say
+ * together (the usual call passes both: the single-tensor collectives run this first). */
+static bool quick_in_out(const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t *nbytes) {
+  if (!in || !out || !tc_dtype_valid(in->dtype) || in->ndim < 0 || in->ndim > TCOLL_MAX_DIMS) return false;
+  bool compare = out->data != NULL; /* an output to allocate has no shape of its own yet */
+  if (compare && (out->dtype != in->dtype || out->ndim != in->ndim || out->device != in->device)) return false;
+  uint64_t n = tc_dtype_size(in->dtype);
+  bool empty = false, over = false;
+  for (int i = 0; i < in->ndim; i++) {
+    int64_t s = in->shape[i];
+    if (s < 0 || (compare && out->shape[i] != s)) return false;
+    empty |= s == 0;
+    over |= __builtin_mul_overflow(n, (uint64_t)s, &n);
   }
+  if (empty) n = 0;
+  else if (over || n > (uint64_t)INT64_MAX) return false;
+  if (!in->data && n > 0) return false;
+  if (in->device != TCOLL_HOST && (in->device < 0 || in->device >= tc_dev_count())) return false;
+  *nbytes = (size_t)n;
+  return true;
+}
+
+/* The rest of check_out_like, for an output that passed quick_like. */
+static inline int check_like_out(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
   if (!out->data || !in->data) return TCOLL_SUCCESS; /* to allocate: on in's device, checked */
   int rc = tc_dev_check_pointer(out->data, out->device, "out"); /* the device field is not trusted */
   if (rc) return rc;
   uintptr_t ob = (uintptr_t)out->data, ib = (uintptr_t)in->data;
   if ((same_ok && ob == ib) || ob >= ib + nb || ib >= ob + nb) return TCOLL_SUCCESS;
   return tc_check_disjoint(out, "out", in, "in", same_ok);
+}
+
+/* An output exactly like the checked input in (of nb bytes), disjoint from it unless the same
+ * buffer and same_ok. */
+static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
+  if (!quick_like(out, in)) {
+    int rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device);
+    return rc ? rc : tc_check_disjoint(out, "out", in, "in", same_ok);
+  }
+  return check_like_out(out, in, nb, same_ok);
 }
 
 /* The input's checks: quick, or detailed when quick has a doubt. */
@@ -271,9 +297,11 @@ int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t
   int rc;
   size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = check_input(in, &nb))) return rc;
+  /* In the order of the messages: in, op, out (quick: in and out valid, pointers unchecked). */
+  bool quick = quick_in_out(in, out, &nb);
+  if ((rc = quick ? tc_dev_check_pointer(in->data, in->device, "in") : check_input(in, &nb))) return rc;
   if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
-  return check_out_like(out, in, nb, true);
+  return quick ? check_like_out(out, in, nb, true) : check_out_like(out, in, nb, true);
 }
 
 /* Entry i of a coalesced all_reduce; in/out name its tensors in messages. */

@@ -33,7 +33,7 @@ static bool is_live(const tcoll_comm_t *c) {
   return live;
 }
 
-int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out) {
+int tc_comm_resolve_any(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out) {
   if (!tcoll_initialized()) return tc_require_init();
   if (!comm) {
     *out = tc_g.world;

@@ -37,7 +37,16 @@ struct tcoll_comm {
 
 /* comm == NULL resolves to the world communicator; anything but a live communicator is an
  * error naming argname. */
-int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out);
+int tc_comm_resolve_any(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out);
+/* The same, with the world communicator (the usual argument, NULL) resolved where it is asked
+ * for: every call resolves one. */
+static inline int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out) {
+  if (!comm && TC_LIKELY(__atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) > 0)) { /* tcoll_initialized() */
+    *out = tc_g.world;
+    return TCOLL_SUCCESS;
+  }
+  return tc_comm_resolve_any(comm, argname, out);
+}
 /* Wraps an MPI communicator the library now owns (sets errors-return, dups a control comm). */
 int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out);
 /* Completes the communicator's pending work, then frees it (no checks). */

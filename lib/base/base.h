@@ -13,12 +13,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define TC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TC_UNUSED(x) ((void)(x))
 #define TC_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TC_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define TC_PRINTF(f, a) __attribute__((format(printf, f, a)))
+/* A rare path kept out of line, so that its hot caller saves fewer registers and stays short. */
+#define TC_COLD __attribute__((cold, noinline))
 /* Small thread-locals read on every call: the initial-exec model reads them with one instruction
  * instead of a __tls_get_addr call per access. They total under 128 bytes, well inside the static
  * TLS room glibc keeps for a library loaded with dlopen. */
@@ -76,8 +79,14 @@ int tc_require_init(void);
 /* ---- time ---- */
 double tc_now(void); /* seconds, monotonic */
 /* A work's post and completion times (seconds, same clock as tc_now): the coarse clock (a few
- * ms, a fifth of the cost) unless a trace file or INFO logs will show durations. */
-double tc_stamp(void);
+ * ms, a fifth of the cost) unless a trace file or INFO logs will show durations. Inline: every
+ * collective takes two. */
+static inline bool tc_stamps_precise(void) { return tc_cfg.trace_path[0] || tc_cfg.debug >= TCOLL_LOG_INFO; }
+static inline double tc_stamp(void) {
+  struct timespec ts;
+  clock_gettime(tc_stamps_precise() ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 /* Resolution of tc_stamp now, in seconds (0 when it is tc_now's). */
 double tc_stamp_resolution(void);
 

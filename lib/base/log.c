@@ -29,20 +29,11 @@ double tc_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Every collective takes two stamps. The flight recorder's default use, saying what hangs and
- * since when, needs milliseconds; CLOCK_MONOTONIC_COARSE gives them for about 5 ns a read on
- * this project's machines, against 25 ns for CLOCK_MONOTONIC. */
-static bool stamps_precise(void) { return tc_cfg.trace_path[0] || tc_cfg.debug >= TCOLL_LOG_INFO; }
-
-double tc_stamp(void) {
-  if (stamps_precise()) return tc_now();
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
+/* Every collective takes two stamps (tc_stamp, base.h). The flight recorder's default use,
+ * saying what hangs and since when, needs milliseconds; CLOCK_MONOTONIC_COARSE gives them for
+ * about 5 ns a read on this project's machines, against 25 ns for CLOCK_MONOTONIC. */
 double tc_stamp_resolution(void) {
   struct timespec res;
-  if (stamps_precise() || clock_getres(CLOCK_MONOTONIC_COARSE, &res)) return 0.0;
+  if (tc_stamps_precise() || clock_getres(CLOCK_MONOTONIC_COARSE, &res)) return 0.0;
   return (double)res.tv_sec + 1e-9 * (double)res.tv_nsec;
 }

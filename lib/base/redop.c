@@ -57,7 +57,7 @@ int tc_redop_lookup(tcoll_redop_t op, const char *argname, tc_redop_t *out) {
   return TCOLL_SUCCESS;
 }
 
-int tc_redop_resolve(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out) {
+int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out) {
   if (op == TCOLL_SUM || op == TCOLL_MIN || op == TCOLL_MAX || op == TCOLL_PRODUCT) { /* any dtype */
     out->kind = op;
     out->scalar = 1.0;

@@ -13,7 +13,16 @@ typedef struct tc_redop {
 
 /* Resolves op (a built-in value or a live premul handle) and checks that it accepts dtype.
  * argname names the op argument in messages. */
-int tc_redop_resolve(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out);
+int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out);
+/* The same, with the ops that take any dtype answered inline (nearly every call's op). */
+static inline int tc_redop_resolve(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out) {
+  if (op == TCOLL_SUM || op == TCOLL_MIN || op == TCOLL_MAX || op == TCOLL_PRODUCT) {
+    out->kind = op;
+    out->scalar = 1.0;
+    return TCOLL_SUCCESS;
+  }
+  return tc_redop_resolve_any(op, dtype, argname, out);
+}
 /* Resolves op without a dtype (for checks that come before the dtype is known). */
 int tc_redop_lookup(tcoll_redop_t op, const char *argname, tc_redop_t *out);
 const char *tc_redop_kind_name(int kind);

@@ -18,6 +18,12 @@ static const tc_device_ops_t none_ops = {.name = "none", .count = none_count, .u
 static char none_reason[256];
 
 static const tc_device_ops_t *active = &none_ops;
+bool tc_dev_queries_pointers; /* active->pointer_device != NULL (device.h) */
+
+static void set_active(const tc_device_ops_t *ops) {
+  active = ops;
+  tc_dev_queries_pointers = ops->pointer_device != NULL;
+}
 
 /* For what cannot be reported to a caller (frees, destroys, finalize): the backend set the
  * message, naming the call that failed. */
@@ -41,7 +47,7 @@ static _Thread_local unsigned cur_gen;
 static unsigned backend_gen = 1;
 
 int tc_dev_init(void) {
-  active = &none_ops;
+  set_active(&none_ops);
   __atomic_add_fetch(&backend_gen, 1, __ATOMIC_RELAXED);
   if (tc_cfg.fake_devices > TC_MAX_DEVICES)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_FAKE_DEVICES=%d (expected at most %d)", tc_cfg.fake_devices,
@@ -58,7 +64,7 @@ int tc_dev_init(void) {
     candidate->fini();
     return TCOLL_SUCCESS;
   }
-  active = candidate;
+  set_active(candidate);
   if (active->count() > TC_MAX_DEVICES)
     tc_warn("%d %s devices; tcoll uses the first %d", active->count(), active->name, TC_MAX_DEVICES);
   return TCOLL_SUCCESS;
@@ -81,7 +87,7 @@ void tc_dev_fini(void) {
   }
   pthread_mutex_unlock(&res_mu);
   if (active->fini) active->fini();
-  active = &none_ops;
+  set_active(&none_ops);
   none_reason[0] = '\0';
   __atomic_add_fetch(&backend_gen, 1, __ATOMIC_RELAXED);
 }
@@ -133,7 +139,7 @@ static const char *where(int dev, char *buf, size_t len) {
   return buf;
 }
 
-int tc_dev_check_pointer(const void *p, int device, const char *argname) {
+int tc_dev_check_pointer_query(const void *p, int device, const char *argname) {
   if (!p || !active->pointer_device) return TCOLL_SUCCESS;
   uint64_t used = active->used_mask();
   if (device == TCOLL_HOST && !used) return TCOLL_SUCCESS;

@@ -79,7 +79,14 @@ int tc_dev_check(int device, const char *argname);
 /* That p (argname->data) lives where argname->device says: TCOLL_ERR_INVALID_ARGUMENT
  * otherwise. Host pointers are checked once the process used a device (a query before could
  * create a CUDA context on a GPU this process never uses). */
-int tc_dev_check_pointer(const void *p, int device, const char *argname);
+int tc_dev_check_pointer_query(const void *p, int device, const char *argname);
+/* Whether the backend can tell where a pointer lives (none cannot: nothing to check). */
+extern bool tc_dev_queries_pointers;
+/* Every call checks its tensors' pointers: without a backend that can tell, that is one load. */
+static inline int tc_dev_check_pointer(const void *p, int device, const char *argname) {
+  if (!p || !tc_dev_queries_pointers) return TCOLL_SUCCESS;
+  return tc_dev_check_pointer_query(p, device, argname);
+}
 /* Uninitialized memory on a device (dev >= 0), straight from the backend: tcoll's storage comes
  * from the cache (cache.h), which calls this when it grows. */
 int tc_dev_alloc(int device, size_t nbytes, void **p);

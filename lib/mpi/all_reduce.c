@@ -6,6 +6,7 @@
 #include "../work/pipeline.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
+#include "../tensor.h"
 #include "post.h"
 
 int tc_post_allreduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n, tcoll_dtype_t d, MPI_Op op,
@@ -59,7 +60,7 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
                 const tc_redop_t *op) {
-  int64_t n = tcoll_tensor_numel(in);
+  int64_t n = tc_numel(in);
   tc_algo_t algo = allreduce_algo(w, n, in->dtype, op->kind, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   if (algo != TC_ALGO_MPI) return post_composed(w, in, out, inplace, op, algo);

@@ -18,13 +18,9 @@ static const void *at_const(const void *p, int64_t elems, size_t es) {
   return p == MPI_IN_PLACE ? p : (const char *)p + (size_t)elems * es;
 }
 
-int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op) {
-  if (TC_LIKELY(n > 0 && tc_mpi_fits(n))) { /* the common case: one int-count call */
-    MPI_Request *req = tc_work_req(w);
-    if (!req) return TCOLL_ERR_NO_MEMORY;
-    int mrc = tc_mpi_iallreduce(sbuf, rbuf, n, tc_mpi_dtype(d), op, w->comm->mpi, req);
-    return tc_post_ok(w, mrc, "MPI_Iallreduce");
-  }
+/* Nothing, or one call per piece of at most the per-call limit. */
+static TC_COLD int post_allreduce_pieces(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d,
+                                         MPI_Op op) {
   int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
   int rc = tc_work_reserve(w, (int)ncalls(n));
@@ -35,6 +31,14 @@ int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
     rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Iallreduce", c));
   }
   return rc;
+}
+
+int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op) {
+  if (TC_UNLIKELY(n <= 0 || !tc_mpi_fits(n))) return post_allreduce_pieces(w, sbuf, rbuf, n, d, op);
+  MPI_Request *req = tc_work_req(w); /* the common case: one int-count call */
+  if (!req) return TCOLL_ERR_NO_MEMORY;
+  int mrc = tc_mpi_iallreduce(sbuf, rbuf, n, tc_mpi_dtype(d), op, w->comm->mpi, req);
+  return tc_post_ok(w, mrc, "MPI_Iallreduce");
 }
 
 int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op, int root) {

@@ -40,7 +40,7 @@ void tc_sched_reset(tc_sched_t *s, tcoll_comm_t *comm, uint64_t seq) {
   s->err[0] = '\0';
 }
 
-int tc_sched_reserve(tc_sched_t *s, int n) {
+int tc_sched_grow(tc_sched_t *s, int n) {
   if (s->n + n <= s->cap) return TCOLL_SUCCESS;
   int cap = s->cap ? s->cap : 8;
   while (cap < s->n + n) cap *= 2;
@@ -100,14 +100,8 @@ static int attach_sched_comm(tc_sched_t *s) {
   return rc;
 }
 
-tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
-  if (tc_sched_reserve(s, 1)) return NULL;
-  if ((kind == TC_STEP_SEND || kind == TC_STEP_RECV) && !s->sc) {
-    pthread_mutex_lock(&eng_mu);
-    int rc = attach_sched_comm(s);
-    pthread_mutex_unlock(&eng_mu);
-    if (rc) return NULL;
-  }
+/* A new step of kind at the end (room reserved), waiting. */
+static inline tc_step_t *append(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
   tc_step_t *st = &s->steps[s->n];
   st->kind = (uint8_t)kind;
   st->state = TC_STEP_WAITING;
@@ -116,6 +110,18 @@ tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
   st->req = MPI_REQUEST_NULL;
   st->large = false;
   s->n++;
+  return st;
+}
+
+tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round) {
+  if (tc_sched_reserve(s, 1)) return NULL;
+  if ((kind == TC_STEP_SEND || kind == TC_STEP_RECV) && !s->sc) {
+    pthread_mutex_lock(&eng_mu);
+    int rc = attach_sched_comm(s);
+    pthread_mutex_unlock(&eng_mu);
+    if (rc) return NULL;
+  }
+  tc_step_t *st = append(s, kind, new_round);
   if (communicates(kind)) s->unstarted_comm++;
   if (kind == TC_STEP_COLL) {
     s->unposted_coll++;
@@ -142,16 +148,12 @@ int tc_sched_after(tc_sched_t *s, int step, int dep) {
 }
 
 MPI_Request *tc_sched_posted(tc_sched_t *s) {
-  tc_step_t *st = tc_sched_add(s, TC_STEP_MPI, false);
-  if (!st) return NULL;
-  st->state = TC_STEP_POSTED;
+  if (tc_sched_reserve(s, 1)) return NULL;
+  tc_step_t *st = append(s, TC_STEP_MPI, false); /* on the collective's communicator: tc_sched_add's cases */
+  st->state = TC_STEP_POSTED;                       /* for the schedule's own steps do not apply */
   st->u.mpi.call = NULL;
   s->nmpi++;
   return &st->req;
-}
-
-void tc_sched_name_posted(tc_sched_t *s, const char *call) {
-  if (s->n > 0 && s->steps[s->n - 1].kind == TC_STEP_MPI) s->steps[s->n - 1].u.mpi.call = call;
 }
 
 /* One point-to-point step: count elements of dt. */
@@ -612,6 +614,16 @@ static bool is_driven(const tc_sched_t *s) { return __atomic_load_n(&s->driven, 
 /* Blocks in MPI for the first posted step, running what becomes startable in order: for a
  * schedule nobody else needs driven (the common single-call case, no polling). */
 static void run_blocking(tc_sched_t *s) {
+  if (s->nmpi == s->n) { /* only requests the builder posted: each waited for in turn, also after an error */
+    for (; s->first < s->n; s->first++) {
+      tc_step_t *st = &s->steps[s->first];
+      if (st->state != TC_STEP_POSTED) continue; /* completed by an earlier test */
+      int rc = tc_mpi_waitall(1, &st->req);
+      if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
+      st->state = TC_STEP_DONE;
+    }
+    return;
+  }
   while (!finished(s)) {
     tc_step_t *st = &s->steps[s->first];
     if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) {
@@ -622,10 +634,6 @@ static void run_blocking(tc_sched_t *s) {
       int rc = tc_mpi_waitall(1, &st->req);
       if (rc != MPI_SUCCESS) fail_mpi(s, rc, step_call_name(st));
       st->state = TC_STEP_DONE;
-      if (s->nmpi == s->n) { /* only posted requests: wait for each in turn */
-        s->first++;
-        continue;
-      }
     }
     if (!advance(s) && st->state != TC_STEP_DONE) return; /* cannot move alone: poll instead */
   }
@@ -634,7 +642,7 @@ static void run_blocking(tc_sched_t *s) {
 /* Between polls: yield the core. With TCOLL_WAIT=yield a long wait also sleeps a little, so
  * that oversubscribed ranks spinning inside MPI (MPICH's MPI_Wait) do not starve the ranks they
  * wait for. */
-static void pause_between_polls(int *polls) {
+static TC_COLD void pause_between_polls(int *polls) {
   if (tc_cfg.wait_yield && ++*polls > 1000) {
     struct timespec ts = {0, 50 * 1000};
     nanosleep(&ts, NULL);

@@ -168,7 +168,10 @@ static inline void tc_sched_set_seq(tc_sched_t *s, uint64_t seq) { s->tag_base =
 /* Whether anything was posted to MPI (a failed start may leave requests in flight). */
 bool tc_sched_posted_any(const tc_sched_t *s);
 /* Room for n more steps, so that building never fails half-way for lack of memory. */
-int tc_sched_reserve(tc_sched_t *s, int n);
+int tc_sched_grow(tc_sched_t *s, int n);
+static inline int tc_sched_reserve(tc_sched_t *s, int n) {
+  return TC_LIKELY(s->n + n <= s->cap) ? TCOLL_SUCCESS : tc_sched_grow(s, n); /* the array is kept across uses */
+}
 /* Appends a step of kind in the current round (new_round: in a round after every step so far);
  * NULL (error set) without memory. The pointer is valid until the next append. */
 tc_step_t *tc_sched_add(tc_sched_t *s, tc_step_kind_t kind, bool new_round);
@@ -184,7 +187,9 @@ int tc_sched_after(tc_sched_t *s, int step, int dep);
  * The slot is valid until the next append: post into it right away. */
 MPI_Request *tc_sched_posted(tc_sched_t *s);
 /* Names the request last posted into tc_sched_posted's slot after its call (a literal). */
-void tc_sched_name_posted(tc_sched_t *s, const char *call);
+static inline void tc_sched_name_posted(tc_sched_t *s, const char *call) {
+  if (s->n > 0 && s->steps[s->n - 1].kind == TC_STEP_MPI) s->steps[s->n - 1].u.mpi.call = call;
+}
 /* Point-to-point steps; tag_offset tells apart the messages of one collective between the same
  * two ranks (the same value on both sides). A count above the per-call limit is one
  * MPI_Isend_c / MPI_Irecv_c where MPI has large counts, else several steps. */

@@ -40,7 +40,7 @@ static tc_wbuf_t *pops;
 
 static void sweep_locked(void);
 
-static void lock_registry(void) {
+static inline void lock_registry(void) {
   tc_lock(&reg_lock);
   if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
 }
@@ -147,13 +147,18 @@ static void compact_reads(void) {
  * the end go at once (the common post-wait cycle leaves no trace), the others are dropped
  * together once they are half the table, so forgetting costs O(log n) amortized. Among reads of
  * one base the newest come last, so the search runs backwards from there. */
-static void remove_reads_of(tc_work_t *w) {
+static void remove_reads_slow(tc_work_t *w); /* the general case, below */
+static inline void remove_reads_of(tc_work_t *w) {
   if (w->nread_bases == 0) return;
   if (w->nread_bases == 1 && reads[nreads - 1].work == w && dead_reads == 0) { /* a call's one input */
     w->nread_bases = 0;
     if (--nreads == 0) longest_read = 0;
     return;
   }
+  remove_reads_slow(w);
+}
+
+static void remove_reads_slow(tc_work_t *w) {
   /* Mostly w's reads are the last entries (its inputs, the only ones or the highest addresses):
    * those and dead ones go from the end in one pass; the rest are searched by base below. */
   size_t popped = 0;
@@ -187,12 +192,41 @@ static void unref_locked(tc_work_t *w) {
   tc_work_recycle(w);
 }
 
-static size_t lower_bound(uintptr_t key);
-static void remove_at(size_t i);
+/* First index whose base is >= key. */
+static inline size_t lower_bound(uintptr_t key) {
+  if (nordered == 1) return ordered[0].base < key; /* one pending buffer (a post-wait loop) */
+  size_t lo = 0, hi = nordered;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (ordered[mid].base < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Moves n entries (none: no call, the common case of one pending buffer). */
+static inline void move_entries(entry_t *to, const entry_t *from, size_t n) {
+  if (n) memmove(to, from, n * sizeof *to);
+}
+
+/* Removes the entry at index i, moving the shorter side. */
+static inline void remove_at(size_t i) {
+  if (i < nordered / 2) { /* the shorter side moves */
+    move_entries(&ordered[1], &ordered[0], i);
+    ordered++;
+    head++;
+  } else {
+    move_entries(&ordered[i], &ordered[i + 1], nordered - i - 1);
+  }
+  if (--nordered == 0) {
+    ordered = ordered_buf;
+    head = 0;
+  }
+}
 
 /* Pops the entry at base if it still belongs to w (the index may have moved since it was found:
  * a binary search, no hash), without the ready-event wait (registry lock held). */
-static void pop_entry_locked(tc_work_t *w, uintptr_t base) {
+static inline void pop_entry_locked(tc_work_t *w, uintptr_t base) {
   size_t i = lower_bound(base);
   if (i < nordered && ordered[i].base == base && ordered[i].work == w) {
     remove_at(i);
@@ -200,7 +234,7 @@ static void pop_entry_locked(tc_work_t *w, uintptr_t base) {
   }
 }
 
-static void sweep_locked(void) {
+static __attribute__((noinline)) void sweep_locked(void) { /* one call, out of every lock_registry */
   tc_wbuf_t *b = __atomic_exchange_n(&pops, NULL, __ATOMIC_ACQUIRE);
   while (b) {
     tc_wbuf_t *next = b->pop_next; /* b goes with its work if this was its last reference */
@@ -220,17 +254,6 @@ static bool defer_pop(tc_wbuf_t *b) {
   do b->pop_next = top;
   while (!__atomic_compare_exchange_n(&pops, &top, b, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
   return true;
-}
-
-/* First index whose base is >= key. */
-static size_t lower_bound(uintptr_t key) {
-  size_t lo = 0, hi = nordered;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (ordered[mid].base < key) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /* The entry overlapping [b, e), if any: since entries are disjoint and sorted, only the last
@@ -261,11 +284,6 @@ static int reserve(size_t extra) {
   return TCOLL_SUCCESS;
 }
 
-/* Moves n entries (none: no call, the common case of one pending buffer). */
-static inline void move_entries(entry_t *to, const entry_t *from, size_t n) {
-  if (n) memmove(to, from, n * sizeof *to);
-}
-
 /* Inserts x at index i (room reserved), moving the shorter side. */
 static void insert_at(size_t i, entry_t x) {
   if (head > 0 && i < nordered / 2) {
@@ -277,20 +295,6 @@ static void insert_at(size_t i, entry_t x) {
   }
   ordered[i] = x;
   nordered++;
-}
-
-static void remove_at(size_t i) {
-  if (i < nordered / 2) { /* the shorter side moves */
-    move_entries(&ordered[1], &ordered[0], i);
-    ordered++;
-    head++;
-  } else {
-    move_entries(&ordered[i], &ordered[i + 1], nordered - i - 1);
-  }
-  if (--nordered == 0) {
-    ordered = ordered_buf;
-    head = 0;
-  }
 }
 
 static void remove_entries_of(tc_work_t *w) {
@@ -659,6 +663,20 @@ static int report_failure(tc_work_t *w, int rc) {
   return tc_error(rc, "%s", w->err);
 }
 
+/* A wait's find, complete already: pops it and lets go of the lock (out of line: the usual wait
+ * finds its work pending). */
+static TC_COLD int pop_done_locked(entry_t *x) {
+  tc_work_t *w = x->work;
+  int status = w->status;
+  char err[TC_WORK_ERR_LEN];
+  if (status) memcpy(err, w->err, sizeof err);
+  int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+  remove_at((size_t)(x - ordered));
+  unref_locked(w);
+  unlock_registry();
+  return status ? tc_error(status, "%s", err) : ready;
+}
+
 /* The start of a wait, in one critical section: finds the entry containing p. Work already
  * complete (a coalesced work's second and later buffers, or work the progress thread finished) is
  * popped at once. Otherwise returns TCOLL_IN_PROGRESS with the work held (*held, *base its entry)
@@ -682,14 +700,13 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
     unlock_registry();
     return TCOLL_IN_PROGRESS;
   }
-  int status = w->status;
-  char err[TC_WORK_ERR_LEN];
-  if (status) memcpy(err, w->err, sizeof err);
-  int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
-  remove_at((size_t)(x - ordered));
-  unref_locked(w);
-  unlock_registry();
-  return status ? tc_error(status, "%s", err) : ready;
+  return pop_done_locked(x);
+}
+
+static TC_COLD void timed_out(const tc_work_t *w, double seconds) {
+  char what[160];
+  tc_error(TCOLL_ERR_TIMEOUT, "%s did not complete within %g s (still pending; a later wait completes it)",
+           tc_work_describe(w, what, sizeof what), seconds);
 }
 
 int tc_wait_ptr(const void *p, double seconds, bool block) {
@@ -709,11 +726,7 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
     rc = block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
   }
   bool finished = rc != TCOLL_IN_PROGRESS && rc != TCOLL_ERR_TIMEOUT;
-  if (rc == TCOLL_ERR_TIMEOUT) {
-    char what[160];
-    tc_error(TCOLL_ERR_TIMEOUT, "%s did not complete within %g s (still pending; a later wait completes it)",
-             tc_work_describe(w, what, sizeof what), seconds);
-  }
+  if (rc == TCOLL_ERR_TIMEOUT) timed_out(w, seconds);
   rc = report_failure(w, rc);
   if (finished) {
     int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */

@@ -119,7 +119,7 @@ static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
   w->agree = sig->agree;
   w->local = sig->local;
   /* Only DETAIL compares it across ranks; skip the hashing otherwise. */
-  w->shapes_hash = t && w->agree == TC_AGREE_SHAPE && tc_cfg.debug >= TCOLL_LOG_DETAIL ? hash_shapes(t, sig->n) : 0;
+  w->shapes_hash = tc_cfg.debug >= TCOLL_LOG_DETAIL && t && w->agree == TC_AGREE_SHAPE ? hash_shapes(t, sig->n) : 0;
 }
 
 int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
@@ -166,7 +166,7 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   return TCOLL_SUCCESS;
 }
 
-static int add_buf(tc_work_t *w, void *base, size_t nbytes, bool written) {
+static inline int add_buf(tc_work_t *w, void *base, size_t nbytes, bool written) {
   if (!base) return TCOLL_SUCCESS; /* an empty buffer without storage: nothing to key or wait for */
   int rc = grow((void **)&w->bufs, &w->buf_cap, w->nbuf + 1, sizeof *w->bufs);
   if (rc) return rc;
@@ -211,6 +211,7 @@ static int prepare_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype
 
 int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
                    int device) {
+  if (out->data) return add_buf(w, out->data, tc_nbytes(out), true); /* the usual, preallocated output */
   return prepare_output(w, out, dtype, ndim, shape, device, false);
 }
 
@@ -221,7 +222,7 @@ int tc_work_output_zeroed(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype
 
 /* Numbers w (process-wide and on its communicator) and, with TCOLL_DEBUG=DETAIL, checks it
  * across ranks; rc: whether keying it worked here. */
-static int number_and_check(tc_work_t *w, int rc) {
+static inline int number_and_check(tc_work_t *w, int rc) {
   w->seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
   if (w->local) return rc;
   w->comm_seq = tc_comm_next_seq(w->comm);
@@ -358,7 +359,7 @@ int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled) {
   return TCOLL_SUCCESS;
 }
 
-int tc_work_ready_wait(const tc_work_t *w) {
+int tc_work_ready_wait_any(const tc_work_t *w) {
   int rc = TCOLL_SUCCESS;
   for (int i = 0; i < w->nready && !rc; i++)
     rc = tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
@@ -446,8 +447,8 @@ static void undo_outputs(tc_work_t *w) {
   w->nalloc = 0;
 }
 
-static void log_posted(const tc_work_t *w) {
-  if (tc_cfg.debug < TCOLL_LOG_INFO || !w->comm) return;
+/* INFO logs: one line per posted work with a communicator. */
+static TC_COLD void log_posted(const tc_work_t *w) {
   char shape[96], comm[80];
   tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d, algorithm %s",
           (unsigned long long)w->seq, w->op, tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
@@ -476,6 +477,7 @@ static int copy_backs_step(void *arg) { return tc_stage_copy_backs(arg); /* devi
 
 /* The completion steps (see work.h), each in a round of its own after everything posted. */
 static int add_completion_steps(tc_work_t *w) {
+  if (!(w->ndivide | w->npiece | w->ncb) && !w->finish) return TCOLL_SUCCESS; /* the usual: none */
   tc_sched_t *s = &w->sched;
   int rc = TCOLL_SUCCESS;
   if (w->ndivide) rc = tc_sched_call(s, divide_step, w, true);
@@ -484,6 +486,8 @@ static int add_completion_steps(tc_work_t *w) {
   if (!rc && w->ncb) rc = tc_sched_call(s, copy_backs_step, w, true);
   return rc;
 }
+
+static int end_failed(tc_work_t *w, int rc);
 
 int tc_work_end(tc_work_t *w, int rc) {
   if (rc == TCOLL_SUCCESS && (rc = add_completion_steps(w)) && tc_sched_posted_any(&w->sched)) {
@@ -506,11 +510,16 @@ int tc_work_end(tc_work_t *w, int rc) {
     tc_algo_note(w->algo);
     w->t_post = tc_stamp();
     w->nalloc = 0;
-    log_posted(w);
+    if (tc_cfg.debug >= TCOLL_LOG_INFO && w->comm) log_posted(w);
     tc_trace_posted(w);
     tc_work_unclaim(w);
     return TCOLL_SUCCESS;
   }
+  return end_failed(w, rc);
+}
+
+/* tc_work_end's failure: undone if nothing was posted, else kept so that a wait completes it. */
+static TC_COLD int end_failed(tc_work_t *w, int rc) {
   bool started = w->posted || tc_sched_posted_any(&w->sched);
   if (!started) tc_sched_abandon(&w->sched); /* out of the engine's lists */
   if (!started) {
