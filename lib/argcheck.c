@@ -215,14 +215,14 @@ int tc_reduce_scatter_shape(const tcoll_tensor_t *in, int dim, int group_size, i
 
 /* Whether t's description is valid and it has data (tc_check_tensor would pass but for the
  * pointer query, which the callers make: it can fail with a backend error to report), and its
- * bytes; false when in doubt. */
-static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) {
+ * bytes; false when in doubt. like: a shape t's must equal (NULL: none). */
+static inline bool quick_desc(const tcoll_tensor_t *t, const int64_t *like, size_t *nbytes) {
   if (!t || !tc_dtype_valid(t->dtype) || t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS) return false;
   uint64_t n = tc_dtype_size(t->dtype);
   bool empty = false, over = false;
   for (int i = 0; i < t->ndim; i++) {
     int64_t s = t->shape[i];
-    if (s < 0) return false;
+    if (s < 0 || (like && like[i] != s)) return false;
     empty |= s == 0;
     over |= __builtin_mul_overflow(n, (uint64_t)s, &n);
   }
@@ -234,6 +234,8 @@ static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) {
   return true;
 }
 
+static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) { return quick_desc(t, NULL, nbytes); }
+
 /* Whether out is to be allocated, or has exactly in's dtype, shape and device. */
 static bool quick_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in) {
   return out && (!out->data || (out->dtype == in->dtype && out->ndim == in->ndim && out->device == in->device &&
@@ -243,23 +245,10 @@ static bool quick_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in) {
 /* Both at once, in one pass over the shape: what quick_tensor(in) and quick_like(out, in) say
  * together (the usual call passes both: the single-tensor collectives run this first). */
 static bool quick_in_out(const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t *nbytes) {
-  if (!in || !out || !tc_dtype_valid(in->dtype) || in->ndim < 0 || in->ndim > TCOLL_MAX_DIMS) return false;
+  if (!in || !out) return false;
   bool compare = out->data != NULL; /* an output to allocate has no shape of its own yet */
   if (compare && (out->dtype != in->dtype || out->ndim != in->ndim || out->device != in->device)) return false;
-  uint64_t n = tc_dtype_size(in->dtype);
-  bool empty = false, over = false;
-  for (int i = 0; i < in->ndim; i++) {
-    int64_t s = in->shape[i];
-    if (s < 0 || (compare && out->shape[i] != s)) return false;
-    empty |= s == 0;
-    over |= __builtin_mul_overflow(n, (uint64_t)s, &n);
-  }
-  if (empty) n = 0;
-  else if (over || n > (uint64_t)INT64_MAX) return false;
-  if (!in->data && n > 0) return false;
-  if (in->device != TCOLL_HOST && (in->device < 0 || in->device >= tc_dev_count())) return false;
-  *nbytes = (size_t)n;
-  return true;
+  return quick_desc(in, compare ? out->shape : NULL, nbytes);
 }
 
 /* The rest of check_out_like, for an output that passed quick_like. */
