@@ -1288,6 +1288,12 @@ START_TEST(forced_cma) {
   int64_t s2[2] = {6, 5};
   ag_case(NULL, want, TCOLL_INT16, 2, s2, 0, 2, NULL);
   ag_case(NULL, want, TCOLL_FLOAT32, 2, s2, 0, 2, NULL);
+  /* Outputs of 8 MiB and more along a dim other than 0 are streamed through a bounce chunk (from
+   * 2 ranks here): runs of 520 B (not a multiple of 16: unaligned stores' heads and tails) and of
+   * 7 B. */
+  int64_t big[2] = {16384, 130}, bytes7[2] = {1200000, 7};
+  ag_case(NULL, want, TCOLL_FLOAT32, 2, big, 1, 0, NULL);
+  ag_case(NULL, want, TCOLL_UINT8, 2, bytes7, 1, 1, NULL);
   restore_algo();
 }
 END_TEST
@@ -1353,6 +1359,36 @@ START_TEST(cma_read_fails) {
 }
 END_TEST
 
+/* The same through the bounce chunk (an output of 8 MiB and more along dim 1): rank 0's reads
+ * stop at the chunk that reaches past half of each peer's 8 MiB input. */
+START_TEST(cma_bounced_read_fails) {
+  if (t_size < 2 || !cma_works()) return;
+  save_algo();
+  set_algo("all_gather:cma");
+  int64_t shape[2] = {128, 16384};
+  ag_ctx_t c = {t_rank, TCOLL_FLOAT32, 128, 16384, 1, t_size};
+  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 2, shape), out = t_empty();
+  t_set_all(&in, ag_in, &c);
+  if (t_rank == 0) setenv("TCOLL_CMA_FAULT", "13", 1);
+  T_OK(tcoll_all_gather(&in, 1, NULL, &out));
+  unsetenv("TCOLL_CMA_FAULT");
+  if (t_rank == 0) {
+    int rc = tcoll_wait(out.data);
+    T_EXPECT(rc == TCOLL_ERR_UNSUPPORTED, "a failed bounced read: tcoll_wait returned %s (expected TCOLL_ERR_UNSUPPORTED): %s",
+             tcoll_status_string(rc), tcoll_last_error());
+    const char *m = tcoll_last_error();
+    T_EXPECT(t_contains(m, "process_vm_readv") && t_contains(m, "errno 13") &&
+                 t_contains(m, "after 4194304 of 8388608 bytes"),
+             "a failed bounced read: message \"%s\" lacks the call, the errno or the bytes", m);
+  } else
+    T_OK(tcoll_wait(out.data));
+  tcoll_tensor_free(&out);
+  tcoll_tensor_free(&in);
+  ag_case(NULL, "cma", TCOLL_FLOAT32, 2, shape, 1, 1, NULL);
+  restore_algo();
+}
+END_TEST
+
 /* The table's choice (TCOLL_ALGO=auto): on Open MPI at 2 ranks from 8 KiB and at 3-4 ranks from
  * 1 MiB, on MPICH at 2 ranks from 32 KiB, an all_gather of host tensors along a dim other than 0 with runs of 512 B or more
  * takes cma (where cross-memory attach works); dim 0, shorter runs, smaller outputs and other
@@ -1401,6 +1437,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, forced_cma);
   tcase_add_test(tc, cma_fallback);
   tcase_add_test(tc, cma_read_fails);
+  tcase_add_test(tc, cma_bounced_read_fails);
   tcase_add_test(tc, cma_table);
   suite_add_tcase(s, tc);
   return s;

@@ -522,8 +522,9 @@ END_TEST
 
 /* ---- large outputs along a dim other than 0 ----
  * On host buffers these go through the host pipeline (chunks of rows gathered and interleaved
- * one by one, their MPI calls posted as earlier chunks complete); on devices through the
- * staging pipeline or a strided datatype. */
+ * one by one, their MPI calls posted as earlier chunks complete; into outputs of 8 MiB and more
+ * with streaming stores) or the cma algorithm; on devices through the staging pipeline or a
+ * strided datatype. */
 
 START_TEST(large_other_dims) {
   static const struct {
@@ -537,6 +538,7 @@ START_TEST(large_other_dims) {
       {TCOLL_FLOAT64, 2, {2, 90001}, -1},  /* runs longer than a chunk */
       {TCOLL_BFLOAT16, 3, {700, 3, 131}, 2},
       {TCOLL_UINT8, 2, {1, 700001}, 1},    /* leading 1: one contiguous block, not pipelined */
+      {TCOLL_FLOAT32, 2, {4100, 263}, 1},  /* from 2 ranks an output of 8 MiB and more: runs streamed */
   };
   for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
     gather_and_check(cases[i].dt, cases[i].ndim, cases[i].shape, cases[i].dim, NULL, NULL, t_rank, i % 2 == 0);

@@ -117,7 +117,7 @@ static tc_algo_t choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tens
 }
 
 static int post_cma(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t run, int64_t outer) {
-  void *scratch = tc_work_scratch(w, tc_cma_scratch(w->comm->size));
+  void *scratch = tc_work_scratch(w, tc_cma_scratch(w->comm->size, run, outer));
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
   return tc_build_cma_all_gather(&w->sched, in->data, out->data, run, outer, scratch);
 }

@@ -4,6 +4,8 @@
 #endif
 #include "cma.h"
 
+#include "../base/stream_copy.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,18 @@ typedef struct cma_addr {
   uint64_t addr;
 } cma_addr_t;
 
-/* The work's scratch: the job, then the address table (p entries), 8-byte aligned. */
+/* Outputs along a dim other than 0 from this size are written with streaming stores: each
+ * peer's input is read contiguously into a bounce chunk that stays in cache, whose runs are then
+ * streamed into the output (see base/stream_copy.h). Below it the output stays in cache and the
+ * reads go straight into it, one local iovec per run. Measured at 2 ranks on the CI machine,
+ * both interleaved in one program, dim 1 over tcoll's dim 0: runs of 1 KiB 1.35 / 1.96x at 8
+ * MiB, 1.11-1.22 / 1.48-1.90x at 12-64 MiB, 2.2 / 1.45x at 4 MiB (streamed / not); runs of 2-16
+ * KiB 1.05-1.14 / 1.13-1.61x from 12 MiB, about even at 8 MiB, 2.1 / 1.1x at 4 MiB. */
+#define STREAM_MIN_BYTES TC_STREAM_OUT_MIN_BYTES
+#define BOUNCE ((size_t)256 << 10)
+
+/* The work's scratch: the job, then the address table (p entries), 16-byte aligned, then the
+ * bounce chunk where the output is streamed. */
 typedef struct cma_job {
   cma_addr_t mine;
   const char *in;
@@ -33,11 +46,20 @@ typedef struct cma_job {
   char note;   /* the note sent */
   int fault;   /* TCOLL_CMA_FAULT (tests): reads fail with this errno half-way */
   int status;  /* the first failed read, reported at the end */
+  char *bounce; /* BOUNCE bytes where the output is streamed, else NULL */
   char msg[240];
 } cma_job_t;
 
 #define JOB_BYTES ((sizeof(cma_job_t) + 15) & ~(size_t)15)
-size_t tc_cma_scratch(int p) { return JOB_BYTES + (size_t)p * (sizeof(cma_addr_t) + 1); }
+#define TABLE_BYTES(p) (((size_t)(p) * (sizeof(cma_addr_t) + 1) + 15) & ~(size_t)15)
+
+static bool streamed(size_t run, int64_t outer, int p) {
+  return outer > 1 && run * (size_t)outer * (size_t)p >= STREAM_MIN_BYTES;
+}
+
+size_t tc_cma_scratch(int p, size_t run, int64_t outer) {
+  return JOB_BYTES + TABLE_BYTES(p) + (streamed(run, outer, p) ? BOUNCE : 0);
+}
 
 /* Reads `rows` rows of `run` bytes from remote (contiguous) into dst, rows `stride` apart.
  * Returns 0, or errno (ENODATA for a read that moved nothing) with *done the bytes read. */
@@ -80,16 +102,48 @@ static int read_rows(pid_t pid, uint64_t remote, char *dst, size_t run, size_t s
   return fault;
 }
 
+/* Bytes [f0, f1) of rank p's input, at src, into their places in the output (row f / run). */
+static void place(const cma_job_t *j, int p, const char *src, size_t f0, size_t f1) {
+  size_t stride = j->run * (size_t)j->size;
+  for (size_t f = f0; f < f1;) {
+    size_t col = f % j->run, len = j->run - col < f1 - f ? j->run - col : f1 - f;
+    char *dst = j->out + f / j->run * stride + (size_t)p * j->run + col;
+    if (j->bounce) tc_stream_copy(dst, src + (f - f0), len);
+    else memcpy(dst, src + (f - f0), len);
+    f += len;
+  }
+}
+
 /* This rank's block into place (while the addresses travel). */
 static int cma_own(void *arg) {
   cma_job_t *j = arg;
-  size_t stride = j->run * (size_t)j->size;
-  char *mine = j->out + (size_t)j->rank * j->run;
-  if (mine == j->in || !j->run) return TCOLL_SUCCESS;
-  if (j->outer == 1) memcpy(mine, j->in, j->run);
-  else
-    for (int64_t o = 0; o < j->outer; o++) memcpy(mine + (size_t)o * stride, j->in + (size_t)o * j->run, j->run);
+  if (j->out + (size_t)j->rank * j->run == j->in || !j->run) return TCOLL_SUCCESS;
+  place(j, j->rank, j->in, 0, j->run * (size_t)j->outer);
+  if (j->bounce) tc_stream_fence();
   return TCOLL_SUCCESS;
+}
+
+/* Rank p's input through the bounce chunk: read contiguously, then placed. Returns 0 or errno,
+ * *done the bytes read. */
+static int read_bounced(cma_job_t *j, int p, size_t *done) {
+  size_t total = j->run * (size_t)j->outer;
+  *done = 0;
+  for (size_t f0 = 0; f0 < total; f0 += BOUNCE) {
+    size_t n = total - f0 < BOUNCE ? total - f0 : BOUNCE, got = 0;
+    if (j->fault && f0 + n > total / 2) return j->fault; /* fails half-way */
+    while (got < n) { /* a partial read goes on where it stopped */
+      struct iovec local = {j->bounce + got, n - got}, remote = {(void *)(uintptr_t)(j->peers[p].addr + f0 + got), n - got};
+      ssize_t r = process_vm_readv((pid_t)j->peers[p].pid, &local, 1, &remote, 1, 0);
+      if (r <= 0) {
+        *done += got;
+        return r < 0 ? errno : ENODATA;
+      }
+      got += (size_t)r;
+    }
+    place(j, p, j->bounce, f0, f0 + n);
+    *done += n;
+  }
+  return 0;
 }
 
 /* Once the addresses arrived: every peer's block, starting with the next rank (ranks read
@@ -101,8 +155,9 @@ static int cma_read(void *arg) {
   for (int k = 1; k < j->size; k++) {
     int p = (j->rank + k) % j->size;
     size_t done = 0;
-    int err = read_rows((pid_t)j->peers[p].pid, j->peers[p].addr, j->out + (size_t)p * j->run, j->run, stride,
-                        j->outer, &done, j->fault);
+    int err = j->bounce ? read_bounced(j, p, &done)
+                        : read_rows((pid_t)j->peers[p].pid, j->peers[p].addr, j->out + (size_t)p * j->run, j->run,
+                                    stride, j->outer, &done, j->fault);
     if (err && !j->status) {
       j->status = err == EPERM || err == EACCES ? TCOLL_ERR_UNSUPPORTED : TCOLL_ERR_MPI;
       snprintf(j->msg, sizeof j->msg,
@@ -111,6 +166,7 @@ static int cma_read(void *arg) {
                p, (long long)j->peers[p].pid, strerror(err), err, done, total);
     }
   }
+  if (j->bounce) tc_stream_fence();
   return TCOLL_SUCCESS;
 }
 
@@ -133,6 +189,7 @@ int tc_build_cma_all_gather(tc_sched_t *s, const void *in, void *out, size_t run
                    .outer = outer, .rank = me, .size = p, .fault = fault ? atoi(fault) : 0,
                    .peers = (cma_addr_t *)((char *)scratch + JOB_BYTES)};
   j->done = (char *)(j->peers + p);
+  j->bounce = streamed(run, outer, p) ? (char *)scratch + JOB_BYTES + TABLE_BYTES(p) : NULL;
   int rc = tc_sched_reserve(s, 4 * p + 4);
   for (int k = 1; k < p && !rc; k++) {
     int q = (me + k) % p;

@@ -5,6 +5,12 @@
  * per row. Open MPI's shared-memory transport moves large messages the same way, but a strided
  * receive (or a contiguous one interleaved afterwards) costs it a second copy.
  *
+ * Outputs of 8 MiB and more along a dim other than 0 are written with streaming stores (they
+ * bypass the cache, base/stream_copy.h): each peer's input is read contiguously into a bounce
+ * chunk of scratch that stays in cache and its runs streamed into place, and so is the rank's
+ * own block: ordinary stores of short runs into an output larger than the cache read every line
+ * first.
+ *
  * Steps (point-to-point, on the schedule communicator): each rank sends its (pid, input address)
  * to every peer and copies its own block into place; then reads every peer's block; then sends
  * every peer a note that its input was read and waits for every peer's, so that no rank completes
@@ -26,8 +32,8 @@
  * rank decides the same way). Logs at INFO when it does not apply. */
 bool tc_cma_usable(tcoll_comm_t *comm);
 
-/* Scratch bytes of the cma all_gather on p ranks. */
-size_t tc_cma_scratch(int p);
+/* Scratch bytes of the cma all_gather on p ranks of blocks of outer rows of run bytes. */
+size_t tc_cma_scratch(int p, size_t run, int64_t outer);
 /* Appends the cma all_gather to s: in holds this rank's block, `outer` rows of `run` bytes
  * (contiguous); out receives outer rows of p * run bytes, rank r's run at r * run in each (along
  * dim 0 outer is 1 and run the whole block). in may be this rank's place in out (in place, dim 0). */

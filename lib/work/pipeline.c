@@ -5,6 +5,7 @@
 
 #include "../comm.h"
 #include "../base/dtype.h"
+#include "../base/stream_copy.h"
 #include "../sched/mpi_calls.h"
 #include "../base/scratch.h"
 #include "../device/device.h"
@@ -25,6 +26,7 @@ typedef struct tc_pipe {
   size_t es;
   int64_t C, K; /* elements per chunk, chunks */
   size_t send_off, recv_off, slot_bytes;
+  bool stream_out; /* a host all_gather's runs streamed into a large output (drain_chunk) */
   slot_t slots[TC_PIPE_SLOTS];
   void *d2h, *h2d;
   void *ev_in, *ev_done;
@@ -179,7 +181,9 @@ static int copy_strided(tc_pipe_t *p, bool to_device, char *host, char *devbase,
     char *dptr = devbase + (size_t)((e / run) * stride + (int64_t)r * run + off) * p->es;
     char *hptr = host + (size_t)(e - k0) * p->es;
     size_t nb = (size_t)len * p->es;
-    int rc = to_device ? copy(p, dptr, hptr, nb, p->h2d) : copy(p, hptr, dptr, nb, p->d2h);
+    int rc = TCOLL_SUCCESS;
+    if (to_device && p->stream_out) tc_stream_copy(dptr, hptr, nb);
+    else rc = to_device ? copy(p, dptr, hptr, nb, p->h2d) : copy(p, hptr, dptr, nb, p->d2h);
     if (rc) return rc;
     e += len;
   }
@@ -210,6 +214,7 @@ static int drain_chunk(void *arg, int64_t k) {
     if (r == p->rank && p->d.inplace) continue; /* already in place */
     rc = copy_strided(p, true, recv + (size_t)r * (size_t)c * p->es, out, r, k0, c);
   }
+  if (p->stream_out) tc_stream_fence();
   return rc;
 }
 
@@ -379,6 +384,10 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
   p->es = tc_dtype_size(d->dtype);
   p->C = chunk_elems(d->kind, p->es, p->size, d->device == TCOLL_HOST ? TC_PIPE_HOST_CHUNK : tc_cfg.staging_chunk);
   p->K = (d->n + p->C - 1) / p->C;
+  /* Runs interleaved into a host output larger than the cache are streamed (base/stream_copy.h:
+   * ordinary stores read every line of it first); the same size as the cma all_gather's. */
+  p->stream_out = d->device == TCOLL_HOST && d->kind == TC_PIPE_ALL_GATHER && d->run < d->n &&
+                  (size_t)d->n * p->es * (size_t)p->size >= TC_STREAM_OUT_MIN_BYTES;
   layout(p);
   for (int i = 0; i < TC_PIPE_SLOTS; i++) p->slots[i].buf = NULL;
   p->d2h = p->h2d = NULL;
