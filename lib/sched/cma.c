@@ -132,7 +132,8 @@ static int read_bounced(cma_job_t *j, int p, size_t *done) {
     size_t n = total - f0 < BOUNCE ? total - f0 : BOUNCE, got = 0;
     if (j->fault && f0 + n > total / 2) return j->fault; /* fails half-way */
     while (got < n) { /* a partial read goes on where it stopped */
-      struct iovec local = {j->bounce + got, n - got}, remote = {(void *)(uintptr_t)(j->peers[p].addr + f0 + got), n - got};
+      struct iovec local = {j->bounce + got, n - got};
+      struct iovec remote = {(void *)(uintptr_t)(j->peers[p].addr + f0 + got), n - got};
       ssize_t r = process_vm_readv((pid_t)j->peers[p].pid, &local, 1, &remote, 1, 0);
       if (r <= 0) {
         *done += got;

@@ -208,7 +208,9 @@ int tc_work_copyback(tc_work_t *w, void *dst, const void *src, size_t nbytes, in
 int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled);
 /* The calling thread's current streams wait for the work's ready events (at every pop). */
 int tc_work_ready_wait_any(const tc_work_t *w);
-static inline int tc_work_ready_wait(const tc_work_t *w) { return w->nready ? tc_work_ready_wait_any(w) : TCOLL_SUCCESS; }
+static inline int tc_work_ready_wait(const tc_work_t *w) {
+  return w->nready ? tc_work_ready_wait_any(w) : TCOLL_SUCCESS;
+}
 /* Completion steps: divide buf (host) by w->divisor; copy src (host) to dst: a memcpy for host
  * memory, a copy-back (tc_work_copyback) for device memory. */
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor);
