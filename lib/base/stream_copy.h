@@ -1,8 +1,8 @@
 /* Copies whose destination bypasses the cache (non-temporal stores), for scattering runs into an
  * output larger than the cache: a run of a few KiB written with ordinary stores first reads
  * every destination line into the cache (read for ownership). On the CI machine 1 KiB runs
- * copied from a 256 KiB chunk in cache to every other KiB of an 8-32 MiB output took 1.5-2.3x a
- * contiguous memcpy of the same bytes with memcpy, 0.45-1.05x it streamed. Into an output that
+ * copied from a 256 KiB chunk in cache to every other KiB of an 8-32 MiB output took 1.4-2.4x a
+ * contiguous memcpy of the same bytes with memcpy, 0.46-1.04x it streamed. Into an output that
  * fits in the cache, streaming is slower: it is for large outputs only. */
 #ifndef TC_STREAM_COPY_H
 #define TC_STREAM_COPY_H

@@ -122,7 +122,7 @@ tc_algo_t tc_reduce_scatter_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d,
   /* Along a dim other than 0 the all-to-all exchange is the slabs' (the MPI path below), up to
    * the host pipeline's size; from there the pipeline's chunked MPI_Ireduce_scatter_block lost to
    * the ring where the table picks the all-to-all form (Open MPI, 4 ranks, 1-4 MiB: the ring
-   * 0.3-0.9x the time of the MPI path along dim 1, two runs interleaving both). */
+   * 0.3-0.9x the time of the MPI path along dim 1, three runs interleaving both). */
   if (!contiguous && algo == TC_ALGO_ALLTOALL && !device && q.bytes >= HOST_PIPE_MIN_BYTES &&
       tc_algo_forced[TC_OP_REDUCE_SCATTER] == TC_ALGO_AUTO)
     algo = TC_ALGO_RING;

@@ -26,9 +26,9 @@ typedef struct cma_addr {
  * peer's input is read contiguously into a bounce chunk that stays in cache, whose runs are then
  * streamed into the output (see base/stream_copy.h). Below it the output stays in cache and the
  * reads go straight into it, one local iovec per run. Measured at 2 ranks on the CI machine,
- * both interleaved in one program, dim 1 over tcoll's dim 0: runs of 1 KiB 1.35 / 1.96x at 8
- * MiB, 1.11-1.22 / 1.48-1.90x at 12-64 MiB, 2.2 / 1.45x at 4 MiB (streamed / not); runs of 2-16
- * KiB 1.05-1.14 / 1.13-1.61x from 12 MiB, about even at 8 MiB, 2.1 / 1.1x at 4 MiB. */
+ * both interleaved in one program, dim 1 over tcoll's dim 0 (streamed / not): runs of 1 KiB 1.35
+ * / 1.96x at 8 MiB, 1.11-1.42 / 1.50-1.90x at 12-64 MiB; runs of 2-16 KiB 1.42 / 1.53x at 8 MiB,
+ * 1.02-1.22 / 1.13-1.64x from 12 MiB; at 4 MiB 1.95-2.23 / 0.84-1.45x. */
 #define STREAM_MIN_BYTES TC_STREAM_OUT_MIN_BYTES
 #define BOUNCE ((size_t)256 << 10)
 

@@ -38,14 +38,15 @@ static block_at_t block_at(int64_t n, int p, int b, const tc_blocks_t *blocks) {
 static int reduce_packed(tc_sched_t *s, const char *own, block_at_t b, char *acc, char *spare, tcoll_dtype_t d,
                          MPI_Op op) {
   size_t es = tc_dtype_size(d), run = (size_t)b.run * es;
-  int64_t per = (int64_t)(PACK_CHUNK / run), rc = 0;
+  int64_t per = (int64_t)(PACK_CHUNK / run);
+  int rc = TCOLL_SUCCESS;
   for (int64_t k = 0; k < b.runs && !rc; k += per) {
     int64_t n = b.runs - k < per ? b.runs - k : per;
     size_t at = (size_t)k * run;
     rc = tc_sched_pack_runs(s, spare, own + (size_t)(k * b.stride) * es, (size_t)b.stride * es, run, n, true);
     if (!rc) rc = tc_sched_reduce(s, spare, acc + at, n * b.run, d, op, true);
   }
-  return (int)rc;
+  return rc;
 }
 
 int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64_t n, tcoll_dtype_t d, MPI_Op op,
