@@ -41,7 +41,7 @@ int tc_comm_resolve_any(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **
 /* The same, with the world communicator (the usual argument, NULL) resolved where it is asked
  * for: every call resolves one. */
 static inline int tc_comm_resolve(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **out) {
-  if (!comm && TC_LIKELY(__atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) > 0)) { /* tcoll_initialized() */
+  if (!comm && TC_LIKELY(tc_initialized())) {
     *out = tc_g.world;
     return TCOLL_SUCCESS;
   }

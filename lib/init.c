@@ -33,7 +33,7 @@ const char *tcoll_version_suffix(void) { return TCOLL_VERSION_SUFFIX; }
 
 /* On every call: no MPI query here. If the host program finalizes MPI first, the attribute
  * callback on MPI_COMM_SELF (on_mpi_finalize) tears tcoll down and zeroes init_count. */
-int tcoll_initialized(void) { return __atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) > 0; }
+int tcoll_initialized(void) { return tc_initialized(); }
 
 int tcoll_mpi_thread_level(void) { return tc_g.thread_level; }
 

@@ -73,6 +73,8 @@ typedef struct tc_state {
   tcoll_comm_t *world;
 } tc_state_t;
 extern tc_state_t tc_g;
+/* tcoll_initialized(), inline for the calls that ask it on every collective. */
+static inline bool tc_initialized(void) { return __atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) > 0; }
 /* TCOLL_ERR_STATE unless tcoll is initialized (and MPI not yet finalized). */
 int tc_require_init(void);
 

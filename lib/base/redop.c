@@ -58,7 +58,7 @@ int tc_redop_lookup(tcoll_redop_t op, const char *argname, tc_redop_t *out) {
 }
 
 int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out) {
-  if (op == TCOLL_SUM || op == TCOLL_MIN || op == TCOLL_MAX || op == TCOLL_PRODUCT) { /* any dtype */
+  if (tc_redop_any_dtype(op)) {
     out->kind = op;
     out->scalar = 1.0;
     return TCOLL_SUCCESS;

@@ -22,14 +22,13 @@ typedef struct cma_addr {
   uint64_t addr;
 } cma_addr_t;
 
-/* Outputs along a dim other than 0 from this size are written with streaming stores: each
- * peer's input is read contiguously into a bounce chunk that stays in cache, whose runs are then
- * streamed into the output (see base/stream_copy.h). Below it the output stays in cache and the
+/* Outputs along a dim other than 0 from TC_STREAM_OUT_MIN_BYTES are written with streaming
+ * stores: each peer's input is read contiguously into a bounce chunk that stays in cache, whose
+ * runs are then streamed into the output (base/stream_copy.h). Below it the output stays in cache and the
  * reads go straight into it, one local iovec per run. Measured at 2 ranks on the CI machine,
  * both interleaved in one program, dim 1 over tcoll's dim 0 (streamed / not): runs of 1 KiB 1.35
  * / 1.96x at 8 MiB, 1.11-1.42 / 1.50-1.90x at 12-64 MiB; runs of 2-16 KiB 1.42 / 1.53x at 8 MiB,
  * 1.02-1.22 / 1.13-1.64x from 12 MiB; at 4 MiB 1.95-2.23 / 0.84-1.45x. */
-#define STREAM_MIN_BYTES TC_STREAM_OUT_MIN_BYTES
 #define BOUNCE ((size_t)256 << 10)
 
 /* The work's scratch: the job, then the address table (p entries), 16-byte aligned, then the
@@ -54,7 +53,7 @@ typedef struct cma_job {
 #define TABLE_BYTES(p) (((size_t)(p) * (sizeof(cma_addr_t) + 1) + 15) & ~(size_t)15)
 
 static bool streamed(size_t run, int64_t outer, int p) {
-  return outer > 1 && run * (size_t)outer * (size_t)p >= STREAM_MIN_BYTES;
+  return outer > 1 && run * (size_t)outer * (size_t)p >= TC_STREAM_OUT_MIN_BYTES;
 }
 
 size_t tc_cma_scratch(int p, size_t run, int64_t outer) {
