@@ -718,7 +718,7 @@ START_TEST(forced_small_limit) {
   save_algo();
   int64_t old = t_set_max_count(7);
   int64_t ar_shape[1] = {37 * (int64_t)t_size + 5}, rs_shape[1] = {13 * (int64_t)t_size},
-          rs1_shape[2] = {4, 5 * (int64_t)t_size};
+          rs1_shape[2] = {4, 5 * (int64_t)t_size}, push_shape[2] = {3, 260 * (int64_t)t_size};
   for (size_t f = 0; f < T_LEN(FORCED); f++) {
     set_algo(FORCED[f].spec);
     for (int k = K_SUM; k <= K_AVG; k++) {
@@ -736,6 +736,10 @@ START_TEST(forced_small_limit) {
       /* along dim 1: interleaved blocks of 4 runs of 5, above the limit (the ring's messages
        * are split, its first one included) */
       small_limit_rs(FORCED[f].spec, k, 2, rs1_shape, 1);
+      /* runs of 1040 B: under the ring, pushed with process_vm_writev where cross-memory attach
+       * works, and the message that follows the push split into 112 pieces, whose tags pass the
+       * address message's */
+      small_limit_rs(FORCED[f].spec, k, 2, push_shape, 1);
     }
   }
   t_set_max_count(old);
@@ -1367,6 +1371,97 @@ START_TEST(cma_read_fails) {
 }
 END_TEST
 
+typedef struct push_call {
+  int64_t shape[2];
+  bool info; /* at INFO */
+} push_call_t;
+
+/* A ring reduce_scatter along dim 1 at INFO, checked against the closed form. */
+static void push_call(void *arg) {
+  const push_call_t *pc = arg;
+  rc_t c = rc_world(TCOLL_FLOAT32, K_SUM, 1);
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 2, pc->shape), out = t_empty();
+  t_set_all(&in, rc_fill, &c);
+  if (pc->info) set_debug(TCOLL_LOG_INFO);
+  T_OK(tcoll_reduce_scatter(&in, TCOLL_SUM, 1, NULL, &out));
+  T_OK(tcoll_wait(out.data));
+  if (pc->info) set_debug(TCOLL_LOG_WARN);
+  rc_scatter(&c, pc->shape, 2, 1, t_rank);
+  t_check_all(pc->info ? "ring reduce_scatter along dim 1, rank 0's push failing" : "ring reduce_scatter along dim 1",
+              &out, rc_want, &c, 0);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+}
+
+/* The ring reduce_scatter along a dim other than 0 writes its first block into the next rank's
+ * buffer (runs of 1 KiB and more); where that write fails (TCOLL_CMA_FAULT on rank 0: half-way,
+ * after the first of two process_vm_writev calls), the block goes through MPI instead: rank 0
+ * says so at INFO and every rank gets the exact result. */
+START_TEST(cma_push_fails) {
+  if (t_size < 2 || !cma_works()) return;
+  save_algo();
+  set_algo("reduce_scatter:ring");
+  tcoll_config_t cfg;
+  T_OK(tcoll_get_config(&cfg));
+  push_call_t pc = {{2000, 260 * (int64_t)t_size}, true}; /* runs of 1040 B, 2000 rows */
+  if (t_rank == 0) setenv("TCOLL_CMA_FAULT", "1", 1);
+  const char *text = capture_stderr(push_call, &pc);
+  unsetenv("TCOLL_CMA_FAULT");
+  if (t_rank == 0) {
+    T_EXPECT(t_contains(text, "process_vm_writev into rank 1's buffer") && t_contains(text, "errno 1") &&
+                 t_contains(text, "after 1040000 of 2080000 bytes") && t_contains(text, "through MPI instead"),
+             "a failed push: no INFO line naming the call, the peer, errno 1, the bytes written and the fallback; "
+             "got:\n%s", text);
+  } else {
+    T_EXPECT(!t_contains(text, "process_vm_writev"), "rank %d logged a failed push:\n%s", t_rank, text);
+  }
+  set_debug(cfg.debug);
+  pc.info = false;
+  push_call(&pc); /* and without the fault */
+  restore_algo();
+}
+END_TEST
+
+/* A communicator's cross-memory attach probe (a collective) runs inside the post of its first
+ * all_gather or ring reduce_scatter that would use it. Rank 0 posts a ring reduce_scatter along
+ * dim 0 and then that call without waiting, the other ranks wait for the first before posting the
+ * second: beyond 2 ranks the first one's later steps are started by whoever waits on rank 0, so
+ * the probe must drive them while it waits for its peers (it used to block: a hang here). */
+static void probe_in_post_case(bool gather) {
+  tcoll_comm_t *c = NULL;
+  T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &c));
+  rc_t ca = rc_world(TCOLL_FLOAT32, K_SUM, 1), cb = rc_world(TCOLL_FLOAT32, K_SUM, 1);
+  int64_t sa[1] = {3000 * (int64_t)t_size}, sb[2] = {4, 300 * (int64_t)t_size};
+  tcoll_tensor_t a = t_alloc(TCOLL_FLOAT32, 1, sa), b = t_alloc(TCOLL_FLOAT32, 2, sb), ra = t_empty(), rb = t_empty();
+  t_set_all(&a, rc_fill, &ca);
+  t_set_all(&b, rc_fill, &cb);
+  T_OK(tcoll_reduce_scatter(&a, TCOLL_SUM, 0, c, &ra));
+  if (t_rank != 0) T_OK(tcoll_wait(ra.data));
+  T_OK(gather ? tcoll_all_gather(&b, 1, c, &rb) : tcoll_reduce_scatter(&b, TCOLL_SUM, 1, c, &rb));
+  if (t_rank == 0) T_OK(tcoll_wait(ra.data));
+  T_OK(tcoll_wait(rb.data));
+  rc_scatter(&ca, sa, 1, 0, t_rank);
+  t_check_all("the reduce_scatter posted before the probe", &ra, rc_want, &ca, 0);
+  if (!gather) {
+    rc_scatter(&cb, sb, 2, 1, t_rank);
+    t_check_all("the reduce_scatter that probed", &rb, rc_want, &cb, 0);
+  }
+  tcoll_tensor_free(&a);
+  tcoll_tensor_free(&b);
+  tcoll_tensor_free(&ra);
+  tcoll_tensor_free(&rb);
+  T_OK(tcoll_comm_free(&c));
+}
+
+START_TEST(cma_probe_inside_post) {
+  save_algo();
+  set_algo("reduce_scatter:ring,all_gather:cma");
+  probe_in_post_case(false);
+  probe_in_post_case(true);
+  restore_algo();
+}
+END_TEST
+
 /* The table's choice (TCOLL_ALGO=auto): on Open MPI at 2 ranks from 8 KiB and at 3-4 ranks from
  * 1 MiB, on MPICH at 2 ranks from 32 KiB, an all_gather of host tensors along a dim other than 0 with runs of 512 B or more
  * takes cma (where cross-memory attach works); dim 0, shorter runs, smaller outputs and other
@@ -1415,6 +1510,8 @@ Suite *t_suite(void) {
   tcase_add_test(tc, forced_cma);
   tcase_add_test(tc, cma_fallback);
   tcase_add_test(tc, cma_read_fails);
+  tcase_add_test(tc, cma_push_fails);
+  tcase_add_test(tc, cma_probe_inside_post);
   tcase_add_test(tc, cma_table);
   suite_add_tcase(s, tc);
   return s;

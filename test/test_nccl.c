@@ -413,6 +413,46 @@ START_TEST(multi_streams) {
 }
 END_TEST
 
+/* A multi op right after a collective whose later steps this rank starts: rank 0 posts a ring
+ * reduce_scatter and calls multi ops without waiting, the others wait for it first. Beyond 2
+ * ranks the ring's second step starts only when rank 0 drives it, so the multi ops' agreement
+ * must drive it while it waits (a blocking one hung here). */
+START_TEST(multi_after_pending) {
+  tcoll_config_t old, cfg;
+  T_OK(tcoll_get_config(&old));
+  cfg = old;
+  snprintf(cfg.algo, sizeof cfg.algo, "reduce_scatter:ring");
+  T_OK(tcoll_set_config(&cfg));
+  tcoll_comm_t *w = tcoll_comm_world(), *cl[1] = {w};
+  int64_t rs_shape[1] = {3000 * (int64_t)t_size}, shape[1] = {1000};
+  for (int op = 0; op < 3; op++) {
+    tcoll_tensor_t x = t_host(TCOLL_FLOAT32, 1, rs_shape), y = t_empty(), in = t_host(TCOLL_FLOAT64, 1, shape),
+                   out = t_empty();
+    for (int64_t i = 0; i < rs_shape[0]; i++) ((float *)x.data)[i] = (float)(i % 5);
+    for (int64_t i = 0; i < shape[0]; i++) ((double *)in.data)[i] = t_rank + 1.0;
+    T_OK(tcoll_reduce_scatter(&x, TCOLL_SUM, 0, w, &y));
+    if (t_rank != 0) T_OK(tcoll_wait(y.data));
+    double want = op == 1 ? 1.0 : (double)t_size * (t_size + 1) / 2;
+    if (op == 0) T_OK(tcoll_multi_all_reduce(&in, &out, 1, TCOLL_SUM, NULL, cl));
+    if (op == 1) T_OK(tcoll_multi_broadcast(&in, 1, 0, NULL, cl));
+    if (op == 2) T_OK(tcoll_multi_reduce(&in, 1, NULL, 0, TCOLL_SUM, NULL, cl));
+    if (t_rank == 0) T_OK(tcoll_wait(y.data));
+    const double *got = op == 0 ? out.data : in.data;
+    if (op != 2 || t_rank == 0)
+      T_EXPECT(got && got[0] == want && got[999] == want, "multi op %d after a pending ring: %g (expected %g)", op,
+               got ? got[0] : -1.0, want);
+    for (int64_t i = 0; i < 3000; i++)
+      T_EXPECT(((float *)y.data)[i] == (float)(((int64_t)t_rank * 3000 + i) % 5 * t_size), "the ring's element %lld",
+               (long long)i);
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&y);
+    tcoll_tensor_free(&in);
+    tcoll_tensor_free(&out);
+  }
+  T_OK(tcoll_set_config(&old));
+}
+END_TEST
+
 /* multi ops write outside the registry: outputs that pending work writes or still reads are
  * refused on every process, inputs that pending work writes are completed first. */
 START_TEST(multi_pending) {
@@ -509,6 +549,7 @@ Suite *t_suite(void) {
   tcase_add_test(multi, multi_init_rank_comm);
   tcase_add_test(multi, multi_streams);
   tcase_add_test(multi, multi_pending);
+  tcase_add_test(multi, multi_after_pending);
   tcase_add_test(multi, multi_errors);
   suite_add_tcase(s, multi);
   return s;

@@ -111,6 +111,10 @@ START_TEST(large_other_dims) {
       /* short runs: the ring packs its own runs a chunk at a time before reducing them */
       {TCOLL_FLOAT32, K_SUM, {9000, 3, 5}, 2},
       {TCOLL_FLOAT16, K_AVG, {40000, 3, 1}, 1},
+      /* runs of 1 KiB and more, which the ring pushes into the next rank's buffer where
+       * cross-memory attach works (above: 1202 B to 210 KiB); here 2000 of them, more than one
+       * process_vm_writev takes */
+      {TCOLL_FLOAT32, K_SUM, {2000, 260, 1}, 1},
   };
   for (size_t i = 0; i < T_LEN(cases); i++) {
     int64_t shape[3] = {cases[i].shape[0], cases[i].shape[1], cases[i].shape[2]};

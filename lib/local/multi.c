@@ -8,7 +8,8 @@
  * reduce_scatter_across), and copied back to each device on its stream without waiting (the
  * pinned memory returns to the pool once those copies are done). With communicators, every
  * process first joins one small agreement allreduce, so that bad arguments on one process fail
- * them all instead of leaving the others waiting. */
+ * them all instead of leaving the others waiting; it is nonblocking and drives the collectives in
+ * flight while it waits (see agree). */
 #include "../argcheck.h"
 #include "../comm.h"
 #include "../base/dtype.h"
@@ -168,15 +169,19 @@ static int check_outputs(mop_t *m) {
   return TCOLL_SUCCESS;
 }
 
-/* Every process learns whether all passed the checks and agree on n, dtype and numel. */
+/* Every process learns whether all passed the checks and agree on n, dtype and numel. The
+ * agreement drives the schedules in flight while it waits (mpi_calls.h): a peer may join it only
+ * after waiting for an earlier collective whose later steps this process starts. Once every
+ * process has joined, each is inside this op and the blocking calls that follow cannot wait on
+ * anything but each other. */
 static int agree(mop_t *m, int local_rc) {
   if (!m->c) return local_rc;
   int64_t numel = local_rc ? -1 : tcoll_tensor_numel(&m->in[0]);
   int64_t v[8] = {local_rc ? 1 : 0, m->n, -m->n, numel, -numel, local_rc ? -1 : (int64_t)m->in[0].dtype,
                   local_rc ? 1 : -(int64_t)m->in[0].dtype, local_rc ? tc_g.world_rank : -1};
   int64_t r[8];
-  int mrc = MPI_Allreduce(v, r, 8, MPI_INT64_T, MPI_MAX, m->c->ctrl);
-  if (mrc != MPI_SUCCESS) return tc_mpi_error(mrc, "MPI_Allreduce (argument agreement)");
+  int mrc = tc_mpi_allreduce(v, r, 8, MPI_INT64_T, MPI_MAX, m->c->ctrl, true);
+  if (mrc != MPI_SUCCESS) return tc_mpi_error(mrc, "MPI_Iallreduce (argument agreement)");
   if (local_rc) return local_rc;
   if (r[0])
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "the arguments of world rank %lld were invalid (see its error); %s "
@@ -231,7 +236,7 @@ static int x_allreduce(const mop_t *m, void *buf, int64_t count) {
   int64_t per = tc_mpi_per_call(count);
   for (int64_t off = 0; off < count; off += per) {
     int64_t c = count - off < per ? count - off : per;
-    int rc = tc_mpi_allreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, c, dt, op, m->c->mpi);
+    int rc = tc_mpi_allreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, c, dt, op, m->c->mpi, false);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, TC_MPI_NAME("MPI_Allreduce", c));
   }
   return TCOLL_SUCCESS;
@@ -249,7 +254,7 @@ static int x_reduce(const mop_t *m, const void *buf, void *recv, int64_t count, 
     int64_t c = count - off < per ? count - off : per;
     const char *p = (const char *)buf + (size_t)off * es;
     char *r = m->p == root ? (char *)recv + (size_t)off * es : NULL;
-    int rc = tc_mpi_reduce(p, r, c, dt, op, root, m->c->mpi);
+    int rc = tc_mpi_reduce(p, r, c, dt, op, root, m->c->mpi, false);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, TC_MPI_NAME("MPI_Reduce", c));
   }
   return TCOLL_SUCCESS;
@@ -259,7 +264,7 @@ static int x_bcast(const mop_t *m, void *buf, int64_t count, int root) {
   tc_mpi_span_t s;
   int rc = tc_mpi_span(m->in[0].dtype, count, &s);
   if (rc) return rc;
-  rc = tc_mpi_bcast(buf, s.count, s.dt.type, root, m->c->mpi);
+  rc = tc_mpi_bcast(buf, s.count, s.dt.type, root, m->c->mpi, false);
   tc_mpi_span_put(&s);
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, TC_MPI_NAME("MPI_Bcast", s.count));
 }
@@ -268,7 +273,7 @@ static int x_allgather(const mop_t *m, void *buf, int64_t count) {
   tc_mpi_span_t s;
   int rc = tc_mpi_span(m->in[0].dtype, count, &s);
   if (rc) return rc;
-  rc = tc_mpi_allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, s.count, s.dt.type, m->c->mpi);
+  rc = tc_mpi_allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, s.count, s.dt.type, m->c->mpi, false);
   tc_mpi_span_put(&s);
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, TC_MPI_NAME("MPI_Allgather", s.count));
 }

@@ -11,6 +11,7 @@
  * MPI_Ireduce_scatter_block straight into the output (HOST_PIPE_MIN_BYTES). */
 #include "../argcheck.h"
 #include "../sched/algorithms.h"
+#include "../sched/cma.h"
 #include "../sched/select.h"
 #include "../work/pipeline.h"
 #include "../work/staging.h"
@@ -89,6 +90,11 @@ static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
   return in->device == TCOLL_HOST && v.outer > 1 && tcoll_tensor_nbytes(in) >= HOST_PIPE_MIN_BYTES;
 }
 
+/* Along a dim other than 0 with runs of this many bytes and more, the ring's first block is
+ * pushed into the next rank's buffer with process_vm_writev (sched/cma.h) where every rank is on
+ * one node and cross-memory attach works: one copy where packing and MPI's transfer make two.
+ * Shorter runs cost the kernel more per run than the packing pass saves. */
+#define PUSH_MIN_RUN_BYTES ((size_t)1 << 10)
 /* Up to this block size the ring's first message along a dim other than 0 leaves through a
  * strided datatype (MPI packs it on the way); above it the block is packed first (measured with
  * tcoll-bench at 2 ranks: the datatype was faster for small blocks, slower from a few MiB). */
@@ -151,10 +157,12 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
       return scaled ? rc : TCOLL_ERR_NO_MEMORY;
     src = scaled;
   }
-  tc_blocks_t blocks = {v.outer, v.len / p * v.inner, MPI_DATATYPE_NULL}; /* rank r's block: outer runs */
-  /* One message each way: a receive split at the per-call limit would not match one send. */
-  if (algo == TC_ALGO_RING && v.outer > 1 && p > 1 &&
-      (size_t)nper * tc_dtype_size(in->dtype) <= TYPED_SEND_MAX_BYTES && tc_mpi_one_call(nper)) {
+  tc_blocks_t blocks = {v.outer, v.len / p * v.inner, MPI_DATATYPE_NULL, NULL}; /* rank r's block: outer runs */
+  bool strided = algo == TC_ALGO_RING && v.outer > 1 && p > 1;
+  if (strided && (size_t)blocks.run * tc_dtype_size(in->dtype) >= PUSH_MIN_RUN_BYTES && tc_cma_usable(w->comm)) {
+    if (!(blocks.push = tc_work_scratch(w, tc_cma_push_scratch()))) return TCOLL_ERR_NO_MEMORY;
+  } else if (strided && (size_t)nper * tc_dtype_size(in->dtype) <= TYPED_SEND_MAX_BYTES && tc_mpi_one_call(nper)) {
+    /* One message each way: a receive split at the per-call limit would not match one send. */
     tc_mpi_type_t t;
     if ((rc = tc_mpi_vector(in->dtype, v.outer, blocks.run, p * blocks.run, blocks.run, &t))) return rc;
     if ((rc = tc_work_hold_type(w, &t))) return rc;

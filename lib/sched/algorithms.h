@@ -23,6 +23,9 @@ typedef struct tc_blocks {
   /* MPI_DATATYPE_NULL: the block sent at step 0 is packed first; else it goes out through this
    * datatype (runs runs of run elements, p * run apart), valid until the step is posted. */
   MPI_Datatype send_type;
+  /* Non-NULL: the block sent at step 0 is pushed into the next rank's buffer instead (cma.h's
+   * tc_build_cma_push; this is its scratch), on every rank alike. */
+  void *push;
 } tc_blocks_t;
 
 /* Scratch bytes of the ring reduce_scatter of n elements (two blocks). */
@@ -32,7 +35,8 @@ size_t tc_ring_reduce_scatter_scratch(int64_t n, int p, tcoll_dtype_t d);
  * when contiguous: in place). p - 1 steps; at step s rank r sends its partial of block r - s - 1
  * to r + 1 and adds its own contribution to the partial of block r - s - 2 it receives from
  * r - 1. Block b is summed along the ring starting at rank b + 1. Interleaved blocks are packed
- * (or sent through blocks->send_type) only at step 0; the reductions read them in place. */
+ * (or sent through blocks->send_type, or pushed: blocks->push) only at step 0; the reductions
+ * read them in place. */
 int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64_t n, tcoll_dtype_t d, MPI_Op op,
                                  void *scratch, int tag0, const tc_blocks_t *blocks);
 /* Ring all-gather in place: buf holds the p blocks of n elements, this rank's filled in. */

@@ -1,9 +1,10 @@
-/* The cma all_gather (see cma.h). */
+/* The cma all_gather and the ring's push (see cma.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
 #include "cma.h"
 
+#include "../base/dtype.h"
 #include "../base/stream_copy.h"
 
 #include <errno.h>
@@ -11,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Local iovecs per process_vm_readv call (the kernel takes at most IOV_MAX = 1024). */
@@ -60,31 +63,33 @@ size_t tc_cma_scratch(int p, size_t run, int64_t outer) {
   return JOB_BYTES + TABLE_BYTES(p) + (streamed(run, outer, p) ? BOUNCE : 0);
 }
 
-/* Reads `rows` rows of `run` bytes from remote (contiguous) into dst, rows `stride` apart.
- * Returns 0, or errno (ENODATA for a read that moved nothing) with *done the bytes read. */
-static int read_rows(pid_t pid, uint64_t remote, char *dst, size_t run, size_t stride, int64_t rows, size_t *done,
-                     int fault) {
+/* Moves `rows` rows of `run` bytes between remote (contiguous) and local (rows `stride` apart):
+ * read (process_vm_readv: remote to local) or write (process_vm_writev: local to remote), one
+ * local iovec per row and one remote iovec per call. Returns 0, or errno (ENODATA for a call
+ * that moved nothing) with *done the bytes moved. */
+static int move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride, int64_t rows, bool write,
+                     size_t *done, int fault) {
   struct iovec liov[CMA_IOV];
   *done = 0;
   if (fault) rows /= 2; /* then fails */
   for (int64_t r0 = 0; r0 < rows; r0 += CMA_IOV) {
     int64_t nr = rows - r0 < CMA_IOV ? rows - r0 : CMA_IOV;
     for (int64_t i = 0; i < nr; i++) {
-      liov[i].iov_base = dst + (size_t)(r0 + i) * stride;
+      liov[i].iov_base = local + (size_t)(r0 + i) * stride;
       liov[i].iov_len = run;
     }
     struct iovec *lv = liov;
     unsigned long lcnt = (unsigned long)nr;
     size_t want = (size_t)nr * run, got = 0;
-    while (got < want) { /* a partial read goes on where it stopped */
+    while (got < want) { /* a partial transfer goes on where it stopped */
       struct iovec riov = {(void *)(uintptr_t)(remote + (uint64_t)(*done + got)), want - got};
-      ssize_t n = process_vm_readv(pid, lv, lcnt, &riov, 1, 0);
+      ssize_t n = write ? process_vm_writev(pid, lv, lcnt, &riov, 1, 0) : process_vm_readv(pid, lv, lcnt, &riov, 1, 0);
       if (n <= 0) {
         *done += got;
         return n < 0 ? errno : ENODATA;
       }
       got += (size_t)n;
-      for (size_t k = (size_t)n; k && lcnt;) { /* skip the iovecs filled */
+      for (size_t k = (size_t)n; k && lcnt;) { /* skip the iovecs done */
         if (k >= lv->iov_len) {
           k -= lv->iov_len;
           lv++;
@@ -156,8 +161,8 @@ static int cma_read(void *arg) {
     int p = (j->rank + k) % j->size;
     size_t done = 0;
     int err = j->bounce ? read_bounced(j, p, &done)
-                        : read_rows((pid_t)j->peers[p].pid, j->peers[p].addr, j->out + (size_t)p * j->run, j->run,
-                                    stride, j->outer, &done, j->fault);
+                        : move_rows((pid_t)j->peers[p].pid, j->peers[p].addr, j->out + (size_t)p * j->run, j->run,
+                                    stride, j->outer, false, &done, j->fault);
     if (err && !j->status) {
       j->status = err == EPERM || err == EACCES ? TCOLL_ERR_UNSUPPORTED : TCOLL_ERR_MPI;
       snprintf(j->msg, sizeof j->msg,
@@ -207,9 +212,67 @@ int tc_build_cma_all_gather(tc_sched_t *s, const void *in, void *out, size_t run
   return rc;
 }
 
+/* ---------------------------------------------------------------- the push */
+
+typedef struct cma_push {
+  cma_addr_t mine; /* this rank's receive buffer, sent to the rank that pushes into it */
+  cma_addr_t dest; /* where this rank pushes */
+  tc_cma_push_args_t a;
+  tc_sched_t *s;
+  int first_note, nnote; /* the steps of the message that says the block is there */
+  int fault;             /* TCOLL_CMA_FAULT (tests): writes fail with this errno half-way */
+} cma_push_t;
+
+size_t tc_cma_push_scratch(void) { return sizeof(cma_push_t); }
+
+/* Writes the block into the next rank's buffer; the message that follows then carries nothing.
+ * A failed write leaves the block to MPI: packed into spare, it goes in that message (the
+ * receiver's buffer is overwritten whole, whatever the write left there). */
+static int push_block(void *arg) {
+  cma_push_t *j = arg;
+  const tc_cma_push_args_t *a = &j->a;
+  size_t total = a->run * (size_t)a->runs, done = 0;
+  int err = move_rows((pid_t)j->dest.pid, j->dest.addr, (char *)a->src, a->run, a->stride, a->runs, true, &done,
+                      j->fault);
+  if (!err) {
+    for (int i = j->first_note; i < j->first_note + j->nnote; i++) j->s->steps[i].u.p2p.count = 0;
+    return TCOLL_SUCCESS;
+  }
+  for (int64_t k = 0; k < a->runs; k++)
+    memcpy((char *)a->spare + (size_t)k * a->run, (const char *)a->src + (size_t)k * a->stride, a->run);
+  tc_info("ring reduce_scatter (cma): process_vm_writev into rank %d's buffer (pid %lld) failed: %s (errno %d) after "
+          "%zu of %zu bytes; the block goes through MPI instead",
+          a->to, (long long)j->dest.pid, strerror(err), err, done, total);
+  return TCOLL_SUCCESS;
+}
+
+/* In a new round: this rank's buffer goes to `from` while `to`'s arrives; once it has, the block
+ * is written there and the message sent, whose steps depend on the write only (the rest of the
+ * round may wait for `from`'s message). */
+int tc_build_cma_push(tc_sched_t *s, void *scratch, const tc_cma_push_args_t *a) {
+  cma_push_t *j = scratch;
+  const char *fault = getenv("TCOLL_CMA_FAULT");
+  *j = (cma_push_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)a->rbuf}, .a = *a, .s = s,
+                    .fault = fault ? atoi(fault) : 0};
+  int rc = tc_sched_reserve(s, 3);
+  if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, a->from, a->addr_tag, true);
+  if (!rc) rc = tc_sched_recv(s, &j->dest, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, a->to, a->addr_tag, false);
+  int addr = tc_sched_last(s);
+  if (!rc) rc = tc_sched_call(s, push_block, j, false);
+  int write = tc_sched_last(s);
+  if (!rc) rc = tc_sched_after(s, write, addr);
+  j->first_note = s->n;
+  int64_t n = (int64_t)(a->run * (size_t)a->runs / tc_dtype_size(a->dtype));
+  if (!rc) rc = tc_sched_send(s, a->spare, n, a->dtype, a->to, a->tag, false);
+  j->nnote = s->n - j->first_note;
+  for (int i = j->first_note; i < s->n && !rc; i++) rc = tc_sched_after(s, i, write);
+  return rc;
+}
+
 /* ---------------------------------------------------------------- the probe */
 
-/* What each rank's probe word holds: its pid and a cookie, read back by every peer. */
+/* What each rank's probe word holds: its pid and a cookie (random: processes on other nodes may
+ * have the same pid and addresses), read back by every peer. */
 typedef struct probe_word {
   char magic[16];
   int64_t pid;
@@ -218,10 +281,12 @@ typedef struct probe_word {
 
 static probe_word_t probe_word;
 
-/* What each rank tells the others: where its probe word lies, and what it holds. */
+/* What each rank tells the others: where its probe word lies, what it holds, and its node's name
+ * (MPI_Get_processor_name, cut to 63 bytes). */
 typedef struct probe_entry {
   cma_addr_t at;
   probe_word_t word;
+  char host[64];
 } probe_entry_t;
 
 static bool knob_off(void) {
@@ -229,47 +294,61 @@ static bool knob_off(void) {
   return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "no") || !strcasecmp(v, "false"));
 }
 
-/* One rank's view: 1 where every read worked, else 0 (why in `why`). Every rank makes the same
- * collective calls on the control communicator, whatever it finds. */
-static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
-  MPI_Comm node = MPI_COMM_NULL;
-  int local = 0, rc = MPI_Comm_split_type(c->ctrl, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  if (rc == MPI_SUCCESS) {
-    MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
+static void probe_word_init(void) {
+  if (probe_word.pid) return;
+  uint64_t rnd = 0;
+  if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    rnd = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
   }
-  probe_entry_t *all = calloc((size_t)c->size, sizeof *all);
-  int ok = 1;
-  if (rc != MPI_SUCCESS || !all) ok = 0, snprintf(why, len, "MPI_Comm_split_type failed or no memory");
-  else if (local != c->size) ok = 0, snprintf(why, len, "%d of the %d ranks share this rank's node", local, c->size);
+  memcpy(probe_word.magic, "tcoll-cma-probe", 16);
+  probe_word.pid = (int64_t)getpid();
+  probe_word.cookie = rnd ^ (uint64_t)(uintptr_t)&probe_word;
+}
+
+/* Reads rank p's probe word: whether it holds what p said. */
+static bool read_peer(const probe_entry_t *e, int p, char *why, size_t len) {
+  probe_word_t got;
+  memset(&got, 0, sizeof got);
+  struct iovec l = {&got, sizeof got}, r = {(void *)(uintptr_t)e->at.addr, sizeof got};
+  ssize_t n = process_vm_readv((pid_t)e->at.pid, &l, 1, &r, 1, 0);
+  int err = n < 0 ? errno : 0;
+  if (n == (ssize_t)sizeof got && !memcmp(&got, &e->word, sizeof got)) return true;
+  snprintf(why, len, "reading rank %d's memory (pid %lld) with process_vm_readv %s%s%s", p, (long long)e->at.pid,
+           n < 0 ? "failed: " : "returned other bytes", n < 0 ? strerror(err) : "",
+           err == EPERM ? " (ptrace rights: Yama's ptrace_scope, a container's seccomp or capabilities)" : "");
+  return false;
+}
+
+/* This rank's view: 1 where every rank takes part, every peer is on this node and every read
+ * worked, else 0 (why in `why`). Every rank makes the same collective calls, whatever it finds,
+ * each driving the schedules in flight while it waits: the probe runs inside a post, and a peer
+ * may join it only after waiting for an earlier collective whose later steps this rank starts. */
+static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
+  probe_entry_t *all = calloc((size_t)c->size, sizeof *all), mine;
+  int ok = all != NULL, every = 0;
+  if (!ok) snprintf(why, len, "no memory for the probe");
   else if (knob_off()) ok = 0, snprintf(why, len, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
-  int every = 0;
-  if (MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_LAND, c->ctrl) != MPI_SUCCESS) every = 0;
-  if (ok && !every) snprintf(why, len, "another rank cannot take part");
+  if (tc_mpi_allreduce(&ok, &every, 1, MPI_INT, MPI_LAND, c->ctrl, true) != MPI_SUCCESS) every = 0;
+  if (ok && !every) ok = 0, snprintf(why, len, "another rank cannot take part");
   if (every) {
-    if (!probe_word.pid) {
-      memcpy(probe_word.magic, "tcoll-cma-probe", 16);
-      probe_word.pid = (int64_t)getpid();
-      probe_word.cookie = (uint64_t)(uintptr_t)&probe_word ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
-    }
-    probe_entry_t mine = {{(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word}, probe_word};
-    if (MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, c->ctrl) != MPI_SUCCESS)
+    probe_word_init();
+    memset(&mine, 0, sizeof mine);
+    mine.at = (cma_addr_t){(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word};
+    mine.word = probe_word;
+    char host[MPI_MAX_PROCESSOR_NAME];
+    int hl = 0;
+    if (MPI_Get_processor_name(host, &hl) == MPI_SUCCESS) snprintf(mine.host, sizeof mine.host, "%.*s", hl, host);
+    if (tc_mpi_allgather(&mine, (int64_t)sizeof mine, MPI_BYTE, all, (int64_t)sizeof mine, MPI_BYTE, c->ctrl, true) !=
+        MPI_SUCCESS)
       ok = 0, snprintf(why, len, "the probe's MPI_Allgather failed");
-    for (int p = 0; ok && p < c->size; p++) {
-      if (p == c->rank) continue;
-      probe_word_t got;
-      memset(&got, 0, sizeof got);
-      struct iovec l = {&got, sizeof got}, r = {(void *)(uintptr_t)all[p].at.addr, sizeof got};
-      ssize_t n = process_vm_readv((pid_t)all[p].at.pid, &l, 1, &r, 1, 0);
-      int e = n < 0 ? errno : 0;
-      if (n != (ssize_t)sizeof got || memcmp(&got, &all[p].word, sizeof got)) {
-        ok = 0;
-        snprintf(why, len, "reading rank %d's memory (pid %lld) with process_vm_readv %s%s%s", p,
-                 (long long)all[p].at.pid, n < 0 ? "failed: " : "returned other bytes", n < 0 ? strerror(e) : "",
-                 e == EPERM ? " (ptrace rights: Yama's ptrace_scope, a container's seccomp or capabilities)" : "");
-      }
-    }
-  } else ok = 0;
+  }
+  for (int p = 0; ok && p < c->size; p++)
+    if (strcmp(all[p].host, mine.host))
+      ok = 0, snprintf(why, len, "rank %d runs on node %s, this rank on %s", p, all[p].host, mine.host);
+  for (int p = 0; ok && p < c->size; p++)
+    if (p != c->rank && !read_peer(&all[p], p, why, len)) ok = 0;
   free(all);
   return ok;
 }
@@ -281,10 +360,11 @@ bool tc_cma_usable(tcoll_comm_t *c) {
   int ok = c->size == 1 ? !knob_off() : probe_peers(c, why, sizeof why);
   if (c->size == 1 && !ok) snprintf(why, sizeof why, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
   int all = ok;
-  if (c->size > 1 && MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, c->ctrl) != MPI_SUCCESS) all = 0;
+  if (c->size > 1 && tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, c->ctrl, true) != MPI_SUCCESS) all = 0;
   char label[TC_COMM_NAME_LEN + 16];
   if (!all)
-    tc_info("communicator %s: the cma all_gather does not apply (%s); all_gather takes its other paths",
+    tc_info("communicator %s: cross-memory attach does not apply (%s); all_gather and the ring reduce_scatter "
+            "take their other paths",
             tc_comm_label(c, label, sizeof label), ok ? "another rank cannot read its peers' memory" : why);
   __atomic_store_n(&c->cma, all ? 1 : -1, __ATOMIC_RELEASE);
   return all;

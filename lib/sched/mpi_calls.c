@@ -5,6 +5,7 @@
 #include "mpi_calls.h"
 
 #include "../base/dtype.h"
+#include "schedule.h"
 
 #define LARGE(n) tc_mpi_use_c(n)
 
@@ -136,28 +137,43 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
 
 /* ------------------------------------------------------------------ blocking collectives */
 
-int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+static int drive_until(int posted, MPI_Request *req) {
+  return posted != MPI_SUCCESS ? posted : tc_sched_wait_driving(req);
+}
+
+int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool drive) {
+  MPI_Request req;
+  if (drive) return drive_until(tc_mpi_iallreduce(sbuf, rbuf, n, dt, op, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Allreduce_c(sbuf, rbuf, n, dt, op, comm);
 #endif
   return MPI_Allreduce(sbuf, rbuf, (int)n, dt, op, comm);
 }
 
-int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm) {
+int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
+                  bool drive) {
+  MPI_Request req;
+  if (drive) return drive_until(tc_mpi_ireduce(sbuf, rbuf, n, dt, op, root, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Reduce_c(sbuf, rbuf, n, dt, op, root, comm);
 #endif
   return MPI_Reduce(sbuf, rbuf, (int)n, dt, op, root, comm);
 }
 
-int tc_mpi_reduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+int tc_mpi_reduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                                bool drive) {
+  MPI_Request req;
+  if (drive)
+    return drive_until(tc_mpi_ireduce_scatter_block(sbuf, rbuf, n, dt, op, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Reduce_scatter_block_c(sbuf, rbuf, n, dt, op, comm);
 #endif
   return MPI_Reduce_scatter_block(sbuf, rbuf, (int)n, dt, op, comm);
 }
 
-int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm) {
+int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm, bool drive) {
+  MPI_Request req;
+  if (drive) return drive_until(tc_mpi_ibcast(buf, n, dt, root, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Bcast_c(buf, n, dt, root, comm);
 #endif
@@ -165,7 +181,10 @@ int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm)
 }
 
 int tc_mpi_allgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn, MPI_Datatype rdt,
-                     MPI_Comm comm) {
+                     MPI_Comm comm, bool drive) {
+  MPI_Request req;
+  if (drive)
+    return drive_until(tc_mpi_iallgather(sbuf, sn, sdt, rbuf, rn, rdt, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
   if (LARGE(tc_mpi_max2(sn, rn))) return MPI_Allgather_c(sbuf, sn, sdt, rbuf, rn, rdt, comm);
 #endif

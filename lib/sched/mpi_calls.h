@@ -43,12 +43,18 @@ int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_C
  * carry them; *call: the call that failed. */
 int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, const char **call);
 
-/* blocking collectives (the multi-buffer ops) */
-int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
-int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm);
-int tc_mpi_reduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
-int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm);
+/* blocking collectives (the multi-buffer ops, the cma probe). A blocking call waits inside MPI,
+ * where no schedule is driven, so a peer that joins it only after waiting for an earlier
+ * collective whose later steps this rank starts (a ring beyond 2 ranks) would wait forever.
+ * drive: the nonblocking form instead, waited for driving every schedule (tc_sched_wait_driving).
+ * Every rank must pass the same drive: a blocking collective does not match a nonblocking one. */
+int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool drive);
+int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
+                  bool drive);
+int tc_mpi_reduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                                bool drive);
+int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm, bool drive);
 int tc_mpi_allgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn, MPI_Datatype rdt,
-                     MPI_Comm comm);
+                     MPI_Comm comm, bool drive);
 
 #endif

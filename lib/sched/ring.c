@@ -4,6 +4,7 @@
 #include "algorithms.h"
 
 #include "../base/dtype.h"
+#include "cma.h"
 
 static int mod(int a, int p) { return ((a % p) + p) % p; }
 
@@ -67,14 +68,22 @@ int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64
     block_at_t snd = block_at(n, p, bs, blocks), rcv = block_at(n, p, br, blocks);
     const void *sbuf = step == 0 ? x + (size_t)snd.offset * es : bufs[(step - 1) % 2];
     bool strided = step == 0 && snd.runs > 1, typed = strided && blocks->send_type != MPI_DATATYPE_NULL;
-    if (strided && !typed) { /* packed into the buffer step 0 does not receive into */
-      rc = tc_sched_pack_runs(s, bufs[1], sbuf, (size_t)snd.stride * es, (size_t)snd.run * es, snd.runs, true);
-      sbuf = bufs[1];
-    }
+    bool pushed = strided && blocks->push;
     char *rbuf = last && !inplace ? out : bufs[step % 2];
-    if (!rc && typed) rc = tc_sched_send_typed(s, sbuf, 1, blocks->send_type, right, tag0 + step, true);
-    else if (!rc) rc = tc_sched_send(s, sbuf, snd.count, d, right, tag0 + step, true);
-    if (!rc) rc = tc_sched_recv(s, rbuf, rcv.count, d, left, tag0 + step, false);
+    if (pushed) { /* written into the next rank's rbuf (spare: bufs[1], which step 0 does not receive into) */
+      tc_cma_push_args_t a = {sbuf, (size_t)snd.run * es, (size_t)snd.stride * es, snd.runs, d, bufs[1], rbuf,
+                              right, left, tag0, tag0 + p - 1};
+      rc = tc_build_cma_push(s, blocks->push, &a);
+      if (!rc) rc = tc_sched_recv(s, rbuf, rcv.count, d, left, tag0, false);
+    } else {
+      if (strided && !typed) { /* packed into the buffer step 0 does not receive into */
+        rc = tc_sched_pack_runs(s, bufs[1], sbuf, (size_t)snd.stride * es, (size_t)snd.run * es, snd.runs, true);
+        sbuf = bufs[1];
+      }
+      if (!rc && typed) rc = tc_sched_send_typed(s, sbuf, 1, blocks->send_type, right, tag0 + step, true);
+      else if (!rc) rc = tc_sched_send(s, sbuf, snd.count, d, right, tag0 + step, true);
+      if (!rc) rc = tc_sched_recv(s, rbuf, rcv.count, d, left, tag0 + step, false);
+    }
     if (rc) break;
     const char *own = x + (size_t)rcv.offset * es;
     char *acc = last ? out : rbuf;
