@@ -470,6 +470,7 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
   long idle = 0;
   for (;;) {
     if (serve && srv_step()) idle = 0;
+    tc_drive_all(); /* the other members may wait for this rank's steps before they register */
     int flag = 0;
     if (!answered && (rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
       free(h);

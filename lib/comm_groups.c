@@ -72,6 +72,27 @@ static int group_tag(const int *ranks, int n, const char *tag) {
   return (int)(h % 32768u); /* MPI guarantees tags up to 32767 */
 }
 
+/* The members' rendezvous before MPI_Comm_create_group (only they call it): a dissemination
+ * barrier of empty messages on p->ctrl, each round waited for driving (tc_comm_rendezvous's
+ * reason). Each member sends one message to each peer it sends to, ahead of anything the group's
+ * creation sends, so messages under the same tag match in order. */
+static int group_rendezvous(tcoll_comm_t *p, const int *ranks, int n, int tag) {
+  int me = 0;
+  while (me < n && ranks[me] != p->rank) me++;
+  for (int k = 1; k < n; k *= 2) {
+    MPI_Request req[2];
+    int rc = MPI_Irecv(NULL, 0, MPI_BYTE, ranks[(me - k + n) % n], tag, p->ctrl, &req[0]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(NULL, 0, MPI_BYTE, ranks[(me + k) % n], tag, p->ctrl, &req[1]);
+    else req[1] = MPI_REQUEST_NULL;
+    for (int i = 0; i < 2; i++) {
+      int w = req[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : tc_wait_driving(&req[i]);
+      if (rc == MPI_SUCCESS) rc = w;
+    }
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
+}
+
 static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *tag, tcoll_comm_t **out) {
   tcoll_comm_t *hit = cache_find(p, ranks, n, tag);
   if (hit) {
@@ -82,7 +103,9 @@ static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *t
   MPI_Comm newc = MPI_COMM_NULL;
   /* The group comes from the communicator the new one is created on: a group of another one
    * with the same members (p->mpi) is legal, but MPICH 4.0 crashes on it. */
-  int rc = MPI_Comm_group(p->ctrl, &pg);
+  int rc = group_rendezvous(p, ranks, n, group_tag(ranks, n, tag));
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "the members' rendezvous before MPI_Comm_create_group");
+  rc = MPI_Comm_group(p->ctrl, &pg);
   if (rc == MPI_SUCCESS) {
     rc = MPI_Group_incl(pg, n, ranks, &g);
     MPI_Group_free(&pg);

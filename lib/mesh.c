@@ -81,6 +81,10 @@ int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims, tcoll_mes
     m->coords[d] = rest % dims[d];
     rest /= dims[d];
   }
+  if ((rc = tc_comm_rendezvous(p->ctrl)) != MPI_SUCCESS) {
+    free(m);
+    return tc_mpi_error(rc, "MPI_Ibarrier (before the slices' MPI_Comm_split)");
+  }
   for (int d = 0; d < ndim; d++) {
     MPI_Comm c;
     rc = MPI_Comm_split(p->mpi, slice_color(m, d), m->coords[d], &c);

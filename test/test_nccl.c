@@ -453,6 +453,34 @@ START_TEST(multi_after_pending) {
 }
 END_TEST
 
+/* tcoll_comm_init_rank right after a collective whose later steps this rank starts (as
+ * multi_after_pending): its wait for the other members drives that collective. */
+START_TEST(init_rank_after_pending) {
+  tcoll_config_t old, cfg;
+  T_OK(tcoll_get_config(&old));
+  cfg = old;
+  snprintf(cfg.algo, sizeof cfg.algo, "reduce_scatter:ring");
+  T_OK(tcoll_set_config(&cfg));
+  tcoll_unique_id_t id = shared_id(0);
+  int64_t rs_shape[1] = {3000 * (int64_t)t_size};
+  tcoll_tensor_t x = t_host(TCOLL_FLOAT32, 1, rs_shape), y = t_empty();
+  for (int64_t i = 0; i < rs_shape[0]; i++) ((float *)x.data)[i] = (float)(i % 5);
+  T_OK(tcoll_reduce_scatter(&x, TCOLL_SUM, 0, tcoll_comm_world(), &y));
+  if (t_rank != 0) T_OK(tcoll_wait(y.data));
+  tcoll_comm_t *c = NULL;
+  T_OK(tcoll_comm_init_rank(&c, t_size, id.bytes, sizeof id.bytes, t_rank));
+  if (t_rank == 0) T_OK(tcoll_wait(y.data));
+  if (c) check_comm(c, t_rank, t_size);
+  for (int64_t i = 0; i < 3000 && y.data; i++)
+    T_EXPECT(((float *)y.data)[i] == (float)(((int64_t)t_rank * 3000 + i) % 5 * t_size), "the ring's element %lld",
+             (long long)i);
+  tcoll_comm_free(&c);
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+  T_OK(tcoll_set_config(&old));
+}
+END_TEST
+
 /* multi ops write outside the registry: outputs that pending work writes or still reads are
  * refused on every process, inputs that pending work writes are completed first. */
 START_TEST(multi_pending) {
@@ -541,6 +569,7 @@ Suite *t_suite(void) {
   tcase_add_test(boot, init_bad_ids);
   tcase_add_test(boot, init_bad_ranks);
   tcase_add_test(boot, init_timeout);
+  tcase_add_test(boot, init_rank_after_pending);
   suite_add_tcase(s, boot);
   TCase *multi = t_tcase("multi");
   tcase_add_test(multi, multi_local);

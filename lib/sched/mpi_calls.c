@@ -5,7 +5,7 @@
 #include "mpi_calls.h"
 
 #include "../base/dtype.h"
-#include "schedule.h"
+#include "../comm.h"
 
 #define LARGE(n) tc_mpi_use_c(n)
 
@@ -138,7 +138,7 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
 /* ------------------------------------------------------------------ blocking collectives */
 
 static int drive_until(int posted, MPI_Request *req) {
-  return posted != MPI_SUCCESS ? posted : tc_sched_wait_driving(req);
+  return posted != MPI_SUCCESS ? posted : tc_wait_driving(req);
 }
 
 int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool drive) {

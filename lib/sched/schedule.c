@@ -651,16 +651,6 @@ static TC_COLD void pause_between_polls(int *polls) {
   sched_yield();
 }
 
-int tc_sched_wait_driving(MPI_Request *req) {
-  int polls = 0;
-  for (;;) {
-    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done) return rc;
-    tc_sched_drive_all();
-    pause_between_polls(&polls);
-  }
-}
-
 int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
   int polls = 0;
   for (;;) {

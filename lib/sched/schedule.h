@@ -243,9 +243,6 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline);
 static inline bool tc_sched_done(const tc_sched_t *s) { return s->first == s->n; }
 /* Advances every driven schedule (the progress thread, and whoever waits). */
 void tc_sched_drive_all(void);
-/* Waits for req (posted for a call that blocks its caller), driving every schedule meanwhile;
- * MPI's error code. */
-int tc_sched_wait_driving(MPI_Request *req);
 /* Whether any schedule is driven now (a cheap, unlocked read). */
 bool tc_sched_any_driven(void);
 /* Completes whatever a schedule still has posted and drops it from the engine's lists (a work
