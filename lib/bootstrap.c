@@ -7,6 +7,7 @@
  * checks them, and answers every member with the world ranks ordered by rank, or with the
  * error. The members then build the communicator with MPI_Comm_create_group. */
 #include "comm.h"
+#include "drive.h"
 #include "bootstrap.h"
 
 #include <errno.h>

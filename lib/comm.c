@@ -2,12 +2,11 @@
 #include "comm.h"
 
 #include "base/ptrmap.h"
+#include "drive.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
 static tcoll_comm_t *comms_head;
@@ -144,32 +143,6 @@ static void unlink_comm(tcoll_comm_t *c) {
 static void (*drain_hook)(const tcoll_comm_t *);
 void tc_comm_set_drain(void (*drain)(const tcoll_comm_t *)) { drain_hook = drain; }
 
-static void (*drive_hook)(void);
-void tc_comm_set_drive(void (*drive)(void)) { drive_hook = drive; }
-void tc_drive_all(void) {
-  if (drive_hook) drive_hook();
-}
-
-int tc_wait_driving(MPI_Request *req) {
-  for (long polls = 0;; polls++) {
-    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done) return rc;
-    tc_drive_all();
-    if (tc_cfg.wait_yield && polls > 1000) { /* as the engine's waits: oversubscribed ranks */
-      struct timespec ts = {0, 50 * 1000};
-      nanosleep(&ts, NULL);
-    } else {
-      sched_yield();
-    }
-  }
-}
-
-int tc_comm_rendezvous(MPI_Comm comm) {
-  MPI_Request req;
-  int rc = MPI_Ibarrier(comm, &req);
-  return rc != MPI_SUCCESS ? rc : tc_wait_driving(&req);
-}
-
 void tc_comm_destroy(tcoll_comm_t *c) {
   if (drain_hook) drain_hook(c);
   unlink_comm(c);
@@ -219,7 +192,7 @@ int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out) {
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_test_inter");
   if (inter) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "comm is an intercommunicator (expected an intracommunicator)");
   MPI_Comm dup;
-  rc = tc_comm_rendezvous(comm);
+  rc = tc_rendezvous(comm);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Ibarrier (before MPI_Comm_dup)");
   rc = MPI_Comm_dup(comm, &dup);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_dup");
@@ -242,7 +215,7 @@ int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_comm_t **ou
   if (rc) return rc;
   if (!out) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "out is NULL (expected a pointer)");
   MPI_Comm newc;
-  rc = tc_comm_rendezvous(p->ctrl);
+  rc = tc_rendezvous(p->ctrl);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Ibarrier (before MPI_Comm_split)");
   rc = MPI_Comm_split(p->mpi, color < 0 ? MPI_UNDEFINED : color, key, &newc);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_split");

@@ -53,19 +53,6 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out);
 void tc_comm_destroy(tcoll_comm_t *comm);
 /* What completes a communicator's pending work before it is destroyed (init sets it). */
 void tc_comm_set_drain(void (*drain)(const tcoll_comm_t *));
-/* What drives every schedule in flight (init sets it: the schedule engine, above this room), and
- * a call of it (nothing before init). */
-void tc_comm_set_drive(void (*drive)(void));
-void tc_drive_all(void);
-/* Waits for req, a nonblocking call made for one that blocks its caller, driving every schedule
- * meanwhile; MPI's error code. A blocking collective waits inside MPI, where no schedule moves,
- * so a peer that joins it only after waiting for an earlier collective whose later steps this
- * rank starts when driven (a ring beyond 2 ranks) would wait forever. */
-int tc_wait_driving(MPI_Request *req);
-/* Every rank of comm gets here before any goes on (MPI_Ibarrier, waited for driving): before a
- * blocking collective call that every rank of comm makes, so that none of them waits on
- * anything but the others in it. */
-int tc_comm_rendezvous(MPI_Comm comm);
 /* Next collective sequence number on comm (1-based). */
 uint64_t tc_comm_next_seq(tcoll_comm_t *comm);
 /* "'name'" or "#id" for messages. */

@@ -1,6 +1,7 @@
 /* Communicators from rank lists (members only, cached per parent + ranks + tag) and from 2-D
  * rank lists (MPMD: each listed rank gets its row). */
 #include "comm.h"
+#include "drive.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,8 +74,7 @@ static int group_tag(const int *ranks, int n, const char *tag) {
 }
 
 /* The members' rendezvous before MPI_Comm_create_group (only they call it): a dissemination
- * barrier of empty messages on p->ctrl, each round waited for driving (tc_comm_rendezvous's
- * reason). Each member sends one message to each peer it sends to, ahead of anything the group's
+ * barrier of empty messages on p->ctrl, each round waited for driving (drive.h). Each member sends one message to each peer it sends to, ahead of anything the group's
  * creation sends, so messages under the same tag match in order. */
 static int group_rendezvous(tcoll_comm_t *p, const int *ranks, int n, int tag) {
   int me = 0;

@@ -5,6 +5,7 @@
 #include "base/scratch.h"
 #include "bootstrap.h"
 #include "comm.h"
+#include "drive.h"
 #include "device/cache.h"
 #include "device/device.h"
 #include "grad/grad.h"
@@ -126,7 +127,7 @@ static int start_library(void) {
   tc_mpi_impl_init();
   log_devices();
   tc_comm_set_drain(tc_wait_comm);
-  tc_comm_set_drive(tc_sched_drive_all);
+  tc_set_drive(tc_sched_drive_all);
   if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;
   rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);

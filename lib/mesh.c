@@ -1,5 +1,6 @@
 /* Device meshes: the parent's ranks laid out row-major over dims, one communicator per dim. */
 #include "comm.h"
+#include "drive.h"
 
 #include <stdlib.h>
 
@@ -81,7 +82,7 @@ int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims, tcoll_mes
     m->coords[d] = rest % dims[d];
     rest /= dims[d];
   }
-  if ((rc = tc_comm_rendezvous(p->ctrl)) != MPI_SUCCESS) {
+  if ((rc = tc_rendezvous(p->ctrl)) != MPI_SUCCESS) {
     free(m);
     return tc_mpi_error(rc, "MPI_Ibarrier (before the slices' MPI_Comm_split)");
   }

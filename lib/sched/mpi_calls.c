@@ -5,7 +5,7 @@
 #include "mpi_calls.h"
 
 #include "../base/dtype.h"
-#include "../comm.h"
+#include "../drive.h"
 
 #define LARGE(n) tc_mpi_use_c(n)
 

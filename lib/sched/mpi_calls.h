@@ -46,7 +46,7 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
 /* blocking collectives (the multi-buffer ops, the cma probe). A blocking call waits inside MPI,
  * where no schedule is driven, so a peer that joins it only after waiting for an earlier
  * collective whose later steps this rank starts (a ring beyond 2 ranks) would wait forever.
- * drive: the nonblocking form instead, waited for driving every schedule (tc_wait_driving, comm.h).
+ * drive: the nonblocking form instead, waited for driving every schedule (tc_wait_driving, drive.h).
  * Every rank must pass the same drive: a blocking collective does not match a nonblocking one. */
 int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool drive);
 int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,

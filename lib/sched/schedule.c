@@ -2,6 +2,8 @@
  * and the schedule communicators; a schedule that is not driven belongs to its owner alone. */
 #include "schedule.h"
 
+#include "../drive.h"
+
 #include "../base/dtype.h"
 #include "../device/device.h"
 
@@ -639,18 +641,6 @@ static void run_blocking(tc_sched_t *s) {
   }
 }
 
-/* Between polls: yield the core. With TCOLL_WAIT=yield a long wait also sleeps a little, so
- * that oversubscribed ranks spinning inside MPI (MPICH's MPI_Wait) do not starve the ranks they
- * wait for. */
-static TC_COLD void pause_between_polls(int *polls) {
-  if (tc_cfg.wait_yield && ++*polls > 1000) {
-    struct timespec ts = {0, 50 * 1000};
-    nanosleep(&ts, NULL);
-    return;
-  }
-  sched_yield();
-}
-
 int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
   int polls = 0;
   for (;;) {
@@ -669,7 +659,7 @@ int tc_sched_progress(tc_sched_t *s, bool block, double deadline) {
     if (finished(s)) break;
     if (!block || (deadline > 0 && tc_now() >= deadline)) return TCOLL_IN_PROGRESS;
     /* MPI advances transfers only inside MPI calls: test often, yielding the core between. */
-    pause_between_polls(&polls);
+    tc_poll_pause(&polls);
   }
   if (s->status != TCOLL_SUCCESS) return tc_error(s->status, "%s", s->err);
   return TCOLL_SUCCESS;

@@ -1,0 +1,39 @@
+/* Waiting for MPI while every schedule moves (see drive.h). */
+#include "drive.h"
+
+#include "base/base.h"
+
+#include <sched.h>
+#include <time.h>
+
+static void (*drive_hook)(void);
+
+void tc_set_drive(void (*drive)(void)) { drive_hook = drive; }
+
+void tc_drive_all(void) {
+  if (drive_hook) drive_hook();
+}
+
+TC_COLD void tc_poll_pause(int *polls) {
+  if (tc_cfg.wait_yield && ++*polls > 1000) {
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+    return;
+  }
+  sched_yield();
+}
+
+int tc_wait_driving(MPI_Request *req) {
+  for (int polls = 0;;) {
+    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    tc_drive_all();
+    tc_poll_pause(&polls);
+  }
+}
+
+int tc_rendezvous(MPI_Comm comm) {
+  MPI_Request req;
+  int rc = MPI_Ibarrier(comm, &req);
+  return rc != MPI_SUCCESS ? rc : tc_wait_driving(&req);
+}

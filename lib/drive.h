@@ -1,0 +1,29 @@
+/* Waiting for MPI while every schedule moves. A schedule's later steps start only when some
+ * wait, test or the progress thread drives it (sched/schedule.h), so a rank blocked inside MPI,
+ * where nothing is driven, can hold up a peer that waits for one of its collectives; and if that
+ * peer must get past the wait to join the very call this rank blocks in, neither moves again (a
+ * ring beyond 2 ranks behind a communicator's creation, say). tcoll's own calls that wait for
+ * their peers therefore wait here, driving every schedule, and the back-off between polls is the
+ * engine's too. */
+#ifndef TC_DRIVE_H
+#define TC_DRIVE_H
+
+#include <mpi.h>
+
+/* What drives every schedule in flight (init sets it: the schedule engine, above this room). */
+void tc_set_drive(void (*drive)(void));
+/* One pass of it (nothing before init). */
+void tc_drive_all(void);
+/* Between polls: yields the core; with TCOLL_WAIT=yield a long wait also sleeps a little, so that
+ * oversubscribed ranks spinning inside MPI (MPICH's MPI_Wait) do not starve the ranks they wait
+ * for. *polls counts the polls so far (start at 0). */
+void tc_poll_pause(int *polls);
+/* Waits for req, a nonblocking call made for one that would block its caller, driving every
+ * schedule meanwhile; MPI's error code. */
+int tc_wait_driving(MPI_Request *req);
+/* Every rank of comm gets here before any goes on (MPI_Ibarrier, waited for driving): before a
+ * blocking collective call that every rank of comm makes, so that none of them then waits on
+ * anything but the others in it. */
+int tc_rendezvous(MPI_Comm comm);
+
+#endif
