@@ -223,3 +223,29 @@ void t_heap_report(const char *suite) {
            "heap checks could not fail", suite);
   if (checker && t_rank == 0) printf("%s: heap checks skipped: %s\n", suite, checker);
 }
+
+/* ---------------------------------------------------------------- a collective left pending */
+
+void t_pending_ring(t_pending_t *pr, tcoll_comm_t *comm) {
+  T_OK(tcoll_get_config(&pr->old));
+  tcoll_config_t cfg = pr->old;
+  snprintf(cfg.algo, sizeof cfg.algo, "reduce_scatter:ring");
+  T_OK(tcoll_set_config(&cfg));
+  int64_t shape[1] = {3000 * (int64_t)tcoll_comm_size(comm)};
+  pr->x = t_host(TCOLL_FLOAT32, 1, shape);
+  pr->y = t_empty();
+  for (int64_t i = 0; i < shape[0]; i++) ((float *)pr->x.data)[i] = (float)(i % 7);
+  T_OK(tcoll_reduce_scatter(&pr->x, TCOLL_SUM, 0, comm, &pr->y));
+  if (t_rank != 0) T_OK(tcoll_wait(pr->y.data));
+}
+
+void t_pending_ring_done(t_pending_t *pr, const char *what) {
+  if (t_rank == 0) T_OK(tcoll_wait(pr->y.data));
+  int size = (int)(tcoll_tensor_numel(&pr->x) / 3000), rank = t_rank;
+  for (int64_t i = 0; i < 3000 && pr->y.data; i++)
+    T_EXPECT(((float *)pr->y.data)[i] == (float)(((int64_t)rank * 3000 + i) % 7 * size),
+             "%s: the pending reduce_scatter's element %lld is %g", what, (long long)i, ((float *)pr->y.data)[i]);
+  tcoll_tensor_free(&pr->x);
+  tcoll_tensor_free(&pr->y);
+  T_OK(tcoll_set_config(&pr->old));
+}

@@ -72,6 +72,20 @@ int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i
 /* An unallocated descriptor (data NULL) for tcoll to fill in. */
 tcoll_tensor_t t_empty(void);
 
+/* ---- a collective left pending on rank 0 ---- */
+
+/* For calls that must not stall behind a collective in flight: with TCOLL_ALGO forcing the ring
+ * reduce_scatter, posts one on comm (3000 float32 elements per rank, element i = i % 7) that
+ * every rank but 0 then waits for; rank 0 leaves it pending, so beyond 2 ranks its later steps
+ * start only when something on rank 0 drives it. */
+typedef struct t_pending {
+  tcoll_tensor_t x, y;
+  tcoll_config_t old; /* the configuration before */
+} t_pending_t;
+void t_pending_ring(t_pending_t *pr, tcoll_comm_t *comm);
+/* Rank 0 waits for it too; every rank checks its block and restores the configuration. */
+void t_pending_ring_done(t_pending_t *pr, const char *what);
+
 /* ---- heap ---- */
 
 /* The calling thread's heap balance after tcoll's storage cache gave back what it keeps:

@@ -38,68 +38,44 @@ static void member_world_ranks(tcoll_comm_t *comm, int64_t *ranks) {
   tcoll_tensor_free(&out);
 }
 
-/* Communicators made right after a collective whose later steps this rank starts: rank 0 posts a
- * ring reduce_scatter on the world and creates a communicator without waiting, the others wait
- * for the reduce_scatter first. Beyond 2 ranks the ring's second step starts only when rank 0
+/* Communicators made right after a collective whose later steps this rank starts (t_pending_ring:
+ * rank 0 posts a ring reduce_scatter on the world and creates a communicator without waiting, the
+ * others wait for the reduce_scatter first). Beyond 2 ranks the ring's second step starts only when rank 0
  * drives it, so each creation's rendezvous must drive it while it waits (a blocking
  * MPI_Comm_split / MPI_Comm_dup / MPI_Comm_create_group hung here). */
-static void pending_ring(tcoll_tensor_t *x, tcoll_tensor_t *y) {
-  int64_t shape[1] = {3000 * (int64_t)t_size};
-  *x = t_host(TCOLL_FLOAT32, 1, shape);
-  *y = t_empty();
-  for (int64_t i = 0; i < shape[0]; i++) ((float *)x->data)[i] = (float)(i % 7);
-  T_OK(tcoll_reduce_scatter(x, TCOLL_SUM, 0, NULL, y));
-  if (t_rank != 0) T_OK(tcoll_wait(y->data));
-}
-
-static void pending_ring_done(tcoll_tensor_t *x, tcoll_tensor_t *y, const char *what) {
-  if (t_rank == 0) T_OK(tcoll_wait(y->data));
-  for (int64_t i = 0; i < 3000 && y->data; i++)
-    T_EXPECT(((float *)y->data)[i] == (float)(((int64_t)t_rank * 3000 + i) % 7 * t_size),
-             "%s: the pending reduce_scatter's element %lld is %g", what, (long long)i, ((float *)y->data)[i]);
-  tcoll_tensor_free(x);
-  tcoll_tensor_free(y);
-}
-
 START_TEST(create_after_pending) {
-  tcoll_config_t old, cfg;
-  T_OK(tcoll_get_config(&old));
-  cfg = old;
-  snprintf(cfg.algo, sizeof cfg.algo, "reduce_scatter:ring");
-  T_OK(tcoll_set_config(&cfg));
   long want = (long)t_size * (t_size - 1) / 2;
-  tcoll_tensor_t x, y;
+  t_pending_t pr;
   tcoll_comm_t *c = NULL;
 
-  pending_ring(&x, &y);
+  t_pending_ring(&pr, tcoll_comm_world());
   T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &c));
-  pending_ring_done(&x, &y, "split");
+  t_pending_ring_done(&pr, "split");
   T_EXPECT(c && sum_of_world_ranks(c) == want, "split after a pending ring");
   T_OK(tcoll_comm_free(&c));
 
-  pending_ring(&x, &y);
+  t_pending_ring(&pr, tcoll_comm_world());
   T_OK(tcoll_comm_from_mpi(MPI_COMM_WORLD, &c));
-  pending_ring_done(&x, &y, "from_mpi");
+  t_pending_ring_done(&pr, "from_mpi");
   T_EXPECT(c && sum_of_world_ranks(c) == want, "from_mpi after a pending ring");
   T_OK(tcoll_comm_free(&c));
 
   int *ranks = malloc((size_t)t_size * sizeof *ranks);
   for (int r = 0; r < t_size; r++) ranks[r] = t_size - 1 - r;
-  pending_ring(&x, &y);
+  t_pending_ring(&pr, tcoll_comm_world());
   T_OK(tcoll_comm_from_ranks(tcoll_comm_world(), ranks, t_size, "after-pending", &c));
-  pending_ring_done(&x, &y, "from_ranks");
+  t_pending_ring_done(&pr, "from_ranks");
   T_EXPECT(c && sum_of_world_ranks(c) == want, "from_ranks after a pending ring");
   T_OK(tcoll_comm_free(&c));
   free(ranks);
 
   tcoll_mesh_t *m = NULL;
   int dims[1] = {t_size};
-  pending_ring(&x, &y);
+  t_pending_ring(&pr, tcoll_comm_world());
   T_OK(tcoll_mesh_create(tcoll_comm_world(), 1, dims, &m));
-  pending_ring_done(&x, &y, "mesh");
+  t_pending_ring_done(&pr, "mesh");
   T_EXPECT(m && sum_of_world_ranks(tcoll_mesh_comm(m, 0)) == want, "a mesh after a pending ring");
   T_OK(tcoll_mesh_free(&m));
-  T_OK(tcoll_set_config(&old));
 }
 END_TEST
 
