@@ -90,10 +90,12 @@ static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
   return in->device == TCOLL_HOST && v.outer > 1 && tcoll_tensor_nbytes(in) >= HOST_PIPE_MIN_BYTES;
 }
 
-/* Along a dim other than 0 with runs of this many bytes and more, the ring's first block is
- * pushed into the next rank's buffer with process_vm_writev (sched/cma.h) where every rank is on
- * one node and cross-memory attach works: one copy where packing and MPI's transfer make two.
- * Shorter runs cost the kernel more per run than the packing pass saves. */
+/* Along a dim other than 0 with runs of this many bytes and more, the ring's first block of a
+ * host tensor is pushed into the next rank's buffer with process_vm_writev (sched/cma.h) where
+ * every rank is on one node and cross-memory attach works: one copy where packing and MPI's
+ * transfer make two. Shorter runs cost the kernel more per run than the packing pass saves.
+ * Device tensors keep the packing path: their staging buffers are pinned memory, which the
+ * driver may map where the kernel cannot pin pages for another process. */
 #define PUSH_MIN_RUN_BYTES ((size_t)1 << 10)
 /* Up to this block size the ring's first message along a dim other than 0 leaves through a
  * strided datatype (MPI packs it on the way); above it the block is packed first (measured with
@@ -159,7 +161,8 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
   }
   tc_blocks_t blocks = {v.outer, v.len / p * v.inner, MPI_DATATYPE_NULL, NULL}; /* rank r's block: outer runs */
   bool strided = algo == TC_ALGO_RING && v.outer > 1 && p > 1;
-  if (strided && (size_t)blocks.run * tc_dtype_size(in->dtype) >= PUSH_MIN_RUN_BYTES && tc_cma_usable(w->comm)) {
+  if (strided && in->device == TCOLL_HOST && (size_t)blocks.run * tc_dtype_size(in->dtype) >= PUSH_MIN_RUN_BYTES &&
+      tc_cma_usable(w->comm)) {
     if (!(blocks.push = tc_work_scratch(w, tc_cma_push_scratch()))) return TCOLL_ERR_NO_MEMORY;
   } else if (strided && (size_t)nper * tc_dtype_size(in->dtype) <= TYPED_SEND_MAX_BYTES && tc_mpi_one_call(nper)) {
     /* One message each way: a receive split at the per-call limit would not match one send. */
