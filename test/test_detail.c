@@ -48,6 +48,23 @@ START_TEST(matching_calls_pass) {
 }
 END_TEST
 
+/* A checked call right after a collective whose later steps this rank starts (t_pending_ring):
+ * the check's wait for the other ranks drives it (a blocking one hung at 3 ranks and more). */
+START_TEST(check_after_pending) {
+  int64_t shape[1] = {5};
+  tcoll_tensor_t x = t_host(TCOLL_FLOAT32, 1, shape), y = t_empty();
+  t_set_all(&x, one, NULL);
+  t_pending_t pr;
+  t_pending_ring(&pr, tcoll_comm_world());
+  T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
+  t_pending_ring_done(&pr, "a DETAIL check after a pending ring");
+  T_OK(tcoll_wait(y.data));
+  T_EXPECT(t_get(&y, 0) == t_size, "all_reduce gave %g", t_get(&y, 0));
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+}
+END_TEST
+
 /* Rank 0 calls all_reduce while the others call all_gather. */
 START_TEST(different_ops) {
   if (t_size < 2) return;
@@ -206,6 +223,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, busy_on_one_rank);
   tcase_add_test(tc, split_agreement);
   tcase_add_test(tc, list_agreement);
+  tcase_add_test(tc, check_after_pending);
   suite_add_tcase(s, tc);
   return s;
 }

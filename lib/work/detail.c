@@ -1,12 +1,12 @@
 #include "detail.h"
 
 #include "../comm.h"
+#include "../drive.h"
 #include "../sched/mpi_glue.h"
 #include "../tensor.h"
 #include "registry.h"
 #include "trace.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,23 +141,25 @@ static int compare(const tc_work_t *w, const fingerprint_t *all, int size, int l
 }
 
 /* Completes a request of the checks, bounded by TCOLL_TIMEOUT: a rank that never arrives must
- * not hang the others (and with TCOLL_ON_TIMEOUT=abort, ends the job). */
+ * not hang the others (and with TCOLL_ON_TIMEOUT=abort, ends the job). The check runs inside a
+ * post, and a peer may reach it only after waiting for an earlier collective whose later steps
+ * this rank starts: every schedule is driven while it waits (drive.h). */
 static int finish_exchange(const tc_work_t *w, MPI_Request *req, const char *what) {
   char comm[80];
   double deadline = tc_cfg.timeout > 0 ? tc_now() + tc_cfg.timeout : 0.0;
-  for (;;) {
-    int flag = 0;
-    int rc = deadline > 0 ? tc_mpi_testall(1, req, &flag) : tc_mpi_waitall(1, req);
+  for (int polls = 0;;) {
+    int flag = 0, rc = tc_mpi_testall(1, req, &flag);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, what);
-    if (flag || deadline <= 0) return TCOLL_SUCCESS;
-    if (tc_now() >= deadline) {
+    if (flag) return TCOLL_SUCCESS;
+    if (deadline > 0 && tc_now() >= deadline) {
       tc_error(TCOLL_ERR_TIMEOUT,
                "DETAIL check of %s (comm seq %llu) on comm %s: not every rank arrived within %g s (a rank is "
                "missing this collective; the communicator is no longer usable)",
                w->op, (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), tc_cfg.timeout);
       return tc_timeout_diagnose(true);
     }
-    sched_yield();
+    tc_drive_all();
+    tc_poll_pause(&polls);
   }
 }
 
