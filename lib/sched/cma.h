@@ -46,9 +46,9 @@ int tc_build_cma_all_gather(tc_sched_t *s, const void *in, void *out, size_t run
  * which packs into its own fragments). Instead the sender writes its runs, packed, straight into
  * the receiving rank's buffer with process_vm_writev (the kernel gathers them from one local
  * iovec per run: one copy instead of two), then sends that rank an empty message with the step's
- * tag; the receiver's ordinary receive of the block (tc_sched_recv of the block's elements from
- * `from`, tag `tag`) completes with it, its buffer already filled. Each rank first sends the
- * address of that buffer (rbuf) to the rank that pushes into it (tag addr_tag).
+ * tag; the receiver's ordinary receive of the block (rcount elements from `from`, tag `tag`)
+ * completes with it, its buffer already filled. Each rank first sends the address of that buffer
+ * (rbuf) to the rank that pushes into it (tag addr_tag).
  * Where a write fails (ptrace rights withdrawn, a peer gone) the block goes through MPI instead:
  * packed into spare and sent in that message, which the same receive takes (logged at INFO).
  * Needs tc_cma_usable(comm), asked by every rank alike. */
@@ -58,15 +58,14 @@ typedef struct tc_cma_push_args {
   int64_t runs;
   tcoll_dtype_t dtype; /* the block's elements (the message's type) */
   void *spare;         /* runs * run bytes, for a failed write */
-  void *rbuf;          /* where this rank receives `from`'s push */
+  void *rbuf;          /* where this rank receives `from`'s push: rcount elements */
+  int64_t rcount;
   int to, from, tag, addr_tag;
 } tc_cma_push_args_t;
 
 size_t tc_cma_push_scratch(void);
-/* Appends the push to s in a new round, where the caller then adds the receive of from's block:
- * steps start in the order they were added, so the address's receive (a message of its own, tag
- * addr_tag) is posted before that one and matches first, whatever tags the block's pieces take. Steps in a
- * later round start once the block left (written, or its message sent). scratch:
+/* Appends the push and the receive of from's block to s, from a new round: steps in a later
+ * round start once the block left (written, or its message sent) and from's arrived. scratch:
  * tc_cma_push_scratch() bytes, held by the work until it completes. */
 int tc_build_cma_push(tc_sched_t *s, void *scratch, const tc_cma_push_args_t *a);
 

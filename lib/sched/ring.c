@@ -72,9 +72,8 @@ int tc_build_ring_reduce_scatter(tc_sched_t *s, const void *in, void *out, int64
     char *rbuf = last && !inplace ? out : bufs[step % 2];
     if (pushed) { /* written into the next rank's rbuf (spare: bufs[1], which step 0 does not receive into) */
       tc_cma_push_args_t a = {sbuf, (size_t)snd.run * es, (size_t)snd.stride * es, snd.runs, d, bufs[1], rbuf,
-                              right, left, tag0, tag0 + p - 1};
+                              rcv.count, right, left, tag0, tag0 + p - 1};
       rc = tc_build_cma_push(s, blocks->push, &a);
-      if (!rc) rc = tc_sched_recv(s, rbuf, rcv.count, d, left, tag0, false);
     } else {
       if (strided && !typed) { /* packed into the buffer step 0 does not receive into */
         rc = tc_sched_pack_runs(s, bufs[1], sbuf, (size_t)snd.stride * es, (size_t)snd.run * es, snd.runs, true);
