@@ -1376,11 +1376,12 @@ typedef struct push_call {
   bool info; /* at INFO */
 } push_call_t;
 
-/* A ring reduce_scatter along dim 1 at INFO, checked against the closed form. */
+/* A ring reduce_scatter of host tensors (the push serves those only) along dim 1, optionally at
+ * INFO, checked against the closed form. */
 static void push_call(void *arg) {
   const push_call_t *pc = arg;
   rc_t c = rc_world(TCOLL_FLOAT32, K_SUM, 1);
-  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 2, pc->shape), out = t_empty();
+  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 2, pc->shape), out = t_empty();
   t_set_all(&in, rc_fill, &c);
   if (pc->info) set_debug(TCOLL_LOG_INFO);
   T_OK(tcoll_reduce_scatter(&in, TCOLL_SUM, 1, NULL, &out));
