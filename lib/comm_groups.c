@@ -74,8 +74,9 @@ static int group_tag(const int *ranks, int n, const char *tag) {
 }
 
 /* The members' rendezvous before MPI_Comm_create_group (only they call it): a dissemination
- * barrier of empty messages on p->ctrl, each round waited for driving (drive.h). Each member sends one message to each peer it sends to, ahead of anything the group's
- * creation sends, so messages under the same tag match in order. */
+ * barrier of empty messages on p->ctrl, each round waited for driving (drive.h). Each member
+ * sends one message to each peer it sends to, ahead of anything the group's creation sends, so
+ * messages under the same tag match in order. */
 static int group_rendezvous(tcoll_comm_t *p, const int *ranks, int n, int tag) {
   int me = 0;
   while (me < n && ranks[me] != p->rank) me++;
@@ -85,7 +86,7 @@ static int group_rendezvous(tcoll_comm_t *p, const int *ranks, int n, int tag) {
     if (rc == MPI_SUCCESS) rc = MPI_Isend(NULL, 0, MPI_BYTE, ranks[(me + k) % n], tag, p->ctrl, &req[1]);
     else req[1] = MPI_REQUEST_NULL;
     for (int i = 0; i < 2; i++) {
-      int w = req[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : tc_wait_driving(&req[i]);
+      int w = req[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : tc_wait_driving(&req[i], 0.0);
       if (rc == MPI_SUCCESS) rc = w;
     }
     if (rc != MPI_SUCCESS) return rc;

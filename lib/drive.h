@@ -19,8 +19,9 @@ void tc_drive_all(void);
  * for. *polls counts the polls so far (start at 0). */
 void tc_poll_pause(int *polls);
 /* Waits for req, a nonblocking call made for one that would block its caller, driving every
- * schedule meanwhile; MPI's error code. */
-int tc_wait_driving(MPI_Request *req);
+ * schedule meanwhile; MPI's error code. deadline (tc_now's clock, 0: none): returns MPI_SUCCESS
+ * once it passed too, with *req still active (not MPI_REQUEST_NULL). */
+int tc_wait_driving(MPI_Request *req, double deadline);
 /* Every rank of comm gets here before any goes on (MPI_Ibarrier, waited for driving): before a
  * blocking collective call that every rank of comm makes, so that none of them then waits on
  * anything but the others in it. */

@@ -55,6 +55,12 @@ typedef struct cma_job {
   char msg[240];
 } cma_job_t;
 
+/* TCOLL_CMA_FAULT=ERRNO (tests), read at each call: this rank's reads and writes fail half-way. */
+static int fault_knob(void) {
+  const char *v = getenv("TCOLL_CMA_FAULT");
+  return v ? atoi(v) : 0;
+}
+
 #define JOB_BYTES ((sizeof(cma_job_t) + 15) & ~(size_t)15)
 #define TABLE_BYTES(p) (((size_t)(p) * (sizeof(cma_addr_t) + 1) + 15) & ~(size_t)15)
 
@@ -192,9 +198,8 @@ static int cma_report(void *arg) {
 int tc_build_cma_all_gather(tc_sched_t *s, const void *in, void *out, size_t run, int64_t outer, void *scratch) {
   cma_job_t *j = scratch;
   int p = s->comm->size, me = s->comm->rank;
-  const char *fault = getenv("TCOLL_CMA_FAULT");
   *j = (cma_job_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)in}, .in = in, .out = out, .run = run,
-                   .outer = outer, .rank = me, .size = p, .fault = fault ? atoi(fault) : 0,
+                   .outer = outer, .rank = me, .size = p, .fault = fault_knob(),
                    .peers = (cma_addr_t *)((char *)scratch + JOB_BYTES)};
   j->done = (char *)(j->peers + p);
   j->bounce = streamed(run, outer, p) ? (char *)scratch + JOB_BYTES + TABLE_BYTES(p) : NULL;
@@ -241,8 +246,7 @@ static int push_block(void *arg) {
     for (int i = j->first_note; i < j->first_note + j->nnote; i++) j->s->steps[i].u.p2p.count = 0;
     return TCOLL_SUCCESS;
   }
-  for (int64_t k = 0; k < a->runs; k++)
-    memcpy((char *)a->spare + (size_t)k * a->run, (const char *)a->src + (size_t)k * a->stride, a->run);
+  tc_pack_runs(a->spare, a->src, a->stride, a->run, a->runs);
   tc_info("ring reduce_scatter (cma): process_vm_writev into rank %d's buffer (pid %lld) failed: %s (errno %d) after "
           "%zu of %zu bytes; the block goes through MPI instead",
           a->to, (long long)j->dest.pid, strerror(err), err, done, total);
@@ -277,10 +281,9 @@ static bool under_valgrind(void) {
  * whatever tags the block's pieces take. */
 int tc_build_cma_push(tc_sched_t *s, void *scratch, const tc_cma_push_args_t *a) {
   cma_push_t *j = scratch;
-  const char *fault = getenv("TCOLL_CMA_FAULT");
   *j = (cma_push_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)a->rbuf}, .a = *a, .s = s,
-                    .fault = fault ? atoi(fault) : 0};
-  int rc = tc_sched_reserve(s, 3);
+                    .fault = fault_knob()};
+  int rc = tc_sched_reserve(s, 6); /* the message and the block unsplit */
   if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, a->from, a->addr_tag, true);
   if (!rc) rc = tc_sched_recv(s, &j->dest, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, a->to, a->addr_tag, false);
   int addr = tc_sched_last(s);

@@ -138,7 +138,7 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
 /* ------------------------------------------------------------------ blocking collectives */
 
 static int drive_until(int posted, MPI_Request *req) {
-  return posted != MPI_SUCCESS ? posted : tc_wait_driving(req);
+  return posted != MPI_SUCCESS ? posted : tc_wait_driving(req, 0.0);
 }
 
 int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool drive) {
@@ -158,17 +158,6 @@ int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_
   if (LARGE(n)) return MPI_Reduce_c(sbuf, rbuf, n, dt, op, root, comm);
 #endif
   return MPI_Reduce(sbuf, rbuf, (int)n, dt, op, root, comm);
-}
-
-int tc_mpi_reduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                                bool drive) {
-  MPI_Request req;
-  if (drive)
-    return drive_until(tc_mpi_ireduce_scatter_block(sbuf, rbuf, n, dt, op, comm, &req), &req);
-#if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Reduce_scatter_block_c(sbuf, rbuf, n, dt, op, comm);
-#endif
-  return MPI_Reduce_scatter_block(sbuf, rbuf, (int)n, dt, op, comm);
 }
 
 int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm, bool drive) {

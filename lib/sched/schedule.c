@@ -438,6 +438,11 @@ static bool start_comm(tc_sched_t *s, tc_step_t *st) {
   return true;
 }
 
+void tc_pack_runs(void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs) {
+  for (int64_t k = 0; k < runs; k++)
+    memcpy((char *)dst + (size_t)k * nbytes, (const char *)src + (size_t)k * src_stride, nbytes);
+}
+
 /* Runs a local step to its end. */
 static void run_local(tc_sched_t *s, tc_step_t *st) {
   switch (st->kind) {
@@ -454,9 +459,7 @@ static void run_local(tc_sched_t *s, tc_step_t *st) {
   }
   case TC_STEP_COPY: {
     const typeof(st->u.copy) *c = &st->u.copy;
-    if (!c->nbytes || c->dst == c->src) break;
-    for (int64_t k = 0; k < c->runs; k++)
-      memcpy((char *)c->dst + (size_t)k * c->nbytes, (const char *)c->src + (size_t)k * c->src_stride, c->nbytes);
+    if (c->nbytes && c->dst != c->src) tc_pack_runs(c->dst, c->src, c->src_stride, c->nbytes, c->runs);
     break;
   }
   case TC_STEP_SCALE: {

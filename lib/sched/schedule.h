@@ -208,6 +208,8 @@ int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool
  * stride apart, packed one after the other on the other side). */
 int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,
                          tcoll_dtype_t d, MPI_Op op, bool new_round);
+/* The same copy done at once: runs runs of nbytes, src_stride apart in src, adjacent in dst. */
+void tc_pack_runs(void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs);
 int tc_sched_pack_runs(tc_sched_t *s, void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs,
                        bool new_round);
 int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,

@@ -147,20 +147,14 @@ static int compare(const tc_work_t *w, const fingerprint_t *all, int size, int l
 static int finish_exchange(const tc_work_t *w, MPI_Request *req, const char *what) {
   char comm[80];
   double deadline = tc_cfg.timeout > 0 ? tc_now() + tc_cfg.timeout : 0.0;
-  for (int polls = 0;;) {
-    int flag = 0, rc = tc_mpi_testall(1, req, &flag);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, what);
-    if (flag) return TCOLL_SUCCESS;
-    if (deadline > 0 && tc_now() >= deadline) {
-      tc_error(TCOLL_ERR_TIMEOUT,
-               "DETAIL check of %s (comm seq %llu) on comm %s: not every rank arrived within %g s (a rank is "
-               "missing this collective; the communicator is no longer usable)",
-               w->op, (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), tc_cfg.timeout);
-      return tc_timeout_diagnose(true);
-    }
-    tc_drive_all();
-    tc_poll_pause(&polls);
-  }
+  int rc = tc_wait_driving(req, deadline);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, what);
+  if (*req == MPI_REQUEST_NULL) return TCOLL_SUCCESS;
+  tc_error(TCOLL_ERR_TIMEOUT,
+           "DETAIL check of %s (comm seq %llu) on comm %s: not every rank arrived within %g s (a rank is "
+           "missing this collective; the communicator is no longer usable)",
+           w->op, (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), tc_cfg.timeout);
+  return tc_timeout_diagnose(true);
 }
 
 static int exchange(const tc_work_t *w, const fingerprint_t *mine, fingerprint_t *all) {
