@@ -237,6 +237,26 @@ static void free_list(tcoll_tensor_t *t, int n) {
   for (int i = 0; i < n; i++) tcoll_tensor_free(&t[i]);
 }
 
+/* Forces TCOLL_ALGO to spec (NULL: back to *saved, which the first call fills). */
+static void force_algo(const char *spec, tcoll_config_t *saved) {
+  if (!spec) {
+    T_OK(tcoll_set_config(saved));
+    return;
+  }
+  T_OK(tcoll_get_config(saved));
+  tcoll_config_t cfg = *saved;
+  snprintf(cfg.algo, sizeof cfg.algo, "%s", spec);
+  T_OK(tcoll_set_config(&cfg));
+}
+
+/* The processes' part is a work on the algorithm table where it picks a composed algorithm: the
+ * ring when forced. */
+static void expect_ring(const char *label, const char *op, tcoll_comm_t *c) {
+  if (c)
+    T_EXPECT(!strcmp(tcoll_last_algorithm(), "ring"), "%s %s with the ring forced ran \"%s\"", label, op,
+             tcoll_last_algorithm());
+}
+
 /* comms: NULL (local only) or n entries of c. */
 static void multi_all_ops(tcoll_comm_t *c, const char *label) {
   bufs_t b = local_buffers();
@@ -249,9 +269,13 @@ static void multi_all_ops(tcoll_comm_t *c, const char *label) {
   char what[128];
 
   /* all_reduce SUM, AVG (out of place), MAX (in place) */
+  tcoll_config_t saved;
   make_inputs(&b, p, n_el, TCOLL_FLOAT64, in);
   for (int i = 0; i < b.n; i++) out[i] = t_empty();
+  force_algo("all_reduce:ring", &saved);
   T_OK(tcoll_multi_all_reduce(in, out, b.n, TCOLL_SUM, NULL, comms));
+  expect_ring(label, "multi_all_reduce", c);
+  force_algo(NULL, &saved);
   want_t w = {tri, 0};
   for (int i = 0; i < b.n; i++) {
     snprintf(what, sizeof what, "%s multi_all_reduce sum out[%d]", label, i);
@@ -271,7 +295,12 @@ static void multi_all_ops(tcoll_comm_t *c, const char *label) {
   for (int root = 0; root < T; root++) {
     make_inputs(&b, p, root % 2 ? 4096 : n_el, TCOLL_INT32, in);
     tcoll_tensor_t o = t_empty();
+    if (root % 2 == 0) force_algo("reduce:ring", &saved);
     T_OK(tcoll_multi_reduce(in, b.n, &o, root, TCOLL_SUM, NULL, comms));
+    if (root % 2 == 0) {
+      expect_ring(label, "multi_reduce", c);
+      force_algo(NULL, &saved);
+    }
     if (root / b.n == p) {
       w.scale = tri;
       T_EXPECT(o.device == b.dev[root % b.n], "reduce output on %d", o.device);
@@ -314,17 +343,12 @@ static void multi_all_ops(tcoll_comm_t *c, const char *label) {
   for (int k = 0; k < 2; k++) {
     make_inputs(&b, p, n_el, TCOLL_FLOAT64, in);
     for (int i = 0; i < b.n; i++) out[i] = t_empty();
-    /* The processes' part is a work on the algorithm table: the ring when forced (the first op). */
-    tcoll_config_t saved, ring;
-    T_OK(tcoll_get_config(&saved));
-    ring = saved;
-    snprintf(ring.algo, sizeof ring.algo, "reduce_scatter:ring");
-    if (k == 0) T_OK(tcoll_set_config(&ring));
+    if (k == 0) force_algo("reduce_scatter:ring", &saved); /* the first op through the ring */
     T_OK(tcoll_multi_reduce_scatter(in, out, b.n, ops[k], NULL, comms));
-    if (k == 0 && c)
-      T_EXPECT(!strcmp(tcoll_last_algorithm(), "ring"), "%s multi_reduce_scatter with the ring forced ran \"%s\"",
-               label, tcoll_last_algorithm());
-    if (k == 0) T_OK(tcoll_set_config(&saved));
+    if (k == 0) {
+      expect_ring(label, "multi_reduce_scatter", c);
+      force_algo(NULL, &saved);
+    }
     int64_t blk = n_el / T;
     for (int i = 0; i < b.n; i++) {
       int g = p * b.n + i;

@@ -4,9 +4,10 @@
  *
  * Every buffer is copied to pinned host memory on its stream (the host waits: MPI needs the
  * data), reduced there with MPI_Reduce_local (every op and dtype, float16 / bfloat16 included),
- * combined across the processes with blocking MPI calls on comms[0] (reduce_scatter: a work, see
- * reduce_scatter_across), and copied back to each device on its stream without waiting (the
- * pinned memory returns to the pool once those copies are done). With communicators, every
+ * combined across the processes on comms[0] by the algorithm the table picks for the bytes (a
+ * work on the schedule engine, or MPI's blocking call for the literal mapping: see across), and
+ * copied back to each device on its stream without waiting (the pinned memory returns to the
+ * pool once those copies are done). With communicators, every
  * process first joins one small agreement allreduce, so that bad arguments on one process fail
  * them all instead of leaving the others waiting; it is nonblocking and drives the collectives in
  * flight while it waits (see agree). */
@@ -278,30 +279,63 @@ static int x_allgather(const mop_t *m, void *buf, int64_t count) {
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, TC_MPI_NAME("MPI_Allgather", s.count));
 }
 
-/* Open MPI's blocking MPI_Reduce_scatter_block is as slow as its nonblocking form (both reduce
- * everything onto one rank, then scatter), while its other blocking collectives are faster
- * than the nonblocking ones tcoll's works use (measured at 2 ranks: MPI_Allreduce 1.2-2.2x,
- * MPI_Reduce 2.5-4x faster than their MPI_I* forms). So the processes' reduce_scatter is a work
- * like a single call's where the algorithm table picks a composed algorithm for its bytes (keyed
- * under the staging buffer, which no one else sees, and waited for at once); the other ops stay
- * blocking calls. */
-static int reduce_scatter_across(const mop_t *m, void *stage, size_t stage_bytes, void *recv, int64_t nper) {
+/* The algorithm of the processes' part, from the table (or TCOLL_ALGO) as for a single call on
+ * host memory (the staging buffer): broadcast and the contiguous all_gather have one. */
+static tc_algo_t across_algo(const mop_t *m, int64_t count) {
   tcoll_dtype_t d = m->in[0].dtype;
+  switch (m->kind) {
+  case M_ALL_REDUCE: return tc_allreduce_algo(m->P, count, d, m->op.kind, false);
+  case M_REDUCE: return tc_reduce_algo(m->P, count, d, m->op.kind, false);
+  case M_REDUCE_SCATTER: return tc_reduce_scatter_algo(m->P, count, d, m->op.kind, false, true);
+  default: return TC_ALGO_MPI;
+  }
+}
+
+/* The processes' part as a work on the schedule engine, like a single call's (keyed under the
+ * staging buffer, which no one else sees, and waited for at once): the composed algorithm the
+ * table picked, or for reduce_scatter also the MPI call. src: the reduced local buffers (count
+ * elements); res: the result (reduce: on the root process; reduce_scatter: this process's
+ * block; all_reduce: src itself). premul_sum and AVG are applied on the host, before and after. */
+static int run_across(const mop_t *m, tc_algo_t algo, void *stage, size_t stage_bytes, void *src, void *res,
+                      int64_t count, int root) {
+  tcoll_dtype_t d = m->in[0].dtype;
+  MPI_Op op = tc_mpi_op(&m->op, d);
   tc_work_t *w;
   int rc = tc_work_begin(&w, m->name + strlen("tcoll_"), m->c, TC_SIG(.t = &m->in[0], .op = &m->op));
   if (rc) return rc;
-  tc_algo_t algo = tc_reduce_scatter_algo(w, nper * m->P, d, m->op.kind, false, true);
   tc_work_set_algo(w, algo);
   rc = tc_work_key(w, stage, stage_bytes);
   if (!rc) rc = tc_work_register(w);
-  /* premul_sum and AVG are applied on the host, before and after */
-  if (!rc && algo != TC_ALGO_MPI)
-    rc = tc_post_reduce_scatter_composed(w, stage, recv, nper, d, tc_mpi_op(&m->op, d), 1.0, algo, NULL);
+  if (!rc && m->kind == M_ALL_REDUCE)
+    rc = tc_post_allreduce_composed(w, src, src, count, d, op, 1.0, 1.0, algo);
+  else if (!rc && m->kind == M_REDUCE)
+    rc = tc_post_reduce_composed(w, src, m->p == root ? res : NULL, count, d, op, 1.0, root);
+  else if (!rc && algo != TC_ALGO_MPI)
+    rc = tc_post_reduce_scatter_composed(w, src, res, count / m->P, d, op, 1.0, algo, NULL);
   else if (!rc)
-    rc = tc_post_reduce_scatter_block(w, stage, recv, nper, d, tc_mpi_op(&m->op, d));
+    rc = tc_post_reduce_scatter_block(w, src, res, count / m->P, d, op);
   rc = tc_work_end(w, rc);
   int waited = tc_wait_ptr(stage, 0.0, true); /* also what a failed post left in flight */
   return rc ? rc : waited;
+}
+
+/* Combines the processes' buffers: src holds count elements of this process (all_reduce: the
+ * result replaces them). Where the table keeps the literal mapping, all_reduce, reduce,
+ * broadcast and all_gather call MPI's blocking collectives: the op is blocking, and Open MPI's
+ * blocking calls are faster than the MPI_I* forms a work would post (measured at 2 ranks:
+ * MPI_Reduce 2.3-4x, MPI_Allreduce 1.1-1.7x below the sizes where the ring takes over);
+ * Open MPI's blocking MPI_Reduce_scatter_block is as slow as its nonblocking form. */
+static int across(const mop_t *m, void *stage, size_t stage_bytes, void *src, void *res, int64_t count, int root) {
+  tc_algo_t algo = across_algo(m, count);
+  if (algo != TC_ALGO_MPI || m->kind == M_REDUCE_SCATTER)
+    return run_across(m, algo, stage, stage_bytes, src, res, count, root);
+  tc_algo_note(TC_ALGO_MPI);
+  switch (m->kind) {
+  case M_ALL_REDUCE: return x_allreduce(m, src, count);
+  case M_REDUCE: return x_reduce(m, src, res, count, root);
+  case M_BROADCAST: return x_bcast(m, src, count, root);
+  default: return x_allgather(m, src, count);
+  }
 }
 
 /* Reduces the n staged inputs (stage + i * nb) into stage, with premul_sum scaling. */
@@ -340,12 +374,8 @@ static int run(mop_t *m) {
     if (rc) break;
     local_reduce(m, stage, count, nb);
     char *res = stage;
-    if (m->c && m->kind == M_REDUCE) {
-      res = stage + (size_t)n * nb;
-      rc = x_reduce(m, stage, res, count, rproc);
-    } else if (m->c) {
-      rc = x_allreduce(m, stage, count);
-    }
+    if (m->c && m->kind == M_REDUCE) res = stage + (size_t)n * nb;
+    if (m->c) rc = across(m, stage, bytes, stage, res, count, rproc);
     if (rc) break;
     if (m->kind == M_REDUCE && !is_root_proc) break;
     if (m->op.kind == TCOLL_AVG) tc_host_divide(res, x0->dtype, count, avg);
@@ -361,7 +391,7 @@ static int run(mop_t *m) {
       rc = load(m, rloc, stage);
       if (!rc && m->in[rloc].device != TCOLL_HOST) rc = tc_dev()->stream_sync(m->in[rloc].device, m->stream[rloc]);
     }
-    if (!rc && m->c) rc = x_bcast(m, stage, count, rproc);
+    if (!rc && m->c) rc = across(m, stage, bytes, stage, NULL, count, rproc);
     for (int i = 0; i < n && !rc; i++) {
       if (is_root_proc && i == rloc) continue;
       rc = store(m, i, m->in[i].data, m->in[i].device, stage, nb, fdev, fstream, &nf);
@@ -371,7 +401,7 @@ static int run(mop_t *m) {
     char *mine = stage + (size_t)m->p * (size_t)n * nb;
     for (int i = 0; i < n && !rc; i++) rc = load(m, i, mine + (size_t)i * nb);
     if (!rc) rc = loads_wait(m);
-    if (!rc && m->c) rc = x_allgather(m, stage, count * n);
+    if (!rc && m->c) rc = across(m, stage, bytes, stage, NULL, count * n, -1);
     for (int i = 0; i < n && !rc; i++)
       rc = store(m, i, m->out[i].data, m->in[i].device, stage, nb * (size_t)total, fdev, fstream, &nf);
     break;
@@ -388,7 +418,7 @@ static int run(mop_t *m) {
     char *mine = stage;
     if (m->c) {
       mine = stage + (size_t)n * nb;
-      rc = reduce_scatter_across(m, stage, bytes, mine, slab * n);
+      rc = across(m, stage, bytes, stage, mine, slab * n * m->P, -1);
     } else {
       mine = stage;
     }

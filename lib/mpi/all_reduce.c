@@ -30,18 +30,18 @@ int tc_post_allreduce_composed(tc_work_t *w, const void *src, void *buf, int64_t
   return tc_build_ring_all_gather(s, buf, n, d, p);
 }
 
-static inline tc_algo_t allreduce_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d, int redop, bool device) {
-  tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = (size_t)n * tc_dtype_size(d), .ranks = w->comm->size,
+static inline tc_algo_t allreduce_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device) {
+  tc_algo_query_t q = {.op = TC_OP_ALL_REDUCE, .bytes = (size_t)n * tc_dtype_size(d), .ranks = ranks,
                        .dtype = d, .redop = redop, .device = device};
   tc_algo_t algo = q.bytes == 0 ? TC_ALGO_MPI : tc_algo_choose(&q);
   /* Without large counts MPI_Iallgatherv takes int counts and displacements: beyond them the
    * ring gathers too. */
-  if (algo == TC_ALGO_RING_ALLGATHER && !tc_allgatherv_fits(n, w->comm->size)) algo = TC_ALGO_RING;
+  if (algo == TC_ALGO_RING_ALLGATHER && !tc_allgatherv_fits(n, ranks)) algo = TC_ALGO_RING;
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }
 
-tc_algo_t tc_allreduce_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d, int redop, bool device) {
-  return allreduce_algo(w, n, d, redop, device);
+tc_algo_t tc_allreduce_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device) {
+  return allreduce_algo(ranks, n, d, redop, device);
 }
 
 /* The composed algorithms run on host memory: device tensors are staged first. */
@@ -61,7 +61,7 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
                 const tc_redop_t *op) {
   int64_t n = tc_numel(in);
-  tc_algo_t algo = allreduce_algo(w, n, in->dtype, op->kind, in->device != TCOLL_HOST);
+  tc_algo_t algo = allreduce_algo(w->comm->size, n, in->dtype, op->kind, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   if (algo != TC_ALGO_MPI) return post_composed(w, in, out, inplace, op, algo);
   bool plain = op->kind != TC_REDOP_PREMUL_SUM && op->kind != TCOLL_AVG;

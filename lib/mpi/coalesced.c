@@ -58,7 +58,7 @@ static int begin(tc_work_t *w, const tcoll_tensor_t *in, int n, tcoll_tensor_t *
  * the algorithm an all_reduce of the group's bytes would take. */
 static int post_group_all_reduce(tc_work_t *w, char *send, char *recv, int64_t total, tcoll_dtype_t d,
                                  const tc_redop_t *op, bool device) {
-  tc_algo_t algo = tc_allreduce_algo(w, total, d, op->kind, device);
+  tc_algo_t algo = tc_allreduce_algo(w->comm->size, total, d, op->kind, device);
   if (w->algo == TC_ALGO_MPI) tc_work_set_algo(w, algo); /* the call's: the first composed group's */
   if (algo != TC_ALGO_MPI)
     return tc_post_allreduce_composed(w, send, recv, total, d, tc_mpi_op(op, d),
@@ -168,7 +168,7 @@ static void copy_slab(char *y, const char *x, tc_dimview_t v, int r, int size, t
 static int post_group_reduce_scatter(tc_work_t *w, char *send, char *recv, int64_t per_rank, tcoll_dtype_t d,
                                      const tc_redop_t *op, bool device) {
   int size = w->comm->size;
-  tc_algo_t algo = tc_reduce_scatter_algo(w, per_rank * size, d, op->kind, device, true);
+  tc_algo_t algo = tc_reduce_scatter_algo(w->comm->size, per_rank * size, d, op->kind, device, true);
   if (w->algo == TC_ALGO_MPI) tc_work_set_algo(w, algo); /* the call's: the first composed group's */
   double divisor = op->kind == TCOLL_AVG ? (double)size : 1.0;
   if (algo != TC_ALGO_MPI)

@@ -46,16 +46,24 @@ tc_algo_t tc_all_to_all_algo(const tc_work_t *w, tc_algo_op_t op, tcoll_dtype_t 
  * all-gather (TC_ALGO_RING) or MPI_Iallgatherv (TC_ALGO_RING_ALLGATHER). */
 int tc_post_allreduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n, tcoll_dtype_t d, MPI_Op op,
                                double premul, double divisor, tc_algo_t algo);
-/* The algorithm of an all_reduce of n elements of d (redop: its kind; device: staged buffers). */
-tc_algo_t tc_allreduce_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d, int redop, bool device);
+/* The algorithm of an all_reduce of n elements of d at `ranks` ranks (redop: its kind; device:
+ * staged buffers). */
+tc_algo_t tc_allreduce_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device);
+/* reduce of n elements of src into buf on dst (buf: NULL elsewhere; src == buf: in place): a ring
+ * reduce_scatter, each block divided by divisor where it was reduced, then sent to dst
+ * (TC_ALGO_RING). premul_sum is the caller's: src is scaled. */
+int tc_post_reduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                            double divisor, int dst);
+/* The algorithm of a reduce of n elements of d at `ranks` ranks. */
+tc_algo_t tc_reduce_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device);
 /* reduce_scatter of src's p blocks of nper elements (laid out as blocks says; NULL: one after the
  * other) into dst: the ring (TC_ALGO_RING) or MPI_Ialltoall + a rank-ordered reduction
  * (TC_ALGO_ALLTOALL, contiguous blocks only). premul_sum is the caller's: src is scaled. */
 int tc_post_reduce_scatter_composed(tc_work_t *w, const void *src, void *dst, int64_t nper, tcoll_dtype_t d, MPI_Op op,
                                     double divisor, tc_algo_t algo, const tc_blocks_t *blocks);
-/* The algorithm of a reduce_scatter of an input of n elements of d (contiguous: blocks one after
- * the other, as along dim 0). */
-tc_algo_t tc_reduce_scatter_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d, int redop, bool device,
+/* The algorithm of a reduce_scatter of an input of n elements of d at `ranks` ranks (contiguous:
+ * blocks one after the other, as along dim 0). */
+tc_algo_t tc_reduce_scatter_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device,
                                  bool contiguous);
 
 /* acc[i] = x[i] (op) acc[i] on the host, with MPI's own op (so float16 / bfloat16 and every

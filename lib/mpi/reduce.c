@@ -6,20 +6,33 @@
 #include "../base/dtype.h"
 #include "post.h"
 
-static tc_algo_t choose(const tc_work_t *w, const tcoll_tensor_t *in, const tc_redop_t *op) {
-  tc_algo_query_t q = {.op = TC_OP_REDUCE, .bytes = tcoll_tensor_nbytes(in), .ranks = w->comm->size,
-                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST};
+tc_algo_t tc_reduce_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device) {
+  tc_algo_query_t q = {.op = TC_OP_REDUCE, .bytes = (size_t)n * tc_dtype_size(d), .ranks = ranks, .dtype = d,
+                       .redop = redop, .device = device};
   tc_algo_t algo = q.bytes == 0 ? TC_ALGO_MPI : tc_algo_choose(&q);
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }
 
-/* Each rank reduces one block of the vector (the ring reduce_scatter, into dst's output on dst,
- * into scratch elsewhere), divides it there for AVG, and sends it to dst. */
-static int post_ring(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {
-  int64_t n = tcoll_tensor_numel(in);
+int tc_post_reduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                            double divisor, int dst) {
   int p = w->comm->size, r = w->comm->rank;
-  bool is_dst = r == dst, inplace = is_dst && out->data == in->data;
-  size_t es = tc_dtype_size(in->dtype);
+  bool is_dst = r == dst;
+  size_t ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, d) + 7) & ~(size_t)7;
+  size_t own = is_dst ? 0 : (size_t)tc_block_count(n, p, 0) * tc_dtype_size(d);
+  char *scratch = tc_work_scratch(w, ring_bytes + own);
+  if (!scratch) return TCOLL_ERR_NO_MEMORY;
+  char *mine = is_dst ? (char *)buf + (size_t)tc_block_offset(n, p, r) * tc_dtype_size(d) : scratch + ring_bytes;
+  tc_sched_t *s = &w->sched;
+  int rc = tc_build_ring_reduce_scatter(s, src, mine, n, d, op, scratch, 0, NULL);
+  if (!rc && divisor != 1.0) /* each block is divided once, where it was reduced */
+    rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), d, 1.0, divisor, true);
+  return rc ? rc : tc_build_blocks_to_root(s, buf, mine, n, d, dst, p);
+}
+
+/* The ring on host memory: device tensors are staged first, premul_sum's scaled contribution
+ * goes in scratch (in and out stay as they are). */
+static int post_ring(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {
+  bool is_dst = w->comm->rank == dst, inplace = is_dst && out->data == in->data;
   const void *src = NULL;
   void *buf = NULL;
   w->host_math = true; /* local reductions on the host: staging hands host memory */
@@ -27,26 +40,20 @@ static int post_ring(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_
   if (!rc && is_dst && !inplace) rc = tc_stage_out(w, out, &buf);
   if (rc) return rc;
   if (inplace) src = buf;
-  tc_sched_t *s = &w->sched;
-  size_t ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, in->dtype) + 7) & ~(size_t)7;
-  size_t own = is_dst ? 0 : (size_t)tc_block_count(n, p, 0) * es;
-  size_t scaled = op->kind == TC_REDOP_PREMUL_SUM ? (size_t)n * es : 0;
-  char *scratch = tc_work_scratch(w, ring_bytes + own + scaled);
-  if (!scratch) return TCOLL_ERR_NO_MEMORY;
-  if (scaled) { /* each rank's contribution is scaled first; in and out stay as they are */
-    if ((rc = tc_sched_scale(s, scratch + ring_bytes + own, src, n, in->dtype, op->scalar, 1.0, true))) return rc;
-    src = scratch + ring_bytes + own;
+  if (op->kind == TC_REDOP_PREMUL_SUM) {
+    int64_t n = tcoll_tensor_numel(in);
+    void *scaled = tc_work_scratch(w, tcoll_tensor_nbytes(in));
+    if (!scaled) return TCOLL_ERR_NO_MEMORY;
+    if ((rc = tc_sched_scale(&w->sched, scaled, src, n, in->dtype, op->scalar, 1.0, true))) return rc;
+    src = scaled;
   }
-  char *mine = is_dst ? (char *)buf + (size_t)tc_block_offset(n, p, r) * es : scratch + ring_bytes;
-  rc = tc_build_ring_reduce_scatter(s, src, mine, n, in->dtype, tc_mpi_op(op, in->dtype), scratch, 0, NULL);
-  if (!rc && op->kind == TCOLL_AVG) /* each block is divided once, where it was reduced */
-    rc = tc_sched_scale(s, mine, mine, tc_block_count(n, p, r), in->dtype, 1.0, p, true);
-  return rc ? rc : tc_build_blocks_to_root(&w->sched, buf, mine, n, in->dtype, dst, p);
+  return tc_post_reduce_composed(w, src, buf, tcoll_tensor_numel(in), in->dtype, tc_mpi_op(op, in->dtype),
+                                 op->kind == TCOLL_AVG ? (double)w->comm->size : 1.0, dst);
 }
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {
   int64_t n = tcoll_tensor_numel(in);
-  tc_algo_t algo = choose(w, in, op);
+  tc_algo_t algo = tc_reduce_algo(w->comm->size, n, in->dtype, op->kind, in->device != TCOLL_HOST);
   tc_work_set_algo(w, algo);
   if (algo == TC_ALGO_RING) return post_ring(w, in, out, dst, op);
   bool is_dst = w->comm->rank == dst, premul = op->kind == TC_REDOP_PREMUL_SUM;

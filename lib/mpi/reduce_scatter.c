@@ -121,10 +121,10 @@ int tc_post_reduce_scatter_composed(tc_work_t *w, const void *src, void *dst, in
 /* The ring serves every dim (its blocks interleaved along a dim other than 0); the all-to-all
  * form serves contiguous blocks only: along other dims the slabs below are the same exchange,
  * strided. */
-tc_algo_t tc_reduce_scatter_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d, int redop, bool device,
+tc_algo_t tc_reduce_scatter_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device,
                                  bool contiguous) {
   if (n == 0) return TC_ALGO_MPI;
-  tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = (size_t)n * tc_dtype_size(d), .ranks = w->comm->size,
+  tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = (size_t)n * tc_dtype_size(d), .ranks = ranks,
                        .dtype = d, .redop = redop, .device = device};
   tc_algo_t algo = tc_algo_choose(&q);
   /* Along a dim other than 0 the all-to-all exchange is the slabs' (the MPI path below), up to
@@ -137,7 +137,7 @@ tc_algo_t tc_reduce_scatter_algo(const tc_work_t *w, int64_t n, tcoll_dtype_t d,
   if (!contiguous && algo != TC_ALGO_RING) return TC_ALGO_MPI;
   /* One MPI_Ialltoall block per rank must fit the per-call limit or go in MPI_Ialltoall_c;
    * beyond that (no large counts) the ring goes on. */
-  if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(n / w->comm->size)) algo = TC_ALGO_RING;
+  if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(n / ranks)) algo = TC_ALGO_RING;
   return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
 }
 
@@ -179,7 +179,7 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   int size = w->comm->size;
   int64_t nper = tcoll_tensor_numel(in) / size;
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
-  tc_algo_t algo = tc_reduce_scatter_algo(w, tcoll_tensor_numel(in), in->dtype, op->kind, in->device != TCOLL_HOST,
+  tc_algo_t algo = tc_reduce_scatter_algo(size, tcoll_tensor_numel(in), in->dtype, op->kind, in->device != TCOLL_HOST,
                                           v.outer == 1);
   tc_work_set_algo(w, algo);
   if (algo != TC_ALGO_MPI) return post_composed(w, in, out, op, algo, v);
