@@ -35,7 +35,8 @@ static block_at_t block_at(int64_t n, int p, int b, const tc_blocks_t *blocks) {
 #define PACK_CHUNK ((size_t)64 << 10)
 
 /* acc = own (op) acc, own's runs packed into spare (PACK_CHUNK bytes or a block's, if less) a
- * chunk at a time. */
+ * chunk at a time. The first chunk is packed in the round of the block's receive, while the
+ * message travels (spare is free from that round on). */
 static int reduce_packed(tc_sched_t *s, const char *own, block_at_t b, char *acc, char *spare, tcoll_dtype_t d,
                          MPI_Op op) {
   size_t es = tc_dtype_size(d), run = (size_t)b.run * es;
@@ -44,7 +45,7 @@ static int reduce_packed(tc_sched_t *s, const char *own, block_at_t b, char *acc
   for (int64_t k = 0; k < b.runs && !rc; k += per) {
     int64_t n = b.runs - k < per ? b.runs - k : per;
     size_t at = (size_t)k * run;
-    rc = tc_sched_pack_runs(s, spare, own + (size_t)(k * b.stride) * es, (size_t)b.stride * es, run, n, true);
+    rc = tc_sched_pack_runs(s, spare, own + (size_t)(k * b.stride) * es, (size_t)b.stride * es, run, n, k > 0);
     if (!rc) rc = tc_sched_reduce(s, spare, acc + at, n * b.run, d, op, true);
   }
   return rc;
