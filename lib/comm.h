@@ -24,6 +24,7 @@ struct tcoll_comm {
   uint32_t id;   /* process-local, for logs */
   char name[TC_COMM_NAME_LEN];
   uint64_t seq;  /* collectives posted on this communicator (atomic) */
+  uint64_t detail_timed_out; /* the seq of a collective whose DETAIL check timed out (atomic; 0: none) */
   int cma;       /* whether every rank may read every other's memory with process_vm_readv
                     (sched/cma.h): 0 not probed yet, 1 yes, -1 no */
   /* TC_COMM_CACHED: the request it answers, and how many holders it has. */

@@ -14,6 +14,7 @@
 #include "sched/mpi_impl.h"
 #include "sched/placement.h"
 #include "sched/schedule.h"
+#include "work/detail.h"
 #include "work/pipeline.h"
 #include "work/progress.h"
 #include "work/registry.h"
@@ -52,6 +53,7 @@ static void teardown(void) {
   tc_wait_everything(0.0); /* finalize completes everything, however long */
   tc_registry_flush();      /* works of the last waits go back to the pool now, before the pools go */
   tc_trace_dump("finalize");
+  tc_detail_fini();
   tc_bootstrap_fini();
   tc_meshes_destroy_all();
   tc_comms_destroy_all();

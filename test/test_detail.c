@@ -65,6 +65,57 @@ START_TEST(check_after_pending) {
 }
 END_TEST
 
+static void set_timeout(double seconds) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  c.timeout = seconds;
+  T_OK(tcoll_set_config(&c));
+}
+
+/* Rank 1 misses a collective on a communicator of its own: the others' check gives up after
+ * TCOLL_TIMEOUT, says so, leaves nothing pending, and refuses any later call on that
+ * communicator. Rank 1 then joins the abandoned check late with another op: it learns of the
+ * disagreement and its own exchange of the details times out, while MPI completes the others'
+ * abandoned exchange into the buffers they kept for it (under ASan, a use after free if not). */
+START_TEST(missing_rank_times_out) {
+  if (t_size < 2) return;
+  tcoll_comm_t *c;
+  T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &c));
+  int64_t shape[1] = {5};
+  tcoll_tensor_t x = t_host(TCOLL_FLOAT32, 1, shape), y = t_empty();
+  t_set_all(&x, one, NULL);
+  set_timeout(0.3);
+  if (t_rank != 1) {
+    int rc = tcoll_all_reduce(&x, TCOLL_SUM, c, &y);
+    const char *m = tcoll_last_error();
+    T_EXPECT(rc == TCOLL_ERR_TIMEOUT, "all_reduce with rank 1 missing returned %s: %s", tcoll_status_string(rc), m);
+    T_EXPECT(t_contains(m, "DETAIL check of all_reduce (comm seq 1)") && t_contains(m, "not every rank arrived within 0.3 s") &&
+                 t_contains(m, "no longer usable"),
+             "message: %s", m);
+    T_EXPECT(y.data == NULL, "the refused all_reduce left an output allocated");
+    T_EXPECT(tcoll_pending_count() == 0, "%zu pending after the timeout", tcoll_pending_count());
+    rc = tcoll_broadcast(&x, 0, c, &y);
+    m = tcoll_last_error();
+    T_EXPECT(rc == TCOLL_ERR_STATE, "a call after the timeout returned %s: %s", tcoll_status_string(rc), m);
+    T_EXPECT(t_contains(m, "is no longer usable: the DETAIL check of its collective seq 1 timed out") &&
+                 t_contains(m, "broadcast started nothing"),
+             "message: %s", m);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (t_rank == 1) {
+    int rc = tcoll_broadcast(&x, 0, c, &y);
+    T_EXPECT(rc == TCOLL_ERR_TIMEOUT, "the late rank's broadcast returned %s: %s", tcoll_status_string(rc),
+             tcoll_last_error());
+  }
+  set_timeout(0.0);
+  MPI_Barrier(MPI_COMM_WORLD); /* the others' abandoned exchange completes meanwhile */
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending", tcoll_pending_count());
+  T_OK(tcoll_comm_free(&c));
+  tcoll_tensor_free(&x);
+  expect_usable();
+}
+END_TEST
+
 /* Rank 0 calls all_reduce while the others call all_gather. */
 START_TEST(different_ops) {
   if (t_size < 2) return;
@@ -224,6 +275,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, split_agreement);
   tcase_add_test(tc, list_agreement);
   tcase_add_test(tc, check_after_pending);
+  tcase_add_test(tc, missing_rank_times_out);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -7,6 +7,7 @@
 #include "registry.h"
 #include "trace.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,16 +141,62 @@ static int compare(const tc_work_t *w, const fingerprint_t *all, int size, int l
   return TCOLL_ERR_MISMATCH;
 }
 
+/* Exchanges given up at a timeout. A late rank may still join one, and MPI then writes its
+ * buffers: they stay allocated, reachable from here, until their request is found complete (at
+ * the next timeout or at finalize). */
+typedef struct parked {
+  MPI_Request req;
+  void *mem;
+  struct parked *next;
+} parked_t;
+static parked_t *parked;
+static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Frees the parked exchanges whose requests completed. */
+static void sweep_parked(void) {
+  pthread_mutex_lock(&parked_mu);
+  for (parked_t **pp = &parked; *pp;) {
+    parked_t *q = *pp;
+    int done = 0;
+    if (MPI_Test(&q->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
+    if (!done) {
+      pp = &q->next;
+      continue;
+    }
+    *pp = q->next;
+    free(q->mem);
+    free(q);
+  }
+  pthread_mutex_unlock(&parked_mu);
+}
+
+void tc_detail_fini(void) { sweep_parked(); }
+
+static void park(MPI_Request req, void *mem) {
+  parked_t *q = malloc(sizeof *q);
+  if (!q) return; /* the buffers stay allocated, unrecorded */
+  *q = (parked_t){req, mem, NULL};
+  pthread_mutex_lock(&parked_mu);
+  q->next = parked;
+  parked = q;
+  pthread_mutex_unlock(&parked_mu);
+}
+
 /* Completes a request of the checks, bounded by TCOLL_TIMEOUT: a rank that never arrives must
  * not hang the others (and with TCOLL_ON_TIMEOUT=abort, ends the job). The check runs inside a
  * post, and a peer may reach it only after waiting for an earlier collective whose later steps
- * this rank starts: every schedule is driven while it waits (drive.h). */
-static int finish_exchange(const tc_work_t *w, MPI_Request *req, const char *what) {
+ * this rank starts: every schedule is driven while it waits (drive.h). mem holds every buffer of
+ * the request (heap): on a timeout it is parked with the request, and the communicator is
+ * marked unusable, since its ranks no longer agree on which check is which. */
+static int finish_exchange(const tc_work_t *w, MPI_Request *req, const char *what, void *mem) {
   char comm[80];
   double deadline = tc_cfg.timeout > 0 ? tc_now() + tc_cfg.timeout : 0.0;
   int rc = tc_wait_driving(req, deadline);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, what);
   if (*req == MPI_REQUEST_NULL) return TCOLL_SUCCESS;
+  sweep_parked();
+  park(*req, mem);
+  __atomic_store_n(&w->comm->detail_timed_out, w->comm_seq, __ATOMIC_RELAXED);
   tc_error(TCOLL_ERR_TIMEOUT,
            "DETAIL check of %s (comm seq %llu) on comm %s: not every rank arrived within %g s (a rank is "
            "missing this collective; the communicator is no longer usable)",
@@ -157,11 +204,23 @@ static int finish_exchange(const tc_work_t *w, MPI_Request *req, const char *wha
   return tc_timeout_diagnose(true);
 }
 
-static int exchange(const tc_work_t *w, const fingerprint_t *mine, fingerprint_t *all) {
+/* A communicator whose check timed out: its ranks no longer pair their checks alike. */
+static int refuse_timed_out(const tc_work_t *w) {
+  uint64_t seq = __atomic_load_n(&w->comm->detail_timed_out, __ATOMIC_RELAXED);
+  if (!seq) return TCOLL_SUCCESS;
+  char comm[80];
+  return tc_error(TCOLL_ERR_STATE,
+                  "comm %s is no longer usable: the DETAIL check of its collective seq %llu timed out (a rank "
+                  "was missing it); %s started nothing",
+                  tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)seq, w->op);
+}
+
+/* The fingerprints of every rank, gathered into mem (size + 1 of them: this rank's first). */
+static int exchange(const tc_work_t *w, fingerprint_t *mem) {
   MPI_Request req;
-  int rc = MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, w->comm->ctrl, &req);
+  int rc = MPI_Iallgather(mem, (int)sizeof *mem, MPI_BYTE, mem + 1, (int)sizeof *mem, MPI_BYTE, w->comm->ctrl, &req);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Iallgather (DETAIL check)");
-  return finish_exchange(w, &req, "the DETAIL check");
+  return finish_exchange(w, &req, "the DETAIL check", mem);
 }
 
 /* What must agree across ranks, as one number: the fields the same_* tests compare, with the
@@ -198,48 +257,60 @@ static uint64_t agreement_hash(const fingerprint_t *f) {
  * all-reduce (max of h, max of ~h = ~min of h, max of the failure flag). The full fingerprints
  * are exchanged only to explain a disagreement. */
 static int all_agree(const tc_work_t *w, const fingerprint_t *mine, bool *agree) {
-  uint64_t h = agreement_hash(mine), v[3] = {h, ~h, mine->status != 0};
+  uint64_t h = agreement_hash(mine), *v = malloc(3 * sizeof *v);
+  if (!v) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL check");
+  v[0] = h;
+  v[1] = ~h;
+  v[2] = mine->status != 0;
   MPI_Request req;
   int rc = MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, w->comm->ctrl, &req);
-  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Iallreduce (DETAIL check)");
-  if ((rc = finish_exchange(w, &req, "the DETAIL check"))) return rc;
-  *agree = v[0] == ~v[1] && v[2] == 0;
-  return TCOLL_SUCCESS;
+  if (rc != MPI_SUCCESS) rc = tc_mpi_error(rc, "MPI_Iallreduce (DETAIL check)");
+  else if ((rc = finish_exchange(w, &req, "the DETAIL check", v)) == TCOLL_ERR_TIMEOUT) return rc; /* v parked */
+  if (!rc) *agree = v[0] == ~v[1] && v[2] == 0;
+  free(v);
+  return rc;
 }
 
 int tc_detail_check(tc_work_t *w, int local_status) {
   int size = w->comm->size;
+  int rc = refuse_timed_out(w);
+  if (rc) return rc;
   char saved[1024];
   snprintf(saved, sizeof saved, "%s", tcoll_last_error());
   fingerprint_t mine;
   fill(&mine, w, local_status);
   bool agree = false;
-  int rc = all_agree(w, &mine, &agree);
+  rc = all_agree(w, &mine, &agree);
   if (!rc && !agree) {
-    fingerprint_t small[8], *all = size <= 8 ? small : malloc((size_t)size * sizeof *all);
-    if (!all) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL check");
-    rc = exchange(w, &mine, all);
-    if (!rc) rc = compare(w, all, size, local_status);
-    if (all != small) free(all);
+    fingerprint_t *mem = malloc((size_t)(size + 1) * sizeof *mem); /* mine, then every rank's */
+    if (!mem) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL check");
+    mem[0] = mine;
+    rc = exchange(w, mem);
+    if (rc == TCOLL_ERR_TIMEOUT) return rc; /* mem parked */
+    if (!rc) rc = compare(w, mem + 1, size, local_status);
+    free(mem);
   }
   if (rc == local_status && local_status) tc_restore_error(saved);
   return rc;
 }
 
 int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *osplit, bool list) {
-  int size = w->comm->size, me = w->comm->rank;
-  int64_t *sends = malloc(2 * (size_t)size * sizeof *sends); /* sends[j]: what rank j sends me */
-  int64_t(*bad)[3] = malloc((size_t)size * sizeof *bad);       /* per rank: peer, expected, sent */
-  if (!sends || !bad) {
-    free(sends);
-    free(bad);
-    return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL split check");
-  }
+  int size = w->comm->size, rc = refuse_timed_out(w);
+  if (rc) return rc;
+  /* Every buffer of the exchanges in one block (parked whole on a timeout): this rank's splits
+   * as sent, what each rank j sends me, per rank its first disagreement (peer, expected, sent),
+   * mine, and the flag. */
+  int64_t *mem = malloc((5 * (size_t)size + 4) * sizeof *mem);
+  if (!mem) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL split check");
+  int64_t *sent = mem, *sends = mem + size, (*bad)[3] = (int64_t(*)[3])(mem + 2 * size), *mine = mem + 5 * size,
+          *any_bad = mine + 3;
+  memcpy(sent, isplit, (size_t)size * sizeof *sent);
   MPI_Request req;
-  int rc = MPI_Ialltoall(isplit, 1, MPI_INT64_T, sends, 1, MPI_INT64_T, w->comm->ctrl, &req);
-  if (rc == MPI_SUCCESS) rc = finish_exchange(w, &req, "the DETAIL split check");
+  rc = MPI_Ialltoall(sent, 1, MPI_INT64_T, sends, 1, MPI_INT64_T, w->comm->ctrl, &req);
+  if (rc == MPI_SUCCESS) rc = finish_exchange(w, &req, "the DETAIL split check", mem);
   else rc = tc_mpi_error(rc, "MPI_Ialltoall (DETAIL split check)");
-  int64_t mine[3] = {-1, 0, 0};
+  mine[0] = -1;
+  mine[1] = mine[2] = 0;
   for (int j = 0; j < size && !rc; j++) {
     if (sends[j] != osplit[j]) {
       mine[0] = j;
@@ -248,25 +319,24 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
       break;
     }
   }
-  int64_t any_bad = mine[0] >= 0; /* one number first; the details only if someone disagrees */
+  *any_bad = mine[0] >= 0; /* one number first; the details only if someone disagrees */
   if (!rc) {
-    rc = MPI_Iallreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT64_T, MPI_MAX, w->comm->ctrl, &req);
-    rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check")
+    rc = MPI_Iallreduce(MPI_IN_PLACE, any_bad, 1, MPI_INT64_T, MPI_MAX, w->comm->ctrl, &req);
+    rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check", mem)
                            : tc_mpi_error(rc, "MPI_Iallreduce (DETAIL split check)");
   }
-  if (!rc && !any_bad) {
-    free(sends);
-    free(bad);
+  if (!rc && !*any_bad) {
+    free(mem);
     return TCOLL_SUCCESS;
   }
   if (!rc) {
     rc = MPI_Iallgather(mine, 3, MPI_INT64_T, bad, 3, MPI_INT64_T, w->comm->ctrl, &req);
-    rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check")
+    rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check", mem)
                            : tc_mpi_error(rc, "MPI_Iallgather (DETAIL split check)");
   }
+  if (rc == TCOLL_ERR_TIMEOUT) return rc; /* mem parked */
   if (rc) {
-    free(sends);
-    free(bad);
+    free(mem);
     return rc;
   }
   char msg[1024], comm[80];
@@ -279,9 +349,7 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
                             list ? "outs" : "output_split_sizes", j, j, (long long)bad[r][2],
                             list ? "ins" : "input_split_sizes", r);
   }
-  free(sends);
-  free(bad);
-  TC_UNUSED(me);
+  free(mem);
   if (!off) return TCOLL_SUCCESS;
   tc_error(TCOLL_ERR_MISMATCH, "ranks disagree on %s (comm seq %llu) on comm %s: %s", w->op,
            (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), msg);
