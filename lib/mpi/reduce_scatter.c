@@ -161,10 +161,10 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
   }
   tc_blocks_t blocks = {v.outer, v.len / p * v.inner, MPI_DATATYPE_NULL, NULL}; /* rank r's block: outer runs */
   bool strided = algo == TC_ALGO_RING && v.outer > 1 && p > 1;
-  if (strided && in->device == TCOLL_HOST && (size_t)blocks.run * tc_dtype_size(in->dtype) >= PUSH_MIN_RUN_BYTES &&
-      tc_cma_usable(w->comm)) {
+  size_t es = tc_dtype_size(in->dtype);
+  if (strided && in->device == TCOLL_HOST && (size_t)blocks.run * es >= PUSH_MIN_RUN_BYTES && tc_cma_usable(w->comm)) {
     if (!(blocks.push = tc_work_scratch(w, tc_cma_push_scratch()))) return TCOLL_ERR_NO_MEMORY;
-  } else if (strided && (size_t)nper * tc_dtype_size(in->dtype) <= TYPED_SEND_MAX_BYTES && tc_mpi_one_call(nper)) {
+  } else if (strided && (size_t)nper * es <= TYPED_SEND_MAX_BYTES && tc_mpi_one_call(nper)) {
     /* One message each way: a receive split at the per-call limit would not match one send. */
     tc_mpi_type_t t;
     if ((rc = tc_mpi_vector(in->dtype, v.outer, blocks.run, p * blocks.run, blocks.run, &t))) return rc;
