@@ -293,11 +293,10 @@ static tc_algo_t across_algo(const mop_t *m, int64_t count) {
 
 /* The processes' part as a work on the schedule engine, like a single call's (keyed under the
  * staging buffer, which no one else sees, and waited for at once): the composed algorithm the
- * table picked, or for reduce_scatter also the MPI call. src: the reduced local buffers (count
- * elements); res: the result (reduce: on the root process; reduce_scatter: this process's
- * block; all_reduce: src itself). premul_sum and AVG are applied on the host, before and after. */
-static int run_across(const mop_t *m, tc_algo_t algo, void *stage, size_t stage_bytes, void *src, void *res,
-                      int64_t count, int root) {
+ * table picked, or for reduce_scatter also the MPI call. premul_sum and AVG are applied on the
+ * host, before and after. */
+static int run_across(const mop_t *m, tc_algo_t algo, char *stage, size_t stage_bytes, void *res, int64_t count,
+                      int root) {
   tcoll_dtype_t d = m->in[0].dtype;
   MPI_Op op = tc_mpi_op(&m->op, d);
   tc_work_t *w;
@@ -307,34 +306,37 @@ static int run_across(const mop_t *m, tc_algo_t algo, void *stage, size_t stage_
   rc = tc_work_key(w, stage, stage_bytes);
   if (!rc) rc = tc_work_register(w);
   if (!rc && m->kind == M_ALL_REDUCE)
-    rc = tc_post_allreduce_composed(w, src, src, count, d, op, 1.0, 1.0, algo);
+    rc = tc_post_allreduce_composed(w, stage, stage, count, d, op, 1.0, 1.0, algo);
   else if (!rc && m->kind == M_REDUCE)
-    rc = tc_post_reduce_composed(w, src, m->p == root ? res : NULL, count, d, op, 1.0, root);
+    rc = tc_post_reduce_composed(w, stage, m->p == root ? res : NULL, count, d, op, 1.0, root);
   else if (!rc && algo != TC_ALGO_MPI)
-    rc = tc_post_reduce_scatter_composed(w, src, res, count / m->P, d, op, 1.0, algo, NULL);
+    rc = tc_post_reduce_scatter_composed(w, stage, res, count / m->P, d, op, 1.0, algo, NULL);
   else if (!rc)
-    rc = tc_post_reduce_scatter_block(w, src, res, count / m->P, d, op);
+    rc = tc_post_reduce_scatter_block(w, stage, res, count / m->P, d, op);
   rc = tc_work_end(w, rc);
   int waited = tc_wait_ptr(stage, 0.0, true); /* also what a failed post left in flight */
   return rc ? rc : waited;
 }
 
-/* Combines the processes' buffers: src holds count elements of this process (all_reduce: the
- * result replaces them). Where the table keeps the literal mapping, all_reduce, reduce,
- * broadcast and all_gather call MPI's blocking collectives: the op is blocking, and Open MPI's
- * blocking calls are faster than the MPI_I* forms a work would post (measured at 2 ranks:
- * MPI_Reduce 2.3-4x, MPI_Allreduce 1.1-1.7x below the sizes where the ring takes over);
- * Open MPI's blocking MPI_Reduce_scatter_block is as slow as its nonblocking form. */
-static int across(const mop_t *m, void *stage, size_t stage_bytes, void *src, void *res, int64_t count, int root) {
+/* Combines the processes' buffers on stage (stage_bytes: all of the staging buffer), count
+ * elements per process: all_reduce, reduce and reduce_scatter start from the local buffers
+ * reduced at its start, broadcast from the root's buffer there, all_gather from this process's
+ * slot. all_reduce, broadcast and all_gather leave their result in stage, reduce in res on the
+ * root process, reduce_scatter this process's block in res. Where the table keeps the literal mapping, all_reduce, reduce, broadcast and
+ * all_gather call MPI's blocking collectives: the op is blocking, and Open MPI's blocking calls
+ * are faster than the MPI_I* forms a work would post (measured at 2 ranks: MPI_Reduce 2.3-4x,
+ * MPI_Allreduce 1.1-1.7x below the sizes where the ring takes over); Open MPI's blocking
+ * MPI_Reduce_scatter_block is as slow as its nonblocking form. */
+static int across(const mop_t *m, char *stage, size_t stage_bytes, void *res, int64_t count, int root) {
   tc_algo_t algo = across_algo(m, count);
   if (algo != TC_ALGO_MPI || m->kind == M_REDUCE_SCATTER)
-    return run_across(m, algo, stage, stage_bytes, src, res, count, root);
+    return run_across(m, algo, stage, stage_bytes, res, count, root);
   tc_algo_note(TC_ALGO_MPI);
   switch (m->kind) {
-  case M_ALL_REDUCE: return x_allreduce(m, src, count);
-  case M_REDUCE: return x_reduce(m, src, res, count, root);
-  case M_BROADCAST: return x_bcast(m, src, count, root);
-  default: return x_allgather(m, src, count);
+  case M_ALL_REDUCE: return x_allreduce(m, stage, count);
+  case M_REDUCE: return x_reduce(m, stage, res, count, root);
+  case M_BROADCAST: return x_bcast(m, stage, count, root);
+  default: return x_allgather(m, stage, count);
   }
 }
 
@@ -375,7 +377,7 @@ static int run(mop_t *m) {
     local_reduce(m, stage, count, nb);
     char *res = stage;
     if (m->c && m->kind == M_REDUCE) res = stage + (size_t)n * nb;
-    if (m->c) rc = across(m, stage, bytes, stage, res, count, rproc);
+    if (m->c) rc = across(m, stage, bytes, res, count, rproc);
     if (rc) break;
     if (m->kind == M_REDUCE && !is_root_proc) break;
     if (m->op.kind == TCOLL_AVG) tc_host_divide(res, x0->dtype, count, avg);
@@ -391,7 +393,7 @@ static int run(mop_t *m) {
       rc = load(m, rloc, stage);
       if (!rc && m->in[rloc].device != TCOLL_HOST) rc = tc_dev()->stream_sync(m->in[rloc].device, m->stream[rloc]);
     }
-    if (!rc && m->c) rc = across(m, stage, bytes, stage, NULL, count, rproc);
+    if (!rc && m->c) rc = across(m, stage, bytes, NULL, count, rproc);
     for (int i = 0; i < n && !rc; i++) {
       if (is_root_proc && i == rloc) continue;
       rc = store(m, i, m->in[i].data, m->in[i].device, stage, nb, fdev, fstream, &nf);
@@ -401,7 +403,7 @@ static int run(mop_t *m) {
     char *mine = stage + (size_t)m->p * (size_t)n * nb;
     for (int i = 0; i < n && !rc; i++) rc = load(m, i, mine + (size_t)i * nb);
     if (!rc) rc = loads_wait(m);
-    if (!rc && m->c) rc = across(m, stage, bytes, stage, NULL, count * n, -1);
+    if (!rc && m->c) rc = across(m, stage, bytes, NULL, count * n, -1);
     for (int i = 0; i < n && !rc; i++)
       rc = store(m, i, m->out[i].data, m->in[i].device, stage, nb * (size_t)total, fdev, fstream, &nf);
     break;
@@ -418,7 +420,7 @@ static int run(mop_t *m) {
     char *mine = stage;
     if (m->c) {
       mine = stage + (size_t)n * nb;
-      rc = across(m, stage, bytes, stage, mine, slab * n * m->P, -1);
+      rc = across(m, stage, bytes, mine, slab * n * m->P, -1);
     } else {
       mine = stage;
     }
