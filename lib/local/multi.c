@@ -7,10 +7,10 @@
  * combined across the processes on comms[0] by the algorithm the table picks for the bytes (a
  * work on the schedule engine, or MPI's blocking call for the literal mapping: see across), and
  * copied back to each device on its stream without waiting (the pinned memory returns to the
- * pool once those copies are done). With communicators, every
- * process first joins one small agreement allreduce, so that bad arguments on one process fail
- * them all instead of leaving the others waiting; it is nonblocking and drives the collectives in
- * flight while it waits (see agree). */
+ * pool once those copies are done). With communicators, every process first joins one small
+ * agreement allreduce, so that bad arguments on one process fail them all instead of leaving
+ * the others waiting; it is nonblocking and drives the collectives in flight while it waits (see
+ * agree). */
 #include "../argcheck.h"
 #include "../comm.h"
 #include "../base/dtype.h"
@@ -322,11 +322,12 @@ static int run_across(const mop_t *m, tc_algo_t algo, char *stage, size_t stage_
  * elements per process: all_reduce, reduce and reduce_scatter start from the local buffers
  * reduced at its start, broadcast from the root's buffer there, all_gather from this process's
  * slot. all_reduce, broadcast and all_gather leave their result in stage, reduce in res on the
- * root process, reduce_scatter this process's block in res. Where the table keeps the literal mapping, all_reduce, reduce, broadcast and
- * all_gather call MPI's blocking collectives: the op is blocking, and Open MPI's blocking calls
- * are faster than the MPI_I* forms a work would post (measured at 2 ranks: MPI_Reduce 2.3-4x,
- * MPI_Allreduce 1.1-1.7x below the sizes where the ring takes over); Open MPI's blocking
- * MPI_Reduce_scatter_block is as slow as its nonblocking form. */
+ * root process, reduce_scatter this process's block in res. Where the table keeps the literal
+ * mapping, all_reduce, reduce, broadcast and all_gather call MPI's blocking collectives: the op
+ * is blocking, and Open MPI's blocking calls are faster than the MPI_I* forms a work would post
+ * (measured at 2 ranks: MPI_Reduce 2.3-4x, MPI_Allreduce 1.1-1.7x below the sizes where the ring
+ * takes over; MPI_Iallgather inside the op 1.1-1.7x the blocking call, though 0.6-0.7x on its
+ * own); Open MPI's blocking MPI_Reduce_scatter_block is as slow as its nonblocking form. */
 static int across(const mop_t *m, char *stage, size_t stage_bytes, void *res, int64_t count, int root) {
   tc_algo_t algo = across_algo(m, count);
   if (algo != TC_ALGO_MPI || m->kind == M_REDUCE_SCATTER)

@@ -17,11 +17,11 @@ int tc_post_reduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n,
                             double divisor, int dst) {
   int p = w->comm->size, r = w->comm->rank;
   bool is_dst = r == dst;
-  size_t ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, d) + 7) & ~(size_t)7;
-  size_t own = is_dst ? 0 : (size_t)tc_block_count(n, p, 0) * tc_dtype_size(d);
+  size_t es = tc_dtype_size(d), ring_bytes = (tc_ring_reduce_scatter_scratch(n, p, d) + 7) & ~(size_t)7;
+  size_t own = is_dst ? 0 : (size_t)tc_block_count(n, p, 0) * es;
   char *scratch = tc_work_scratch(w, ring_bytes + own);
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
-  char *mine = is_dst ? (char *)buf + (size_t)tc_block_offset(n, p, r) * tc_dtype_size(d) : scratch + ring_bytes;
+  char *mine = is_dst ? (char *)buf + (size_t)tc_block_offset(n, p, r) * es : scratch + ring_bytes;
   tc_sched_t *s = &w->sched;
   int rc = tc_build_ring_reduce_scatter(s, src, mine, n, d, op, scratch, 0, NULL);
   if (!rc && divisor != 1.0) /* each block is divided once, where it was reduced */
@@ -33,6 +33,7 @@ int tc_post_reduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n,
  * goes in scratch (in and out stay as they are). */
 static int post_ring(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {
   bool is_dst = w->comm->rank == dst, inplace = is_dst && out->data == in->data;
+  int64_t n = tcoll_tensor_numel(in);
   const void *src = NULL;
   void *buf = NULL;
   w->host_math = true; /* local reductions on the host: staging hands host memory */
@@ -41,13 +42,12 @@ static int post_ring(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_
   if (rc) return rc;
   if (inplace) src = buf;
   if (op->kind == TC_REDOP_PREMUL_SUM) {
-    int64_t n = tcoll_tensor_numel(in);
     void *scaled = tc_work_scratch(w, tcoll_tensor_nbytes(in));
     if (!scaled) return TCOLL_ERR_NO_MEMORY;
     if ((rc = tc_sched_scale(&w->sched, scaled, src, n, in->dtype, op->scalar, 1.0, true))) return rc;
     src = scaled;
   }
-  return tc_post_reduce_composed(w, src, buf, tcoll_tensor_numel(in), in->dtype, tc_mpi_op(op, in->dtype),
+  return tc_post_reduce_composed(w, src, buf, n, in->dtype, tc_mpi_op(op, in->dtype),
                                  op->kind == TCOLL_AVG ? (double)w->comm->size : 1.0, dst);
 }
 
