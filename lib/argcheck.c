@@ -14,25 +14,6 @@
 
 /* ------------------------------------------------------------------ building blocks */
 
-int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name) {
-  if (!t) return INVALID("%s is NULL (expected a tensor)", name);
-  if (!tc_dtype_valid(t->dtype))
-    return INVALID("%s->dtype is %d (expected a tcoll_dtype_t, 0..%d)", name, (int)t->dtype, TCOLL_NUM_DTYPES - 1);
-  if (t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS)
-    return INVALID("%s->ndim is %d (expected 0..%d)", name, t->ndim, TCOLL_MAX_DIMS);
-  int64_t bytes = (int64_t)tc_dtype_size(t->dtype);
-  bool empty = false;
-  for (int i = 0; i < t->ndim; i++) {
-    if (t->shape[i] < 0) return INVALID("%s->shape[%d] is %lld (expected >= 0)", name, i, (long long)t->shape[i]);
-    empty = empty || t->shape[i] == 0;
-  }
-  for (int i = 0; i < t->ndim && !empty; i++) { /* an empty tensor has 0 bytes, whatever its other dims */
-    if (tc_mul_overflows(bytes, t->shape[i], &bytes))
-      return INVALID("%s has more than 2^63 bytes (shape too large)", name);
-  }
-  return tc_dev_check(t->device, name);
-}
-
 int tc_check_tensor(const tcoll_tensor_t *t, const char *name) {
   int rc = tc_check_tensor_desc(t, name);
   if (rc) return rc;

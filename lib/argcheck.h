@@ -6,11 +6,10 @@
 
 #include "base/base.h"
 #include "base/redop.h"
+#include "tensor.h" /* tc_check_tensor_desc: a tensor description on its own */
 
 /* ---- building blocks ---- */
 
-/* dtype, ndim, non-negative shape, byte size without overflow, an existing device. */
-int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name);
 /* A descriptor plus data (NULL data is allowed only with zero elements) that lives where
  * device says (checked with the backend: tc_dev_check_pointer). */
 int tc_check_tensor(const tcoll_tensor_t *t, const char *name);

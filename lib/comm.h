@@ -26,7 +26,7 @@ struct tcoll_comm {
   uint64_t seq;  /* collectives posted on this communicator (atomic) */
   uint64_t detail_timed_out; /* the seq of a collective whose DETAIL check timed out (atomic; 0: none) */
   int cma;       /* whether every rank may read every other's memory with process_vm_readv
-                    (sched/cma.h): 0 not probed yet, 1 yes, -1 no */
+                    (mpi/cma.h): 0 not probed yet, 1 yes, -1 no */
   /* TC_COMM_CACHED: the request it answers, and how many holders it has. */
   const tcoll_comm_t *key_parent;
   int *key_ranks;

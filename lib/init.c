@@ -10,8 +10,9 @@
 #include "device/device.h"
 #include "grad/grad.h"
 #include "local/local.h"
-#include "sched/mpi_glue.h"
-#include "sched/mpi_impl.h"
+#include "mpi/algo.h"
+#include "mpiglue/mpi_glue.h"
+#include "mpiglue/mpi_impl.h"
 #include "sched/placement.h"
 #include "sched/schedule.h"
 #include "work/detail.h"
@@ -22,7 +23,15 @@
 
 #include <stdio.h>
 
-tc_state_t tc_g = {.world_rank = -1};
+/* The hardware device backend (lib/cuda), where it is built: handed to the device room, which
+ * knows only its interface. */
+#ifdef TCOLL_HAVE_CUDA
+extern const tc_device_ops_t tc_cuda_device_ops;
+#define HARDWARE_BACKEND (&tc_cuda_device_ops)
+#else
+#define HARDWARE_BACKEND NULL
+#endif
+
 /* Recursive: MPI_Comm_delete_attr in tcoll_finalize calls on_mpi_finalize, which locks it too. */
 static pthread_mutex_t init_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static int finalize_keyval = MPI_KEYVAL_INVALID;
@@ -32,18 +41,6 @@ static int mpi_started_here;
 
 int tcoll_version(void) { return TCOLL_VERSION_CODE(TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH); }
 const char *tcoll_version_suffix(void) { return TCOLL_VERSION_SUFFIX; }
-
-/* On every call: no MPI query here. If the host program finalizes MPI first, the attribute
- * callback on MPI_COMM_SELF (on_mpi_finalize) tears tcoll down and zeroes init_count. */
-int tcoll_initialized(void) { return tc_initialized(); }
-
-int tcoll_mpi_thread_level(void) { return tc_g.thread_level; }
-
-int tc_require_init(void) {
-  if (!tcoll_initialized())
-    return tc_error(TCOLL_ERR_STATE, "tcoll is not initialized (call tcoll_init first, and tcoll_finalize last)");
-  return TCOLL_SUCCESS;
-}
 
 /* Everything but MPI itself; runs from tcoll_finalize or, if the host program finalizes MPI
  * first, from MPI_Finalize (through an attribute on MPI_COMM_SELF). */
@@ -122,7 +119,7 @@ static int start_library(void) {
             tc_g.thread_level);
   if ((rc = tc_mpi_glue_init())) return rc;
   tc_mpi_errors_init();
-  if ((rc = tc_dev_init())) return rc;
+  if ((rc = tc_dev_init(HARDWARE_BACKEND))) return rc;
   tc_cache_init();
   tc_config_on_cache_limit(tc_cache_trim);
   tc_placement_init();
@@ -144,6 +141,7 @@ static int start_library(void) {
 
 int tcoll_init(int *argc, char ***argv) {
   TC_ENTER("tcoll_init");
+  tc_config_on_algo(tc_algo_setting);
   pthread_mutex_lock(&init_mu);
   if (tc_g.init_count > 0) {
     tc_g.init_count++;

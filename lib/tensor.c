@@ -1,14 +1,16 @@
-/* Tensor descriptors and tcoll-owned storage, from the storage cache (freeing and copying, which
+/* Tensor descriptors, their validity and tcoll-owned storage, from the storage cache (freeing and copying, which
  * wait for pending work, are in work/release.c). */
 #include "tensor.h"
 #include "base/dtype.h"
 
-#include "argcheck.h"
 #include "device/cache.h"
+#include "device/device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define INVALID(...) tc_error(TCOLL_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
 const char *tc_shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, len, "[");
@@ -45,6 +47,27 @@ size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
   /* 0, as numel gives for an invalid shape, rather than a byte count wrapped around */
   if (__builtin_mul_overflow((size_t)tcoll_tensor_numel(t), tc_dtype_size(t->dtype), &n)) return 0;
   return n;
+}
+
+/* Every description a caller hands in is checked here, so that one file knows what a valid
+ * tensor is. */
+int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name) {
+  if (!t) return INVALID("%s is NULL (expected a tensor)", name);
+  if (!tc_dtype_valid(t->dtype))
+    return INVALID("%s->dtype is %d (expected a tcoll_dtype_t, 0..%d)", name, (int)t->dtype, TCOLL_NUM_DTYPES - 1);
+  if (t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS)
+    return INVALID("%s->ndim is %d (expected 0..%d)", name, t->ndim, TCOLL_MAX_DIMS);
+  int64_t bytes = (int64_t)tc_dtype_size(t->dtype);
+  bool empty = false;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] < 0) return INVALID("%s->shape[%d] is %lld (expected >= 0)", name, i, (long long)t->shape[i]);
+    empty = empty || t->shape[i] == 0;
+  }
+  for (int i = 0; i < t->ndim && !empty; i++) { /* an empty tensor has 0 bytes, whatever its other dims */
+    if (tc_mul_overflows(bytes, t->shape[i], &bytes))
+      return INVALID("%s has more than 2^63 bytes (shape too large)", name);
+  }
+  return tc_dev_check(t->device, name);
 }
 
 /* Storage for a tensor from the cache: never NULL, also for zero elements, so the registry can

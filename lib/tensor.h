@@ -45,6 +45,10 @@ static inline bool tc_same_shape(int ndim_a, const int64_t *a, int ndim_b, const
   return true;
 }
 
+/* dtype, ndim, non-negative shape, byte size without overflow, an existing device: every
+ * description a caller hands in passes here (argcheck.c builds its checks on it). */
+int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name);
+
 /* "[2, 3, 4]" into buf. */
 const char *tc_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
 

@@ -61,8 +61,13 @@ int tc_config_load(void);
 #define TC_DEFAULT_CACHE_BYTES ((size_t)1 << 30)
 /* What tcoll_set_config calls after lowering cache_bytes (the cache gives back what is beyond). */
 void tc_config_on_cache_limit(void (*fn)(void));
+/* Checks an algorithm setting (TCOLL_ALGO, config->algo) and, with apply, makes it current; what
+ * names the setting in messages. The algorithm lists own the names (lib/mpi/algo.c): tcoll_init
+ * installs theirs before reading the environment. */
+typedef int (*tc_algo_setting_fn)(const char *spec, const char *what, bool apply);
+void tc_config_on_algo(tc_algo_setting_fn fn);
 
-/* ---- process state (init.c) ---- */
+/* ---- process state (state.c; written by init.c only) ---- */
 
 typedef struct tc_state {
   int init_count;   /* tcoll_init calls not yet matched by tcoll_finalize */

@@ -1,8 +1,6 @@
 /* TCOLL_* environment variables and the tcoll_config_t that mirrors them. */
 #include "base.h"
 
-#include "algo.h"
-
 #include <limits.h>
 #include <errno.h>
 #include <math.h>
@@ -28,6 +26,17 @@ tcoll_config_t tc_cfg = {
 
 static void (*on_cache_limit)(void);
 void tc_config_on_cache_limit(void (*fn)(void)) { on_cache_limit = fn; }
+
+/* TCOLL_ALGO's names belong to the algorithm lists (lib/mpi/algo.c): tcoll_init installs their
+ * checker before it reads the environment. */
+static tc_algo_setting_fn algo_setting;
+void tc_config_on_algo(tc_algo_setting_fn fn) { algo_setting = fn; }
+
+static int set_algo(const char *spec, const char *what, bool apply) {
+  if (algo_setting) return algo_setting(spec, what, apply);
+  if (!strcasecmp(spec, "auto") || !strcmp(spec, tc_cfg.algo)) return TCOLL_SUCCESS;
+  return tc_error(TCOLL_ERR_STATE, "%s: algorithms can be chosen once tcoll_init ran", what);
+}
 
 static int bad_env(const char *name, const char *value, const char *expected) {
   return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is invalid (expected %s)",
@@ -141,7 +150,7 @@ int tc_config_load(void) {
     if (strlen(v) >= sizeof tc_cfg.algo) return bad_env("TCOLL_ALGO", v, "a setting shorter than 256 bytes");
     char what[300];
     snprintf(what, sizeof what, "TCOLL_ALGO=\"%s\"", v);
-    if ((rc = tc_algo_parse(v, what, tc_algo_forced))) return rc;
+    if ((rc = set_algo(v, what, true))) return rc;
     strcpy(tc_cfg.algo, v);
   }
   if ((v = getenv("TCOLL_CACHE_BYTES")) && *v && (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
@@ -181,10 +190,9 @@ int tcoll_set_config(const tcoll_config_t *c) {
                     c->staging_chunk);
   if (!memchr(c->algo, '\0', sizeof c->algo))
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string (expected < 256 bytes)");
-  tc_algo_t forced[TC_NUM_ALGO_OPS];
   char what[300];
   snprintf(what, sizeof what, "config->algo=\"%.256s\"", c->algo);
-  int rc = tc_algo_parse(c->algo, what, forced);
+  int rc = set_algo(c->algo, what, false);
   if (rc) return rc;
   if (!fixed_fields_equal(c, &tc_cfg))
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
@@ -195,7 +203,7 @@ int tcoll_set_config(const tcoll_config_t *c) {
   tc_cfg.abort_on_timeout = c->abort_on_timeout ? 1 : 0;
   tc_cfg.max_count = c->max_count;
   tc_cfg.staging_chunk = c->staging_chunk;
-  memcpy(tc_algo_forced, forced, sizeof forced);
+  set_algo(c->algo, what, true); /* checked above */
   snprintf(tc_cfg.algo, sizeof tc_cfg.algo, "%s", c->algo);
   tc_cfg.wait_yield = c->wait_yield ? 1 : 0;
   bool lower = c->cache_bytes < tc_cfg.cache_bytes;

@@ -27,6 +27,14 @@ static inline int tc_redop_resolve(tcoll_redop_t op, tcoll_dtype_t dtype, const 
   }
   return tc_redop_resolve_any(op, dtype, argname, out);
 }
+/* What a collective applies around the reduction itself: each rank's contribution multiplied by
+ * premul (premul_sum; 1 otherwise), the result divided by the rank count (AVG; 1 otherwise). */
+static inline double tc_redop_premul(const tc_redop_t *op) {
+  return op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0;
+}
+static inline double tc_redop_divisor(const tc_redop_t *op, int ranks) {
+  return op->kind == TCOLL_AVG ? (double)ranks : 1.0;
+}
 /* Resolves op without a dtype (for checks that come before the dtype is known). */
 int tc_redop_lookup(tcoll_redop_t op, const char *argname, tc_redop_t *out);
 const char *tc_redop_kind_name(int kind);

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-/* The output size from which scattering runs into it pays to stream (see sched/cma.c for the
+/* The output size from which scattering runs into it pays to stream (see mpi/all_gather/cma.c for the
  * measurements). */
 #define TC_STREAM_OUT_MIN_BYTES ((size_t)8 << 20)
 

@@ -7,15 +7,14 @@
 #include <string.h>
 
 extern const tc_device_ops_t tc_fake_device_ops;
-#ifdef TCOLL_HAVE_CUDA
-extern const tc_device_ops_t tc_cuda_device_ops;
-#endif
 
 static int none_count(void) { return 0; }
 static uint64_t none_used(void) { return 0; }
 static const tc_device_ops_t none_ops = {.name = "none", .count = none_count, .used_mask = none_used};
 /* Why the backend is "none" (set when a built backend found no device). */
 static char none_reason[256];
+/* The hardware backend tcoll_init offered (NULL: built without one). */
+static const tc_device_ops_t *hardware;
 
 static const tc_device_ops_t *active = &none_ops;
 bool tc_dev_queries_pointers; /* active->pointer_device != NULL (device.h) */
@@ -46,16 +45,14 @@ static _Thread_local void *cur_stream[TC_MAX_DEVICES];
 static _Thread_local unsigned cur_gen;
 static unsigned backend_gen = 1;
 
-int tc_dev_init(void) {
+int tc_dev_init(const tc_device_ops_t *hardware_ops) {
+  hardware = hardware_ops;
   set_active(&none_ops);
   __atomic_add_fetch(&backend_gen, 1, __ATOMIC_RELAXED);
   if (tc_cfg.fake_devices > TC_MAX_DEVICES)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_FAKE_DEVICES=%d (expected at most %d)", tc_cfg.fake_devices,
                     TC_MAX_DEVICES);
-  const tc_device_ops_t *candidate = tc_cfg.fake_devices > 0 ? &tc_fake_device_ops : NULL;
-#ifdef TCOLL_HAVE_CUDA
-  if (!candidate) candidate = &tc_cuda_device_ops;
-#endif
+  const tc_device_ops_t *candidate = tc_cfg.fake_devices > 0 ? &tc_fake_device_ops : hardware;
   if (!candidate) return TCOLL_SUCCESS;
   int rc = candidate->init();
   if (rc) return rc;
@@ -105,9 +102,7 @@ const char *tc_dev_describe(char *buf, size_t len) {
   char what[256] = "";
   if (active->describe) active->describe(what, sizeof what);
   else if (none_reason[0]) snprintf(what, sizeof what, "%s", none_reason);
-#ifndef TCOLL_HAVE_CUDA
-  else snprintf(what, sizeof what, "built without CUDA");
-#endif
+  else if (!hardware) snprintf(what, sizeof what, "built without CUDA");
   snprintf(buf, len, "backend %s, %d device(s)%s%s", active->name, tc_dev_count(), what[0] ? ": " : "", what);
   return buf;
 }

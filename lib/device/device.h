@@ -59,9 +59,11 @@ typedef struct tc_device_ops {
   int (*device_sync)(int dev);
 } tc_device_ops_t;
 
-/* Chooses the backend at tcoll_init (TCOLL_FAKE_DEVICES, then CUDA, then none). An error when
- * CUDA is built and a GPU is visible but the runtime cannot start (never a silent fallback). */
-int tc_dev_init(void);
+/* Chooses the backend at tcoll_init (TCOLL_FAKE_DEVICES, then the hardware backend, then none).
+ * hardware: the CUDA backend's ops where it is built (NULL: none), handed in by init.c so that
+ * this room never calls up into lib/cuda. An error when CUDA is built and a GPU is visible but
+ * the runtime cannot start (never a silent fallback). */
+int tc_dev_init(const tc_device_ops_t *hardware);
 /* Synchronizes the devices this process used, frees tcoll's streams and events, stops the
  * backend. */
 void tc_dev_fini(void);

@@ -1,20 +1,15 @@
 /* The gradient module: grad nodes and the reverse-mode rules of the differentiable collectives.
  *
  * Communication goes only through the public collectives (tcoll_all_reduce, tcoll_reduce, ...).
- * What the module adds is local: grad nodes, host elementwise math, and "composite" works.
- *
- * A composite work is a work of the core registry (lib/work.h) that posts no MPI request of its
- * own. It is keyed under the caller's outputs (so tcoll_wait on them behaves as for any
- * collective), its progress step waits for the inner public collectives it posted (into host
- * scratch memory), and its finish step does the local math and writes the outputs (through a
- * completion copy for device outputs). Every inner collective is posted when the tcoll_grad_*
- * call is made, never later, so all ranks post them in program order. */
+ * What the module adds is local: grad nodes, host elementwise math, and composite works
+ * (work/composite.h, the one internal header it includes besides base/: a work keyed under the
+ * caller's outputs that waits for the inner public collectives, then does the local math). */
 #ifndef TG_GRAD_H
 #define TG_GRAD_H
 
 #include "../base/base.h"
 #include "../base/redop.h"
-#include "../work/work.h"
+#include "../work/composite.h"
 
 #define TG_NODE_MAGIC 0x74676e64u /* "tgnd" */
 
@@ -103,12 +98,9 @@ void tg_fill_gins(const tcoll_grad_node_t *n, tcoll_tensor_t *gin, int count, in
 typedef struct tg_job tg_job_t;
 typedef int (*tg_fin_fn)(tg_job_t *j);
 
-/* Lives inside the work (TC_WORK_PRIV): no allocation of its own. */
+/* Lives inside the composite (tc_comp_ctx): no allocation of its own. */
 struct tg_job {
   tg_fin_fn fin;      /* local math, after every inner collective completed */
-  void **wait;        /* inner output buffers to wait for (scratch array) */
-  int nwait, ndone, wait_cap;
-  int rc;             /* first inner failure */
   tg_saved_t *hold[3];
   int nhold;
   /* what fin works on */
@@ -122,25 +114,23 @@ struct tg_job {
 };
 
 /* Starts a composite of nout outputs that waits for at most nwait inner buffers. */
-int tg_comp_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm, int nout, int nwait);
+int tg_comp_begin(tc_comp_t **w, const char *op, tcoll_comm_t *comm, int nout, int nwait);
 /* Prepares output k (allocating it if out->data == NULL, as described by desc). written: fin
  * produces it (a host buffer is set up: the output itself, or scratch copied to the device
  * at completion); otherwise the output is left unchanged (zero-filled if allocated). */
-int tg_comp_output(tc_work_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc, bool written);
-/* Keys the composite under its outputs: TCOLL_ERR_BUSY if one is pending. */
-int tg_comp_register(tc_work_t *w);
-void *tg_comp_scratch(tc_work_t *w, size_t nbytes);
-/* A host view of t for reading now: t itself (after waiting if pending) when on the host,
- * else a scratch copy. */
-int tg_comp_host_view(tc_work_t *w, const tcoll_tensor_t *t, const void **p);
-/* Records that inner work is pending on p (called whatever the inner call returned, so that a
- * failed call that left requests in flight is completed before scratch is reused). */
-void tg_comp_wait_on(tc_work_t *w, void *p);
-void tg_comp_hold(tc_work_t *w, tg_saved_t *s);
-/* Finishes: on success the composite is pending on its outputs; on failure every inner
- * collective already posted is completed and the composite is undone. Returns rc. */
-int tg_comp_end(tc_work_t *w, int rc);
-static inline tg_job_t *tg_job(tc_work_t *w) { return TC_WORK_PRIV(w, tg_job_t); }
+int tg_comp_output(tc_comp_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc, bool written);
+/* The composite's own calls (composite.h), under the names the rules use. */
+#define tg_comp_register tc_comp_register
+#define tg_comp_scratch tc_comp_scratch
+#define tg_comp_host_view tc_comp_host_view
+#define tg_comp_wait_on tc_comp_wait_on
+/* Keeps s alive until the composite's finish has run (or it failed). */
+void tg_comp_hold(tc_comp_t *w, tg_saved_t *s);
+/* Finishes: on success the composite is pending on its outputs and runs the job's fin once the
+ * inner collectives completed; on failure every inner collective already posted is completed
+ * and the composite is undone. Returns rc. */
+int tg_comp_end(tc_comp_t *w, int rc);
+static inline tg_job_t *tg_job(tc_comp_t *w) { return tc_comp_ctx(w); }
 
 /* ---- finish steps (math.c) ---- */
 

@@ -10,8 +10,6 @@
  * are stream-ordered and register no pending work (see tcoll.h). */
 #include "grad.h"
 
-#include "../argcheck.h"
-#include "../tensor.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -2,11 +2,7 @@
  * the dispatch of tcoll_grad_backward to the rule of the node's kind. */
 #include "grad.h"
 
-#include "../argcheck.h"
-#include "../comm.h"
 #include "../base/ptrmap.h"
-#include "../work/registry.h"
-#include "../tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +55,7 @@ tg_saved_t *tg_saved_ref(tg_saved_t *s) {
 
 void tg_saved_put(tg_saved_t *s) {
   if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  tc_wait_ptr(s->t.data, 0.0, true); /* never freed under MPI */
+  tc_comp_wait(s->t.data); /* never freed under MPI */
   tc_tensor_release(&s->t);
   free(s);
 }
@@ -117,8 +113,8 @@ int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_g
   n->magic = TG_NODE_MAGIC;
   n->kind = kind;
   n->comm = comm;
-  n->rank = comm ? comm->rank : 0;
-  n->size = comm ? comm->size : 1;
+  n->rank = comm ? tcoll_comm_rank(comm) : 0;
+  n->size = comm ? tcoll_comm_size(comm) : 1;
   n->root = -1;
   n->op.kind = TCOLL_SUM;
   n->op.scalar = 1.0;
@@ -265,11 +261,8 @@ int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outp
   if (!node) return INVALID("node is NULL (expected a node from a tcoll_grad_* forward)");
   if (!node_live(node) || node->magic != TG_NODE_MAGIC || (int)node->kind < 0 || (int)node->kind >= TG_NUM_KINDS || !backward_fns[node->kind])
     return INVALID("node %p is not a live grad node (freed, or not from a tcoll_grad_* forward)", (void *)node);
-  if (node->comm) {
-    tcoll_comm_t *c;
-    if ((rc = tc_comm_resolve(node->comm, "the node's communicator", &c)))
-      return rc; /* freed since the forward: nodes do not own their communicator */
-  }
+  if (node->comm && (rc = tc_comp_comm_live(node->comm, "the node's communicator")))
+    return rc; /* freed since the forward: nodes do not own their communicator */
   if (n_grad_outputs < 0 || n_grad_inputs < 0)
     return INVALID("n_grad_outputs is %d and n_grad_inputs is %d (expected >= 0)", n_grad_outputs, n_grad_inputs);
   if (n_grad_outputs > 0 && !grad_outputs)

@@ -6,11 +6,7 @@
  * inputs on some rank (reduce's y and gather's ys off the root) passes no gradient from there. */
 #include "grad.h"
 
-#include "../argcheck.h"
-#include "../comm.h"
 #include "../base/dtype.h"
-#include "../work/registry.h"
-#include "../tensor.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -113,7 +109,7 @@ static tcoll_tensor_t host_like(const void *p, const tcoll_tensor_t *d) {
 
 /* A private host copy of t in the composite's scratch (inner collectives then key nothing on
  * the caller's buffers). */
-static int scratch_copy(tc_work_t *w, const tcoll_tensor_t *t, void **out) {
+static int scratch_copy(tc_comp_t *w, const tcoll_tensor_t *t, void **out) {
   const void *view;
   int rc = tg_comp_host_view(w, t, &view);
   if (rc) return rc;
@@ -137,7 +133,7 @@ static int forward_extremum(tcoll_grad_node_t *n, const char *opname, tcoll_tens
   const tcoll_tensor_t *d = &n->out_desc[0];
   int rc = tg_saved_new(d, &n->y_saved);
   if (rc) return rc;
-  tc_work_t *w;
+  tc_comp_t *w;
   if ((rc = tg_comp_begin(&w, opname, n->comm, 1, 1))) return rc;
   tg_job_t *j = tg_job(w);
   j->fin = tg_fin_copy;
@@ -159,11 +155,11 @@ static int forward_extremum(tcoll_grad_node_t *n, const char *opname, tcoll_tens
  * (only the root's for reduce) and count = number of ranks holding the extremum. One inner
  * all_reduce SUM over [g | mask] in float64 gives both. */
 static int backward_extremum(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll_tensor_t *gin, bool root_only) {
-  int rc = tc_wait_ptr(n->y_saved->t.data, 0.0, true); /* the forward's result */
+  int rc = tc_comp_wait(n->y_saved->t.data); /* the forward's result */
   if (rc) return rc;
   const tcoll_tensor_t *d = &n->in_desc[0];
   int64_t cnt = tcoll_tensor_numel(d);
-  tc_work_t *w;
+  tc_comp_t *w;
   if ((rc = tg_comp_begin(&w, n->kind == TG_REDUCE ? "grad_reduce_backward" : "grad_all_reduce_backward", n->comm, 1,
                           1)))
     return rc;
@@ -204,7 +200,7 @@ static int backward_extremum(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcol
 static int backward_product(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll_tensor_t *gin, bool root_only) {
   const tcoll_tensor_t *d = &n->in_desc[0];
   int64_t cnt = tcoll_tensor_numel(d);
-  tc_work_t *w;
+  tc_comp_t *w;
   int rc = tg_comp_begin(&w, n->kind == TG_REDUCE ? "grad_reduce_backward" : "grad_all_reduce_backward", n->comm, 1, 2);
   if (rc) return rc;
   tg_job_t *j = tg_job(w);
@@ -253,8 +249,8 @@ static int backward_product(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll
  * collective (posted by the caller with tg_comp_wait_on) runs. Returns the composite begun and
  * registered, or an error with nothing left. */
 static int zero_outputs_begin(tcoll_grad_node_t *n, const char *opname, tcoll_tensor_t *outs, int count,
-                              const tcoll_tensor_t *descs, tc_work_t **out) {
-  tc_work_t *w;
+                              const tcoll_tensor_t *descs, tc_comp_t **out) {
+  tc_comp_t *w;
   int rc = tg_comp_begin(&w, opname, n->comm, count, 1);
   if (rc) return rc;
   tg_job_t *j = tg_job(w);
@@ -289,7 +285,7 @@ int tg_backward_broadcast(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
   int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
   if (n->rank == n->root) return tcoll_reduce(&g[0], n->root, TCOLL_SUM, n->comm, &gin[0]);
-  tc_work_t *w;
+  tc_comp_t *w;
   if ((rc = zero_outputs_begin(n, "grad_broadcast_backward", gin, 1, n->in_desc, &w))) return rc;
   void *hg = NULL;
   rc = scratch_copy(w, &g[0], &hg);
@@ -339,7 +335,7 @@ int tg_backward_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tc
   case TCOLL_PRODUCT: return backward_product(n, &g[0], gin, true);
   default: break; /* AVG, PREMUL_SUM: broadcast, then scale */
   }
-  tc_work_t *w;
+  tc_comp_t *w;
   const tcoll_tensor_t *d = &n->in_desc[0];
   if ((rc = tg_comp_begin(&w, "grad_reduce_backward", n->comm, 1, 1))) return rc;
   tg_job_t *j = tg_job(w);
@@ -372,21 +368,21 @@ int tcoll_grad_gather(const tcoll_tensor_t *x, int dst, tcoll_comm_t *comm, tcol
   int rc = check_node_arg(node);
   if (!rc) rc = grad_names(tc_check_gather(x, dst, comm, ys, &c));
   if (rc) return rc;
-  bool zeros = c->rank != dst && ys; /* PyTorch's gather returns zeros off the root */
+  bool zeros = tcoll_comm_rank(c) != dst && ys; /* PyTorch's gather returns zeros off the root */
   char name[48];
-  for (int i = 0; zeros && i < c->size && !rc; i++) {
+  for (int i = 0; zeros && i < tcoll_comm_size(c) && !rc; i++) {
     snprintf(name, sizeof name, "ys[%d]", i);
     rc = tc_check_output(&ys[i], name, x->dtype, x->ndim, x->shape, x->device);
     if (!rc) rc = tc_check_disjoint(&ys[i], name, x, "x", false);
   }
-  if (!rc) rc = tg_node_new(TG_GATHER, c, 1, c->size, &n);
+  if (!rc) rc = tg_node_new(TG_GATHER, c, 1, tcoll_comm_size(c), &n);
   if (rc) return rc;
   n->root = dst;
   n->in_desc[0] = tg_desc(x);
-  for (int i = 0; i < c->size; i++) n->out_desc[i] = tg_desc(x);
-  if (!zeros) return forward_end(tcoll_gather(x, dst, c, c->rank == dst ? ys : NULL), n, node);
-  tc_work_t *w;
-  if ((rc = zero_outputs_begin(n, "grad_gather", ys, c->size, n->out_desc, &w))) return forward_end(rc, n, node);
+  for (int i = 0; i < tcoll_comm_size(c); i++) n->out_desc[i] = tg_desc(x);
+  if (!zeros) return forward_end(tcoll_gather(x, dst, c, tcoll_comm_rank(c) == dst ? ys : NULL), n, node);
+  tc_comp_t *w;
+  if ((rc = zero_outputs_begin(n, "grad_gather", ys, tcoll_comm_size(c), n->out_desc, &w))) return forward_end(rc, n, node);
   void *hx = NULL;
   rc = scratch_copy(w, x, &hx);
   if (!rc) {
@@ -418,11 +414,11 @@ int tcoll_grad_scatter(const tcoll_tensor_t *xs, int src, tcoll_comm_t *comm, tc
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
   if (!rc) rc = grad_names(tc_check_scatter(xs, src, comm, y, &c));
-  if (!rc) rc = tg_node_new(TG_SCATTER, c, c->size, 1, &n);
+  if (!rc) rc = tg_node_new(TG_SCATTER, c, tcoll_comm_size(c), 1, &n);
   if (rc) return rc;
   n->root = src;
-  tcoll_tensor_t piece = c->rank == src ? tg_desc(&xs[0]) : tg_desc(y);
-  for (int i = 0; i < c->size; i++) n->in_desc[i] = piece;
+  tcoll_tensor_t piece = tcoll_comm_rank(c) == src ? tg_desc(&xs[0]) : tg_desc(y);
+  for (int i = 0; i < tcoll_comm_size(c); i++) n->in_desc[i] = piece;
   n->out_desc[0] = piece;
   return forward_end(tcoll_scatter(xs, src, c, y), n, node);
 }
@@ -439,7 +435,7 @@ int tg_backward_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, t
   if (rc) return rc;
   tg_fill_gins(n, gin, ngin, 0);
   if (is_root || ngin == 0) return tcoll_gather(&g[0], n->root, n->comm, is_root ? gin : NULL);
-  tc_work_t *w;
+  tc_comp_t *w;
   if ((rc = zero_outputs_begin(n, "grad_scatter_backward", gin, ngin, n->in_desc, &w))) return rc;
   void *hg = NULL;
   rc = scratch_copy(w, &g[0], &hg);
@@ -459,10 +455,10 @@ int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm, tcoll_ten
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
   if (!rc) rc = grad_names(tc_check_all_gather_list(x, comm, ys, &c));
-  if (!rc) rc = tg_node_new(TG_ALL_GATHER, c, 1, c->size, &n);
+  if (!rc) rc = tg_node_new(TG_ALL_GATHER, c, 1, tcoll_comm_size(c), &n);
   if (rc) return rc;
   n->in_desc[0] = tg_desc(x);
-  for (int i = 0; i < c->size; i++) n->out_desc[i] = tg_desc(x);
+  for (int i = 0; i < tcoll_comm_size(c); i++) n->out_desc[i] = tg_desc(x);
   return forward_end(tcoll_all_gather_list(x, c, ys), n, node);
 }
 
@@ -488,7 +484,7 @@ int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim, t
   if (rc) return rc;
   n->dim = dim;
   n->in_desc[0] = n->out_desc[0] = tg_desc(x);
-  tc_all_gather_shape(x, dim, c->size, n->out_desc[0].shape);
+  tc_all_gather_shape(x, dim, tcoll_comm_size(c), n->out_desc[0].shape);
   return forward_end(tcoll_all_gather(x, gather_dim, c, y), n, node);
 }
 
@@ -511,10 +507,10 @@ int tcoll_grad_reduce_scatter(const tcoll_tensor_t *xs, tcoll_redop_t op, tcoll_
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
   if (!rc) rc = grad_names(tc_check_reduce_scatter_list(xs, op, comm, y, &c, &rop));
-  if (!rc) rc = tg_node_new(TG_REDUCE_SCATTER, c, c->size, 1, &n);
+  if (!rc) rc = tg_node_new(TG_REDUCE_SCATTER, c, tcoll_comm_size(c), 1, &n);
   if (rc) return rc;
   n->op = rop;
-  for (int i = 0; i < c->size; i++) n->in_desc[i] = tg_desc(&xs[0]);
+  for (int i = 0; i < tcoll_comm_size(c); i++) n->in_desc[i] = tg_desc(&xs[0]);
   n->out_desc[0] = tg_desc(&xs[0]);
   return forward_end(tcoll_reduce_scatter_list(xs, op, c, y), n, node);
 }
@@ -534,7 +530,7 @@ int tg_backward_reduce_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, in
   if (n->op.kind == TCOLL_SUM) return tcoll_all_gather_list(&g[0], n->comm, gin);
   const tcoll_tensor_t *d = &n->out_desc[0];
   int64_t cnt = tcoll_tensor_numel(d);
-  tc_work_t *w;
+  tc_comp_t *w;
   if ((rc = tg_comp_begin(&w, "grad_reduce_scatter_backward", n->comm, n->size, 1))) return rc;
   tg_job_t *j = tg_job(w);
   for (int i = 0; i < n->size && !rc; i++) rc = tg_comp_output(w, i, &gin[i], &n->in_desc[i], true);
@@ -577,7 +573,7 @@ int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op, 
   n->op = rop;
   n->dim = dim;
   n->in_desc[0] = n->out_desc[0] = tg_desc(x);
-  tc_reduce_scatter_shape(x, dim, c->size, n->out_desc[0].shape);
+  tc_reduce_scatter_shape(x, dim, tcoll_comm_size(c), n->out_desc[0].shape);
   return forward_end(tcoll_reduce_scatter(x, TCOLL_SUM, scatter_dim, c, y), n, node);
 }
 
@@ -598,9 +594,9 @@ int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm, tcoll_te
   tcoll_grad_node_t *n;
   int rc = check_node_arg(node);
   if (!rc) rc = grad_names(tc_check_all_to_all(xs, comm, ys, &c));
-  if (!rc) rc = tg_node_new(TG_ALL_TO_ALL, c, c->size, c->size, &n);
+  if (!rc) rc = tg_node_new(TG_ALL_TO_ALL, c, tcoll_comm_size(c), tcoll_comm_size(c), &n);
   if (rc) return rc;
-  for (int i = 0; i < c->size; i++) {
+  for (int i = 0; i < tcoll_comm_size(c); i++) {
     n->in_desc[i] = tg_desc(&xs[i]);
     n->out_desc[i] = tcoll_tensor_make(NULL, xs[0].dtype, ys[i].ndim, ys[i].shape, xs[0].device);
   }
@@ -630,11 +626,11 @@ int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x, const int64_t *output_
   n->in_desc[0] = n->out_desc[0] = tg_desc(x);
   n->out_desc[0].shape[0] = rows;
   if (input_split_sizes) {
-    n->naux = 2 * c->size;
+    n->naux = 2 * tcoll_comm_size(c);
     if (!(n->aux = malloc((size_t)n->naux * sizeof *n->aux)))
       return forward_end(tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the node's split sizes"), n, node);
-    memcpy(n->aux, output_split_sizes, (size_t)c->size * sizeof *n->aux);
-    memcpy(n->aux + c->size, input_split_sizes, (size_t)c->size * sizeof *n->aux);
+    memcpy(n->aux, output_split_sizes, (size_t)tcoll_comm_size(c) * sizeof *n->aux);
+    memcpy(n->aux + tcoll_comm_size(c), input_split_sizes, (size_t)tcoll_comm_size(c) * sizeof *n->aux);
   }
   return forward_end(tcoll_all_to_all_single(x, output_split_sizes, input_split_sizes, c, y), n, node);
 }

@@ -14,7 +14,8 @@
 #include "../argcheck.h"
 #include "../comm.h"
 #include "../base/dtype.h"
-#include "../sched/mpi_calls.h"
+#include "../mpiglue/mpi_calls.h"
+#include "../mpi/algo.h"
 #include "../mpi/post.h"
 #include "../work/registry.h"
 #include "../tensor.h"
@@ -281,38 +282,36 @@ static int x_allgather(const mop_t *m, void *buf, int64_t count) {
 
 /* The algorithm of the processes' part, from the table (or TCOLL_ALGO) as for a single call on
  * host memory (the staging buffer): broadcast and the contiguous all_gather have one. */
-static tc_algo_t across_algo(const mop_t *m, int64_t count) {
+static const tc_algo_t *across_algo(const mop_t *m, int64_t count) {
+  static const int op_of[] = {[M_ALL_REDUCE] = TC_OP_ALL_REDUCE, [M_REDUCE] = TC_OP_REDUCE,
+                              [M_REDUCE_SCATTER] = TC_OP_REDUCE_SCATTER};
+  if (m->kind != M_ALL_REDUCE && m->kind != M_REDUCE && m->kind != M_REDUCE_SCATTER) return &tc_algo_literal;
   tcoll_dtype_t d = m->in[0].dtype;
-  switch (m->kind) {
-  case M_ALL_REDUCE: return tc_allreduce_algo(m->P, count, d, m->op.kind, false);
-  case M_REDUCE: return tc_reduce_algo(m->P, count, d, m->op.kind, false);
-  case M_REDUCE_SCATTER: return tc_reduce_scatter_algo(m->P, count, d, m->op.kind, false, true);
-  default: return TC_ALGO_MPI;
-  }
+  tc_algo_query_t q = {.comm = m->c, .bytes = (size_t)count * tc_dtype_size(d), .count = count, .dtype = d,
+                       .redop = m->op.kind, .layout = TC_LAYOUT_CONTIG};
+  return tc_algo_choose((tc_algo_op_t)op_of[m->kind], &q);
 }
 
 /* The processes' part as a work on the schedule engine, like a single call's (keyed under the
  * staging buffer, which no one else sees, and waited for at once): the composed algorithm the
  * table picked, or for reduce_scatter also the MPI call. premul_sum and AVG are applied on the
  * host, before and after. */
-static int run_across(const mop_t *m, tc_algo_t algo, char *stage, size_t stage_bytes, void *res, int64_t count,
+static int run_across(const mop_t *m, const tc_algo_t *a, char *stage, size_t stage_bytes, void *res, int64_t count,
                       int root) {
   tcoll_dtype_t d = m->in[0].dtype;
   MPI_Op op = tc_mpi_op(&m->op, d);
   tc_work_t *w;
   int rc = tc_work_begin(&w, m->name + strlen("tcoll_"), m->c, TC_SIG(.t = &m->in[0], .op = &m->op));
   if (rc) return rc;
-  tc_work_set_algo(w, algo);
+  tc_work_set_algo(w, a->name);
   rc = tc_work_key(w, stage, stage_bytes);
   if (!rc) rc = tc_work_register(w);
-  if (!rc && m->kind == M_ALL_REDUCE)
-    rc = tc_post_allreduce_composed(w, stage, stage, count, d, op, 1.0, 1.0, algo);
-  else if (!rc && m->kind == M_REDUCE)
-    rc = tc_post_reduce_composed(w, stage, m->p == root ? res : NULL, count, d, op, 1.0, root);
-  else if (!rc && algo != TC_ALGO_MPI)
-    rc = tc_post_reduce_scatter_composed(w, stage, res, count / m->P, d, op, 1.0, algo, NULL);
-  else if (!rc)
-    rc = tc_post_reduce_scatter_block(w, stage, res, count / m->P, d, op);
+  tc_algo_call_t c = {.src = stage, .dst = m->kind == M_ALL_REDUCE ? stage : res, .n = count, .dtype = d, .op = op,
+                      .premul = 1.0, .divisor = 1.0, .root = root};
+  if (m->kind == M_REDUCE && m->p != root) c.dst = NULL;
+  if (m->kind == M_REDUCE_SCATTER) c.n = count / m->P;
+  if (!rc && a->build) rc = a->build(w, &c);
+  else if (!rc) rc = tc_post_reduce_scatter_block(w, stage, res, count / m->P, d, op);
   rc = tc_work_end(w, rc);
   int waited = tc_wait_ptr(stage, 0.0, true); /* also what a failed post left in flight */
   return rc ? rc : waited;
@@ -329,10 +328,9 @@ static int run_across(const mop_t *m, tc_algo_t algo, char *stage, size_t stage_
  * takes over; MPI_Iallgather inside the op 1.1-1.7x the blocking call, though 0.6-0.7x on its
  * own); Open MPI's blocking MPI_Reduce_scatter_block is as slow as its nonblocking form. */
 static int across(const mop_t *m, char *stage, size_t stage_bytes, void *res, int64_t count, int root) {
-  tc_algo_t algo = across_algo(m, count);
-  if (algo != TC_ALGO_MPI || m->kind == M_REDUCE_SCATTER)
-    return run_across(m, algo, stage, stage_bytes, res, count, root);
-  tc_algo_note(TC_ALGO_MPI);
+  const tc_algo_t *a = across_algo(m, count);
+  if (a->build || m->kind == M_REDUCE_SCATTER) return run_across(m, a, stage, stage_bytes, res, count, root);
+  tc_work_note_algo(a->name);
   switch (m->kind) {
   case M_ALL_REDUCE: return x_allreduce(m, stage, count);
   case M_REDUCE: return x_reduce(m, stage, res, count, root);

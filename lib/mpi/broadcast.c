@@ -3,7 +3,12 @@
 #include "../device/device.h"
 #include "../work/pipeline.h"
 #include "../work/staging.h"
+#include "algo.h"
 #include "post.h"
+
+/* One way to run it: the literal mapping (TCOLL_ALGO broadcast:mpi). */
+static const tc_algo_t *const algos[] = {&tc_algo_literal};
+const tc_algo_list_t tc_broadcast_algos = {"broadcast", algos, 1, NULL, 0};
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int src) {
   int64_t n = tcoll_tensor_numel(in);

@@ -10,6 +10,7 @@
 #include "../work/staging.h"
 #include "../base/dtype.h"
 #include "../tensor.h"
+#include "algo.h"
 #include "post.h"
 
 #include <stdlib.h>
@@ -52,18 +53,30 @@ static int begin(tc_work_t *w, const tcoll_tensor_t *in, int n, tcoll_tensor_t *
   return rc;
 }
 
+/* The call's algorithm, for logs and tcoll_last_algorithm: the first composed group's, else the
+ * literal mapping's. */
+static void name_call(tc_work_t *w, const tc_algo_t *a, bool *named) {
+  if (*named) return;
+  tc_work_set_algo(w, a->name);
+  *named = a->build != NULL;
+}
+
 /* ------------------------------------------------------------------ all_reduce */
 
 /* One dtype group, packed in send (host memory: device tensors are packed into pinned buffers):
  * the algorithm an all_reduce of the group's bytes would take. */
 static int post_group_all_reduce(tc_work_t *w, char *send, char *recv, int64_t total, tcoll_dtype_t d,
-                                 const tc_redop_t *op, bool device) {
-  tc_algo_t algo = tc_allreduce_algo(w->comm->size, total, d, op->kind, device);
-  if (w->algo == TC_ALGO_MPI) tc_work_set_algo(w, algo); /* the call's: the first composed group's */
-  if (algo != TC_ALGO_MPI)
-    return tc_post_allreduce_composed(w, send, recv, total, d, tc_mpi_op(op, d),
-                                      op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0,
-                                      op->kind == TCOLL_AVG ? (double)w->comm->size : 1.0, algo);
+                                 const tc_redop_t *op, bool device, bool *named) {
+  tc_algo_query_t q = {.comm = w->comm, .bytes = (size_t)total * tc_dtype_size(d), .count = total, .dtype = d,
+                       .redop = op->kind, .device = device, .layout = TC_LAYOUT_CONTIG};
+  const tc_algo_t *a = tc_algo_choose(TC_OP_ALL_REDUCE, &q);
+  name_call(w, a, named);
+  if (a->build) {
+    tc_algo_call_t c = {.src = send, .dst = recv, .n = total, .dtype = d, .op = tc_mpi_op(op, d),
+                        .premul = tc_redop_premul(op), .divisor = tc_redop_divisor(op, w->comm->size),
+                        .staged = device};
+    return a->build(w, &c);
+  }
   if (op->kind == TC_REDOP_PREMUL_SUM) tc_host_scale_copy(send, send, d, total, op->scalar);
   int rc = op->kind == TCOLL_AVG ? tc_work_divide(w, recv, total, d, w->comm->size) : TCOLL_SUCCESS;
   return rc ? rc : tc_post_allreduce(w, send, recv, total, d, tc_mpi_op(op, d));
@@ -80,7 +93,7 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
   int rc = tc_stage_scratch(w, 2 * half, device_of(in, n), (void **)&send);
   if (rc) return rc;
   char *recv = send + half;
-  bool device = device_of(in, n) != TCOLL_HOST;
+  bool device = device_of(in, n) != TCOLL_HOST, named = false;
   for (int d = 0; d < TCOLL_NUM_DTYPES && !rc; d++) {
     int64_t total = numel[d];
     if (total == 0) continue;
@@ -93,7 +106,7 @@ static int post_all_reduce(tc_work_t *w, const tcoll_tensor_t *in, int n, const 
       pos += nb;
     }
     if (rc) break;
-    rc = post_group_all_reduce(w, send, recv, total, d, op, device);
+    rc = post_group_all_reduce(w, send, recv, total, d, op, device, &named);
     send += align64((size_t)total * es);
     recv += align64((size_t)total * es);
   }
@@ -166,13 +179,19 @@ static void copy_slab(char *y, const char *x, tc_dimview_t v, int r, int size, t
 /* One dtype group, packed rank-major in send (host memory, scaled already for premul_sum): the
  * algorithm a reduce_scatter of the group's bytes would take. */
 static int post_group_reduce_scatter(tc_work_t *w, char *send, char *recv, int64_t per_rank, tcoll_dtype_t d,
-                                     const tc_redop_t *op, bool device) {
+                                     const tc_redop_t *op, bool device, bool *named) {
   int size = w->comm->size;
-  tc_algo_t algo = tc_reduce_scatter_algo(w->comm->size, per_rank * size, d, op->kind, device, true);
-  if (w->algo == TC_ALGO_MPI) tc_work_set_algo(w, algo); /* the call's: the first composed group's */
-  double divisor = op->kind == TCOLL_AVG ? (double)size : 1.0;
-  if (algo != TC_ALGO_MPI)
-    return tc_post_reduce_scatter_composed(w, send, recv, per_rank, d, tc_mpi_op(op, d), divisor, algo, NULL);
+  tc_algo_query_t q = {.comm = w->comm, .bytes = (size_t)(per_rank * size) * tc_dtype_size(d),
+                       .count = per_rank * size, .dtype = d, .redop = op->kind, .device = device,
+                       .layout = TC_LAYOUT_CONTIG};
+  const tc_algo_t *a = tc_algo_choose(TC_OP_REDUCE_SCATTER, &q);
+  name_call(w, a, named);
+  double divisor = tc_redop_divisor(op, size);
+  if (a->build) { /* premul_sum was applied while packing */
+    tc_algo_call_t c = {.src = send, .dst = recv, .n = per_rank, .dtype = d, .op = tc_mpi_op(op, d),
+                        .premul = 1.0, .divisor = divisor, .staged = device};
+    return a->build(w, &c);
+  }
   int rc = divisor != 1.0 ? tc_work_divide(w, recv, per_rank, d, size) : TCOLL_SUCCESS;
   return rc ? rc : tc_post_reduce_scatter_block(w, send, recv, per_rank, d, tc_mpi_op(op, d));
 }
@@ -186,7 +205,7 @@ static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, co
   /* Inputs are packed slab by slab on the host: a device input is staged even where MPI would
    * take device pointers (host code must never read device memory). */
   w->host_math = true;
-  bool device = device_of(in, n) != TCOLL_HOST;
+  bool device = device_of(in, n) != TCOLL_HOST, named = false;
   char *send, *recv;
   int rc = tc_stage_scratch(w, packed_bytes(numel, 1), device_of(in, n), (void **)&send);
   if (!rc) rc = tc_stage_scratch(w, packed_bytes(numel, size), device_of(in, n), (void **)&recv);
@@ -205,7 +224,7 @@ static int post_reduce_scatter(tc_work_t *w, const tcoll_tensor_t *in, int n, co
       rc = tc_work_piece(w, out[i].data, out[i].device, recv + pos, nb);
       pos += nb;
     }
-    if (!rc) rc = post_group_reduce_scatter(w, send, recv, per_rank, d, op, device);
+    if (!rc) rc = post_group_reduce_scatter(w, send, recv, per_rank, d, op, device, &named);
     send += align64((size_t)per_rank * size * es);
     recv += align64((size_t)per_rank * es);
   }

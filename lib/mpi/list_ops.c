@@ -1,11 +1,8 @@
 /* List forms with one tensor per rank: all_gather_list -> MPI_Iallgather into scratch,
  * unpacked at completion; reduce_scatter_list -> MPI_Ireduce_scatter_block from the list
- * packed into scratch; all_to_all -> MPI_Ialltoallv between packed scratch buffers, or the
- * scattered exchange (as all_to_all_single's): one MPI_Isend and one MPI_Irecv per peer
- * straight between the host tensors (device tensors still packed), the own block copied. */
+ * packed into scratch. (The list all_to_all is all_to_all/tensors.c.) */
 #include "../argcheck.h"
 #include "../device/device.h"
-#include "../work/detail.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
 #include "post.h"
@@ -63,90 +60,5 @@ int tcoll_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tcoll
   rc = tc_work_output(w, out, ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device);
   if (!rc) rc = tc_work_register_inputs(w, ins, c->size);
   if (!rc) rc = post_reduce_scatter_list(w, ins, out, &rop);
-  return tc_work_end(w, rc);
-}
-
-/* Where peer p's block lies for MPI: in its packed buffer at displacement displ (device
- * tensors, staged), or in its own tensor (host tensors, pack NULL). */
-static char *block_at(char *pack, const int64_t *displs, int p, size_t es, void *own) {
-  return pack ? pack + (size_t)displs[p] * es : own;
-}
-
-/* The scattered exchange of the list form: each block travels from where it lies to where it
- * lands, one MPI_Isend and one MPI_Irecv per peer, all posted at once; the own block is copied.
- * v: sent counts and displacements, received counts and displacements (elements, size each).
- * Empty blocks move nothing, as in all_to_all_single: their peer's count is zero too. */
-static int post_all_to_all_scattered(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor_t *outs, char *spack,
-                                     char *rpack, const int64_t *v) {
-  int size = w->comm->size, me = w->comm->rank, rc = TCOLL_SUCCESS;
-  tcoll_dtype_t d = ins[0].dtype;
-  size_t es = tc_dtype_size(d);
-  const int64_t *sn = v, *sd = v + size, *rn = v + 2 * size, *rd = v + 3 * size;
-  /* The own block never reaches MPI, which would refuse a receive shorter than its message: a
-   * copy must not write past outs[me] instead. */
-  if (sn[me] > rn[me])
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ins[%d] has %lld elements but outs[%d] has %lld: rank %d's own block "
-                    "does not fit", me, (long long)sn[me], me, (long long)rn[me], me);
-  tc_sched_t *s = &w->sched;
-  for (int k = 1; k < size && !rc; k++) {
-    int from = (me - k + size) % size, to = (me + k) % size;
-    if (rn[from]) rc = tc_sched_recv(s, block_at(rpack, rd, from, es, outs[from].data), rn[from], d, from, 0, false);
-    if (!rc && sn[to])
-      rc = tc_sched_send(s, block_at(spack, sd, to, es, ins[to].data), sn[to], d, to, 0, false);
-  }
-  if (!rc && sn[me])
-    rc = tc_sched_copy(s, block_at(rpack, rd, me, es, outs[me].data), block_at(spack, sd, me, es, ins[me].data),
-                       (size_t)sn[me] * es, false);
-  return rc;
-}
-
-/* Device tensors are packed into pinned scratch (inputs read now, results copied back as
- * pieces); the literal call packs host tensors too, the scattered exchange does not. */
-static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor_t *outs) {
-  int size = w->comm->size;
-  tcoll_dtype_t d = ins[0].dtype;
-  size_t es = tc_dtype_size(d);
-  tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL_LIST, d, ins[0].device != TCOLL_HOST);
-  tc_work_set_algo(w, algo);
-  int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
-  if (!v) return TCOLL_ERR_NO_MEMORY;
-  int64_t stotal = 0, rtotal = 0;
-  for (int p = 0; p < size; p++) {
-    v[p] = tcoll_tensor_numel(&ins[p]);
-    v[size + p] = stotal;
-    stotal += v[p];
-    v[2 * size + p] = tcoll_tensor_numel(&outs[p]);
-    v[3 * size + p] = rtotal;
-    rtotal += v[2 * size + p];
-  }
-  /* With DETAIL a block that its peer does not expect is refused on every rank (else the
-   * scattered exchange leaves it unmatched, and the literal call fails or hangs) */
-  int rc = TCOLL_SUCCESS;
-  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size, true))) return rc;
-  bool pack = algo == TC_ALGO_MPI || ins[0].device != TCOLL_HOST;
-  char *sbuf = NULL, *rbuf = NULL;
-  if (pack) rc = tc_stage_scratch(w, (size_t)stotal * es, ins[0].device, (void **)&sbuf);
-  if (pack && !rc) rc = tc_stage_scratch(w, (size_t)rtotal * es, ins[0].device, (void **)&rbuf);
-  for (int p = 0; pack && p < size && !rc; p++)
-    rc = tc_stage_read(sbuf + (size_t)v[size + p] * es, ins[p].data, ins[p].device, (size_t)v[p] * es);
-  for (int p = 0; pack && p < size && !rc; p++)
-    rc = tc_work_piece(w, outs[p].data, outs[p].device, rbuf + (size_t)v[3 * size + p] * es,
-                       (size_t)v[2 * size + p] * es);
-  if (rc) return rc;
-  if (algo == TC_ALGO_SCATTERED) return post_all_to_all_scattered(w, ins, outs, sbuf, rbuf, v);
-  return tc_post_alltoallv(w, sbuf, v, v + size, rbuf, v + 2 * size, v + 3 * size, d, 1);
-}
-
-int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, tcoll_tensor_t *outs) {
-  TC_ENTER("tcoll_all_to_all");
-  tcoll_comm_t *c = NULL;
-  int rc = tc_check_all_to_all(ins, comm, outs, &c);
-  if (rc) return tc_call_failed("all_to_all", c, rc);
-  tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_to_all", c, TC_SIG(.t = ins, .agree = TC_AGREE_DTYPE)))) return rc;
-  for (int p = 0; p < c->size && !rc; p++)
-    rc = tc_work_output(w, &outs[p], ins[0].dtype, outs[p].ndim, outs[p].shape, ins[0].device);
-  if (!rc) rc = tc_work_register_inputs(w, ins, c->size);
-  if (!rc) rc = post_all_to_all(w, ins, outs);
   return tc_work_end(w, rc);
 }

@@ -1,4 +1,4 @@
-/* Posting MPI_I* calls for a work, honouring the per-call element limit (TCOLL_MAX_COUNT): a
+/* The literal mappings' posting: MPI_I* calls for a work, honouring the per-call element limit (TCOLL_MAX_COUNT): a
  * count above it goes in one MPI-4 _c call where MPI has them (mpi_glue.h, tc_mpi_one_call),
  * else it is split or described with derived datatypes as said below. Each returns
  * TCOLL_ERR_MPI (with MPI's message, naming the call, _c or not) if MPI refuses a call;
@@ -8,8 +8,7 @@
 
 #include "../comm.h"
 #include "../work/work.h"
-#include "../sched/algorithms.h"
-#include "../sched/mpi_calls.h"
+#include "../mpiglue/mpi_calls.h"
 
 /* Reductions cannot use derived datatypes with MPI's built-in ops, so without large counts a
  * count above the limit becomes several calls on consecutive pieces. sbuf may be MPI_IN_PLACE. */
@@ -32,39 +31,6 @@ int tc_post_allgather(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
  * arrays are copied. */
 int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *scounts, const int64_t *sdispls, void *rbuf,
                       const int64_t *rcounts, const int64_t *rdispls, tcoll_dtype_t d, int64_t unit);
-
-/* The algorithm of the all-to-all family (op TC_OP_ALL_TO_ALL: all_to_all_single, permute,
- * shard_dim_all_to_all; TC_OP_ALL_TO_ALL_LIST: all_to_all, whose table rows differ because its
- * literal mapping packs the tensors): TC_ALGO_MPI or TC_ALGO_SCATTERED, chosen without the bytes,
- * which differ between ranks with uneven blocks, so that every rank takes the same one. */
-tc_algo_t tc_all_to_all_algo(const tc_work_t *w, tc_algo_op_t op, tcoll_dtype_t d, bool device);
-
-/* Composed algorithms on host buffers (lib/sched/algorithms.h builds their steps), for the
- * single-tensor calls and the packed groups of coalesced ones alike. Each rank's contribution is
- * multiplied by premul first (1: none), the result divided by divisor (AVG; 1: none). */
-/* all_reduce of n elements: src into buf (src == buf: in place); ring reduce_scatter, then a ring
- * all-gather (TC_ALGO_RING) or MPI_Iallgatherv (TC_ALGO_RING_ALLGATHER). */
-int tc_post_allreduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n, tcoll_dtype_t d, MPI_Op op,
-                               double premul, double divisor, tc_algo_t algo);
-/* The algorithm of an all_reduce of n elements of d at `ranks` ranks (redop: its kind; device:
- * staged buffers). */
-tc_algo_t tc_allreduce_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device);
-/* reduce of n elements of src into buf on dst (buf: NULL elsewhere; src == buf: in place): a ring
- * reduce_scatter, each block divided by divisor where it was reduced, then sent to dst
- * (TC_ALGO_RING). premul_sum is the caller's: src is scaled. */
-int tc_post_reduce_composed(tc_work_t *w, const void *src, void *buf, int64_t n, tcoll_dtype_t d, MPI_Op op,
-                            double divisor, int dst);
-/* The algorithm of a reduce of n elements of d at `ranks` ranks. */
-tc_algo_t tc_reduce_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device);
-/* reduce_scatter of src's p blocks of nper elements (laid out as blocks says; NULL: one after the
- * other) into dst: the ring (TC_ALGO_RING) or MPI_Ialltoall + a rank-ordered reduction
- * (TC_ALGO_ALLTOALL, contiguous blocks only). premul_sum is the caller's: src is scaled. */
-int tc_post_reduce_scatter_composed(tc_work_t *w, const void *src, void *dst, int64_t nper, tcoll_dtype_t d, MPI_Op op,
-                                    double divisor, tc_algo_t algo, const tc_blocks_t *blocks);
-/* The algorithm of a reduce_scatter of an input of n elements of d at `ranks` ranks (contiguous:
- * blocks one after the other, as along dim 0). */
-tc_algo_t tc_reduce_scatter_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device,
-                                 bool contiguous);
 
 /* acc[i] = x[i] (op) acc[i] on the host, with MPI's own op (so float16 / bfloat16 and every
  * reduce op work as in the collectives): one MPI_Reduce_local(_c), or pieces without large

@@ -35,7 +35,7 @@
 #define TC_SCHEDULE_H
 
 #include "../comm.h"
-#include "mpi_calls.h"
+#include "../mpiglue/mpi_calls.h"
 
 #include <limits.h>
 

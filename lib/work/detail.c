@@ -2,7 +2,7 @@
 
 #include "../comm.h"
 #include "../drive.h"
-#include "../sched/mpi_glue.h"
+#include "../mpiglue/mpi_glue.h"
 #include "../tensor.h"
 #include "registry.h"
 #include "trace.h"

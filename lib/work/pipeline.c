@@ -6,7 +6,7 @@
 #include "../comm.h"
 #include "../base/dtype.h"
 #include "../base/stream_copy.h"
-#include "../sched/mpi_calls.h"
+#include "../mpiglue/mpi_calls.h"
 #include "../base/scratch.h"
 #include "../device/device.h"
 #include "staging.h"

@@ -10,7 +10,7 @@
 #include "../tensor.h"
 #include "trace.h"
 #include "detail.h"
-#include "../sched/mpi_glue.h"
+#include "../mpiglue/mpi_glue.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -151,7 +151,7 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   w->bytes = 0;
   w->refs = 0;
   w->posted = w->done = w->host_math = false;
-  w->algo = TC_ALGO_MPI;
+  w->algo = NULL;
   w->status = TCOLL_SUCCESS;
   w->err[0] = '\0';
   w->t_post = w->t_done = 0.0;
@@ -447,13 +447,20 @@ static void undo_outputs(tc_work_t *w) {
   w->nalloc = 0;
 }
 
+/* The algorithm of this thread's last posted collective (NULL: the literal mapping). */
+static _Thread_local TC_TLS_HOT const char *last_algo;
+
+void tc_work_note_algo(const char *algo) { last_algo = algo; }
+
+const char *tcoll_last_algorithm(void) { return last_algo ? last_algo : "mpi"; }
+
 /* INFO logs: one line per posted work with a communicator. */
 static TC_COLD void log_posted(const tc_work_t *w) {
   char shape[96], comm[80];
   tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d, algorithm %s",
           (unsigned long long)w->seq, w->op, tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
           tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->comm->size, w->bytes,
-          w->device, tc_algo_name(w->algo));
+          w->device, w->algo ? w->algo : "mpi");
 }
 
 static int divide_step(void *arg) {
@@ -507,7 +514,7 @@ int tc_work_end(tc_work_t *w, int rc) {
   }
   if (rc == TCOLL_SUCCESS) {
     w->posted = true;
-    tc_algo_note(w->algo);
+    tc_work_note_algo(w->algo);
     w->t_post = tc_stamp();
     w->nalloc = 0;
     if (tc_cfg.debug >= TCOLL_LOG_INFO && w->comm) log_posted(w);

@@ -23,8 +23,7 @@
 #include "../base/base.h"
 #include "../base/redop.h"
 #include "../sched/schedule.h"
-#include "../sched/select.h"
-#include "../sched/mpi_glue.h"
+#include "../mpiglue/mpi_glue.h"
 
 typedef struct tc_work tc_work_t;
 
@@ -126,7 +125,7 @@ struct tc_work {
   bool host_math;    /* the op computes on its buffers on the host (AVG, premul, packing...):
                         staging then hands it host buffers even where MPI takes device ones */
   bool done;
-  tc_algo_t algo;    /* how it runs (TC_ALGO_MPI: the literal MPI call) */
+  const char *algo; /* how it runs: its algorithm's name (NULL: "mpi", the literal MPI call) */
   int status;
   char err[TC_WORK_ERR_LEN];
   double t_post, t_done;
@@ -169,8 +168,11 @@ struct tc_work {
 #define TC_PRIV_FITS(type) _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
 
 int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig);
-/* The algorithm the collective runs (for logs, traces and tcoll_last_algorithm). */
-static inline void tc_work_set_algo(tc_work_t *w, tc_algo_t algo) { w->algo = algo; }
+/* The algorithm the collective runs, by name (for logs, traces and tcoll_last_algorithm). */
+static inline void tc_work_set_algo(tc_work_t *w, const char *algo) { w->algo = algo; }
+/* The algorithm of this thread's last collective (tcoll_last_algorithm): tc_work_end notes it;
+ * an op that runs without a work notes its own. */
+void tc_work_note_algo(const char *algo);
 /* Prepares an output: with out->data == NULL allocates it (dtype, ndim, shape, device given),
  * otherwise it was already checked. Records it as a buffer of the work. The storage comes from
  * the cache uninitialized: the collective must write every byte of it on success. */

@@ -1,5 +1,5 @@
-/* reduce_scatter -> MPI_Ireduce_scatter_block, or a composed algorithm (ring: along any dim;
- * Ialltoall + rank-ordered reduction: along dim 0).
+/* reduce_scatter -> MPI_Ireduce_scatter_block, or a composed algorithm (ring.c here: along any
+ * dim; alltoall.c: Ialltoall + rank-ordered reduction, along dim 0).
  * For the literal mapping along a dim other than 0, rank r's slab of the input is strided, and MPI's built-in ops take no
  * strided datatypes. Rather than packing the whole input rank-major first (an extra pass over
  * it), each slab travels to its owner through MPI_Ialltoallv with a strided datatype (the same
@@ -9,15 +9,13 @@
  * datatypes costs more than the packing pass (SLABS_MIN_BYTES). Large host inputs go through the
  * host pipeline instead: chunk by chunk, packed in cache and reduced with
  * MPI_Ireduce_scatter_block straight into the output (HOST_PIPE_MIN_BYTES). */
-#include "../argcheck.h"
-#include "../sched/algorithms.h"
-#include "../sched/cma.h"
-#include "../sched/select.h"
-#include "../work/pipeline.h"
-#include "../work/staging.h"
-#include "../base/dtype.h"
-#include "../tensor.h"
-#include "post.h"
+#include "../../argcheck.h"
+#include "../../work/pipeline.h"
+#include "../../work/staging.h"
+#include "../../base/dtype.h"
+#include "../../tensor.h"
+#include "../algo.h"
+#include "../post.h"
 
 #include <string.h>
 
@@ -90,106 +88,70 @@ static bool host_chunked(const tcoll_tensor_t *in, tc_dimview_t v) {
   return in->device == TCOLL_HOST && v.outer > 1 && tcoll_tensor_nbytes(in) >= HOST_PIPE_MIN_BYTES;
 }
 
-/* Along a dim other than 0 with runs of this many bytes and more, the ring's first block of a
- * host tensor is pushed into the next rank's buffer with process_vm_writev (sched/cma.h) where
- * every rank is on one node and cross-memory attach works: one copy where packing and MPI's
- * transfer make two. Shorter runs cost the kernel more per run than the packing pass saves.
- * Device tensors keep the packing path: their staging buffers are pinned memory, which the
- * driver may map where the kernel cannot pin pages for another process. */
-#define PUSH_MIN_RUN_BYTES ((size_t)1 << 10)
-/* Up to this block size the ring's first message along a dim other than 0 leaves through a
- * strided datatype (MPI packs it on the way); above it the block is packed first (measured with
- * tcoll-bench at 2 ranks: the datatype was faster for small blocks, slower from a few MiB). */
-#ifndef TYPED_SEND_MAX_BYTES
-#define TYPED_SEND_MAX_BYTES (256 << 10)
-#endif
+/* ------------------------------------------------------------------ algorithms and table */
 
-int tc_post_reduce_scatter_composed(tc_work_t *w, const void *src, void *dst, int64_t nper, tcoll_dtype_t d, MPI_Op op,
-                                    double divisor, tc_algo_t algo, const tc_blocks_t *blocks) {
-  int p = w->comm->size, rc;
-  bool a2a = algo == TC_ALGO_ALLTOALL;
-  size_t bytes = a2a ? tc_alltoall_reduce_scatter_scratch(nper, p, d) : tc_ring_reduce_scatter_scratch(nper * p, p, d);
-  void *scratch = tc_work_scratch(w, bytes);
-  if (!scratch) return TCOLL_ERR_NO_MEMORY;
-  tc_sched_t *s = &w->sched;
-  rc = a2a ? tc_build_alltoall_reduce_scatter(s, src, dst, nper, d, op, scratch)
-           : tc_build_ring_reduce_scatter(s, src, dst, nper * p, d, op, scratch, 0, blocks);
-  if (!rc && divisor != 1.0) rc = tc_sched_scale(s, dst, dst, nper, d, 1.0, divisor, true);
-  return rc;
-}
+extern const tc_algo_t tc_reduce_scatter_ring, tc_reduce_scatter_alltoall;
+static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_scatter_ring, &tc_reduce_scatter_alltoall};
 
-/* The ring serves every dim (its blocks interleaved along a dim other than 0); the all-to-all
- * form serves contiguous blocks only: along other dims the slabs below are the same exchange,
- * strided. */
-tc_algo_t tc_reduce_scatter_algo(int ranks, int64_t n, tcoll_dtype_t d, int redop, bool device,
-                                 bool contiguous) {
-  if (n == 0) return TC_ALGO_MPI;
-  tc_algo_query_t q = {.op = TC_OP_REDUCE_SCATTER, .bytes = (size_t)n * tc_dtype_size(d), .ranks = ranks,
-                       .dtype = d, .redop = redop, .device = device};
-  tc_algo_t algo = tc_algo_choose(&q);
-  /* Along a dim other than 0 the all-to-all exchange is the slabs' (the MPI path below), up to
-   * the host pipeline's size; from there the pipeline's chunked MPI_Ireduce_scatter_block lost to
-   * the ring where the table picks the all-to-all form (Open MPI, 4 ranks, 1-4 MiB: the ring
-   * 0.3-0.9x the time of the MPI path along dim 1, three runs interleaving both). */
-  if (!contiguous && algo == TC_ALGO_ALLTOALL && !device && q.bytes >= HOST_PIPE_MIN_BYTES &&
-      tc_algo_forced[TC_OP_REDUCE_SCATTER] == TC_ALGO_AUTO)
-    algo = TC_ALGO_RING;
-  if (!contiguous && algo != TC_ALGO_RING) return TC_ALGO_MPI;
-  /* One MPI_Ialltoall block per rank must fit the per-call limit or go in MPI_Ialltoall_c;
-   * beyond that (no large counts) the ring goes on. */
-  if (algo == TC_ALGO_ALLTOALL && !tc_alltoall_fits(n / ranks)) algo = TC_ALGO_RING;
-  return algo == TC_ALGO_AUTO ? TC_ALGO_MPI : algo;
-}
+#define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
+#define DIM1_4R                                                                                                \
+  "tcoll-bench along dim 1, Open MPI, 4 ranks, 1-4 MiB: the ring 0.3-0.9x the time of the MPI path, three "    \
+  "runs interleaving both"
+/* Open MPI 4.1's MPI_Ireduce_scatter_block reduces everything onto rank 0 and scatters. Along a
+ * dim other than 0 the all-to-all exchange is the literal mapping's slabs; from the host
+ * pipeline's size on, that pipeline's chunked MPI_Ireduce_scatter_block lost to the ring where
+ * the table picks the all-to-all form (DIM1_4R). MPICH 4.0: faster than Open MPI, and still
+ * slower than the ring; beyond 2 ranks only the large-message rows (its oversubscribed runs here
+ * spin). */
+static const tc_algo_row_t table[] = {
+    {TC_MPI_OPEN_MPI, 2, 2, 0, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
+    {TC_MPI_OPEN_MPI, 3, 3, 8 * TC_KiB, 512 * TC_KiB, 0, 0, "alltoall", TUNE_CI},
+    {TC_MPI_OPEN_MPI, 3, 3, 512 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
+    {TC_MPI_OPEN_MPI, 4, 4, 8 * TC_KiB, 4 * TC_MiB, 0, 0, "alltoall", TUNE_CI},
+    {TC_MPI_OPEN_MPI, 4, 4, HOST_PIPE_MIN_BYTES, 4 * TC_MiB, TC_WHERE_HOST | TC_WHERE_STRIDED, 0, "ring", DIM1_4R},
+    {TC_MPI_OPEN_MPI, 4, INT_MAX, 4 * TC_MiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
+    {TC_MPI_MPICH, 2, 2, 0, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
+    {TC_MPI_MPICH, 3, INT_MAX, 8 * TC_MiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
+};
 
-/* The composed algorithms run on host memory (device tensors are staged first), premul_sum's
- * scaling as a step of its own. Along a dim other than 0 the ring's blocks are interleaved. */
+const tc_algo_list_t tc_reduce_scatter_algos = TC_ALGO_LIST("reduce_scatter", algos, table);
+
+/* The composed algorithms run on host memory (device tensors are staged first). Along a dim
+ * other than 0 the ring's blocks are interleaved. */
 static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const tc_redop_t *op,
-                         tc_algo_t algo, tc_dimview_t v) {
+                         const tc_algo_t *a, tc_dimview_t v) {
   int p = w->comm->size;
-  int64_t nper = tcoll_tensor_numel(in) / p, n = nper * p;
   const void *src;
   void *dst;
   w->host_math = true; /* local reductions on the host: staging hands host memory */
   int rc = tc_stage_in(w, in, &src);
   if (!rc) rc = tc_stage_out(w, out, &dst);
   if (rc) return rc;
-  if (op->kind == TC_REDOP_PREMUL_SUM) { /* each rank's contribution is scaled first */
-    void *scaled = tc_work_scratch(w, tcoll_tensor_nbytes(in));
-    if (!scaled || (rc = tc_sched_scale(&w->sched, scaled, src, n, in->dtype, op->scalar, 1.0, true)))
-      return scaled ? rc : TCOLL_ERR_NO_MEMORY;
-    src = scaled;
-  }
   tc_blocks_t blocks = {v.outer, v.len / p * v.inner, MPI_DATATYPE_NULL, NULL}; /* rank r's block: outer runs */
-  bool strided = algo == TC_ALGO_RING && v.outer > 1 && p > 1;
-  size_t es = tc_dtype_size(in->dtype);
-  if (strided && in->device == TCOLL_HOST && (size_t)blocks.run * es >= PUSH_MIN_RUN_BYTES && tc_cma_usable(w->comm)) {
-    if (!(blocks.push = tc_work_scratch(w, tc_cma_push_scratch()))) return TCOLL_ERR_NO_MEMORY;
-  } else if (strided && (size_t)nper * es <= TYPED_SEND_MAX_BYTES && tc_mpi_one_call(nper)) {
-    /* One message each way: a receive split at the per-call limit would not match one send. */
-    tc_mpi_type_t t;
-    if ((rc = tc_mpi_vector(in->dtype, v.outer, blocks.run, p * blocks.run, blocks.run, &t))) return rc;
-    if ((rc = tc_work_hold_type(w, &t))) return rc;
-    blocks.send_type = t.type;
-  }
-  return tc_post_reduce_scatter_composed(w, src, dst, nper, in->dtype, tc_mpi_op(op, in->dtype),
-                                         op->kind == TCOLL_AVG ? (double)p : 1.0, algo, &blocks);
+  tc_algo_call_t c = {.src = src, .dst = dst, .n = tcoll_tensor_numel(in) / p, .dtype = in->dtype,
+                      .op = tc_mpi_op(op, in->dtype), .premul = tc_redop_premul(op),
+                      .divisor = tc_redop_divisor(op, p), .staged = in->device != TCOLL_HOST,
+                      .blocks = &blocks};
+  return a->build(w, &c);
 }
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, const tc_redop_t *op) {
   int size = w->comm->size;
   int64_t nper = tcoll_tensor_numel(in) / size;
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
-  tc_algo_t algo = tc_reduce_scatter_algo(size, tcoll_tensor_numel(in), in->dtype, op->kind, in->device != TCOLL_HOST,
-                                          v.outer == 1);
-  tc_work_set_algo(w, algo);
-  if (algo != TC_ALGO_MPI) return post_composed(w, in, out, op, algo, v);
+  tc_algo_query_t q = {.comm = w->comm, .bytes = tcoll_tensor_nbytes(in), .count = tcoll_tensor_numel(in),
+                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST,
+                       .layout = v.outer == 1 ? TC_LAYOUT_CONTIG : TC_LAYOUT_STRIDED,
+                       .run = (size_t)(v.len / size * v.inner) * tc_dtype_size(in->dtype)};
+  const tc_algo_t *a = tc_algo_choose(TC_OP_REDUCE_SCATTER, &q);
+  tc_work_set_algo(w, a->name);
+  if (a->build) return post_composed(w, in, out, op, a, v);
   /* Rank r's piece of the input: runs of len / size * inner elements, len * inner apart. */
   int64_t run = v.outer == 1 ? nper : v.len / size * v.inner;
   if (tc_pipe_wanted(in, TC_PIPE_REDUCE_SCATTER, nper, run, size) || host_chunked(in, v)) {
     tc_pipe_desc_t d = {.kind = TC_PIPE_REDUCE_SCATTER, .device = in->device, .dtype = in->dtype,
                         .mpi_dtype = tc_mpi_dtype(in->dtype), .mpi_op = tc_mpi_op(op, in->dtype),
-                        .premul = op->kind == TC_REDOP_PREMUL_SUM ? op->scalar : 1.0,
-                        .divisor = op->kind == TCOLL_AVG ? (double)size : 1.0, .in = in->data,
+                        .premul = tc_redop_premul(op), .divisor = tc_redop_divisor(op, size), .in = in->data,
                         .out = out->data, .n = nper, .run = run,
                         .stride = v.outer == 1 ? nper * size : v.len * v.inner};
     return tc_pipe_start(w, &d);

@@ -1,29 +1,20 @@
-/* The cma all_gather (TC_ALGO_CMA): every rank of the communicator on one node reads its peers'
- * inputs straight into its own output with process_vm_readv (Linux cross-memory attach), one
- * copy per byte whatever the layout: along a dim other than 0 rank r's block of each outer row
- * lands at r * run within the row, read from the peer's contiguous input with one local iovec
- * per row. Open MPI's shared-memory transport moves large messages the same way, but a strided
- * receive (or a contiguous one interleaved afterwards) costs it a second copy.
- *
- * Outputs of 8 MiB and more along a dim other than 0 are written with streaming stores (they
- * bypass the cache, base/stream_copy.h): each peer's input is read contiguously into a bounce
- * chunk of scratch that stays in cache and its runs streamed into place, and so is the rank's
- * own block: ordinary stores of short runs into an output larger than the cache read every line
- * first.
- *
- * Steps (point-to-point, on the schedule communicator): each rank sends its (pid, input address)
- * to every peer and copies its own block into place; then reads every peer's block; then sends
- * every peer a note that its input was read and waits for every peer's, so that no rank completes
- * (and lets its input be changed) before every peer has read it. A failed read is reported after
- * the notes, naming the peer, errno and the bytes read, so that the other ranks are not left
- * waiting and the communicator stays usable: TCOLL_ERR_UNSUPPORTED for EPERM / EACCES (ptrace
- * rights withdrawn), TCOLL_ERR_MPI otherwise (ESRCH, EFAULT, a read that stopped). For tests,
- * TCOLL_CMA_FAULT=ERRNO (read at each call) makes this rank's reads (and the pushes below: writes)
- * fail with ERRNO half-way. */
-#ifndef TC_CMA_H
-#define TC_CMA_H
+/* Cross-memory attach (Linux process_vm_readv / process_vm_writev) between the ranks of a
+ * communicator on one node: whether it works (the probe, agreed by every rank), moving rows of
+ * bytes between processes, and the ring reduce_scatter's push. The cma all_gather
+ * (all_gather/cma.c) reads its peers' inputs with it. For tests, TCOLL_CMA_FAULT=ERRNO (read at
+ * each call) makes this rank's reads and writes fail with ERRNO half-way. */
+#ifndef TC_MPI_CMA_H
+#define TC_MPI_CMA_H
 
-#include "schedule.h"
+#include "../sched/schedule.h"
+
+#include <sys/types.h>
+
+/* Where a buffer lies in another process: sent to the peers that read or write it. */
+typedef struct tc_cma_addr {
+  int64_t pid;
+  uint64_t addr;
+} tc_cma_addr_t;
 
 /* Whether the cma all_gather and the push below can run on comm: every rank on one node, reads
  * between every pair of ranks work (probed by reading each peer's probe word), and TCOLL_CMA is
@@ -34,12 +25,15 @@
  * not apply. */
 bool tc_cma_usable(tcoll_comm_t *comm);
 
-/* Scratch bytes of the cma all_gather on p ranks of blocks of outer rows of run bytes. */
-size_t tc_cma_scratch(int p, size_t run, int64_t outer);
-/* Appends the cma all_gather to s: in holds this rank's block, `outer` rows of `run` bytes
- * (contiguous); out receives outer rows of p * run bytes, rank r's run at r * run in each (along
- * dim 0 outer is 1 and run the whole block). in may be this rank's place in out (in place, dim 0). */
-int tc_build_cma_all_gather(tc_sched_t *s, const void *in, void *out, size_t run, int64_t outer, void *scratch);
+/* Moves `rows` rows of `run` bytes between remote (contiguous, in process pid) and local (rows
+ * `stride` apart): read (process_vm_readv: remote to local) or write (process_vm_writev: local
+ * to remote), one local iovec per row and one remote iovec per call. Returns 0, or errno (ENODATA
+ * for a call that moved nothing) with *done the bytes moved. fault (tc_cma_fault): fail with it
+ * half-way. */
+int tc_cma_move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride, int64_t rows, bool write,
+                     size_t *done, int fault);
+/* TCOLL_CMA_FAULT's errno (tests), 0 without it: read at each call. */
+int tc_cma_fault(void);
 
 /* The ring reduce_scatter's first message along a dim other than 0, pushed: the block it carries
  * lies strided in the sender's input, so MPI would need it packed first (or a derived datatype,

@@ -1,10 +1,11 @@
 /* permute -> MPI_Ialltoallv with one non-empty send (to src_dst[me]) and one non-empty receive
  * (from the rank m with src_dst[m] == me), or the scattered exchange (all_to_all's algorithm):
  * that one MPI_Isend and one MPI_Irecv, or a local copy where this rank sends to itself. */
-#include "../argcheck.h"
-#include "../base/dtype.h"
-#include "../work/staging.h"
-#include "post.h"
+#include "../../argcheck.h"
+#include "../../base/dtype.h"
+#include "../../work/staging.h"
+#include "../post.h"
+#include "all_to_all.h"
 
 #include <string.h>
 
@@ -15,26 +16,35 @@ static int source_of(const int *src_dst, int size, int me) {
   return m;
 }
 
-static int post_scattered(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, int to, int from) {
-  tc_sched_t *s = &w->sched;
-  if (to == w->comm->rank) return tc_sched_copy(s, rbuf, sbuf, (size_t)n * tc_dtype_size(d), false);
-  int rc = tc_sched_recv(s, rbuf, n, d, from, 0, false);
-  return rc ? rc : tc_sched_send(s, sbuf, n, d, to, 0, false);
+/* That one send and one receive as the exchange of an all-to-all: every other count is zero. */
+static int post_scattered(tc_work_t *w, const tc_algo_t *a, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d,
+                          int to, int from) {
+  int size = w->comm->size;
+  const char **sptr = tc_work_scratch(w, 2 * (size_t)size * (sizeof *sptr + sizeof(int64_t)));
+  if (!sptr) return TCOLL_ERR_NO_MEMORY;
+  char **rptr = (char **)(sptr + size);
+  int64_t *count = (int64_t *)(rptr + size);
+  memset(sptr, 0, 2 * (size_t)size * (sizeof *sptr + sizeof(int64_t)));
+  sptr[to] = sbuf;
+  rptr[from] = rbuf;
+  count[to] = count[size + from] = 1;
+  tc_exchange_t x = {sptr, rptr, count, count + size, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "src_dst", "src_dst", "tensors"};
+  tc_algo_call_t c = {.n = n, .dtype = d, .x = &x};
+  return a->build(w, &c);
 }
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const int *src_dst) {
   int size = w->comm->size, me = w->comm->rank;
-  tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL, in->dtype, in->device != TCOLL_HOST);
-  tc_work_set_algo(w, algo);
+  const tc_algo_t *a = tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
+  tc_work_set_algo(w, a->name);
   int64_t n = tcoll_tensor_numel(in);
   const void *sbuf;
   void *rbuf;
-  w->host_math = algo == TC_ALGO_SCATTERED; /* a fixed point is copied on the host (as all_to_all_single) */
+  w->host_math = a->build != NULL; /* a fixed point is copied on the host (as all_to_all_single) */
   int rc = tc_stage_in(w, in, &sbuf);
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc || n == 0) return rc;
-  if (algo == TC_ALGO_SCATTERED)
-    return post_scattered(w, sbuf, rbuf, n, in->dtype, src_dst[me], source_of(src_dst, size, me));
+  if (a->build) return post_scattered(w, a, sbuf, rbuf, n, in->dtype, src_dst[me], source_of(src_dst, size, me));
   int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   if (!v) return TCOLL_ERR_NO_MEMORY;
   memset(v, 0, 4 * (size_t)size * sizeof *v);

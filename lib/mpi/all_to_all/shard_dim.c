@@ -3,11 +3,12 @@
  * along gather_dim, with no packing. Or the scattered exchange (all_to_all's algorithm): the same
  * slabs, one MPI_Isend and one MPI_Irecv of one slab datatype per rank, all posted at once (the
  * own slab too: a message to itself, which lets MPI copy between the two strided layouts). */
-#include "../argcheck.h"
-#include "../base/dtype.h"
-#include "../work/staging.h"
-#include "../tensor.h"
-#include "post.h"
+#include "../../argcheck.h"
+#include "../../base/dtype.h"
+#include "../../work/staging.h"
+#include "../../tensor.h"
+#include "../post.h"
+#include "all_to_all.h"
 
 #include <string.h>
 
@@ -20,11 +21,11 @@ static int slab_type(tcoll_dtype_t d, const int64_t *shape, int ndim, int dim, i
   return tc_mpi_vector(d, v.outer, block, block * parts, block, t);
 }
 
-/* Slab p of each side by point-to-point messages (the datatypes are held by the work until the
- * steps are posted). The receive from a rank is posted before the send to it. */
-static int post_scattered(tc_work_t *w, const char *sbuf, char *rbuf, tc_mpi_type_t *st, tc_mpi_type_t *rt,
-                          size_t sslab, size_t rslab) {
-  int size = w->comm->size, me = w->comm->rank;
+/* Slab p of each side as the exchange of an all-to-all, one slab datatype a side (held by the work
+ * until the steps are posted). */
+static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, char *rbuf, tc_mpi_type_t *st,
+                          tc_mpi_type_t *rt, size_t sslab, size_t rslab) {
+  int size = w->comm->size;
   MPI_Datatype s_type = st->type, r_type = rt->type;
   int rc = tc_work_hold_type(w, st);
   if (rc) {
@@ -32,13 +33,18 @@ static int post_scattered(tc_work_t *w, const char *sbuf, char *rbuf, tc_mpi_typ
     return rc;
   }
   if ((rc = tc_work_hold_type(w, rt))) return rc;
-  tc_sched_t *s = &w->sched;
-  for (int k = 0; k < size && !rc; k++) {
-    int from = (me - k + size) % size, to = (me + k) % size;
-    rc = tc_sched_recv_typed(s, rbuf + (size_t)from * rslab, 1, r_type, from, 0, false);
-    if (!rc) rc = tc_sched_send_typed(s, sbuf + (size_t)to * sslab, 1, s_type, to, 0, false);
+  const char **sptr = tc_work_scratch(w, 2 * (size_t)size * (sizeof *sptr + sizeof(int64_t)));
+  if (!sptr) return TCOLL_ERR_NO_MEMORY;
+  char **rptr = (char **)(sptr + size);
+  int64_t *count = (int64_t *)(rptr + size);
+  for (int p = 0; p < size; p++) {
+    sptr[p] = sbuf + (size_t)p * sslab;
+    rptr[p] = rbuf + (size_t)p * rslab;
+    count[p] = count[size + p] = 1;
   }
-  return rc;
+  tc_exchange_t x = {sptr, rptr, count, count + size, s_type, r_type, "in", "out", "slabs"};
+  tc_algo_call_t c = {.n = 1, .dtype = TCOLL_UINT8, .x = &x};
+  return a->build(w, &c);
 }
 
 static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_type_t *st, tc_mpi_type_t *rt) {
@@ -61,11 +67,11 @@ static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_typ
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int gdim, int sdim) {
   int size = w->comm->size;
-  tc_algo_t algo = tc_all_to_all_algo(w, TC_OP_ALL_TO_ALL, in->dtype, in->device != TCOLL_HOST);
-  tc_work_set_algo(w, algo);
+  const tc_algo_t *a = tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
+  tc_work_set_algo(w, a->name);
   const void *sbuf;
   void *rbuf;
-  w->host_math = algo == TC_ALGO_SCATTERED; /* staged whole, as all_to_all_single's */
+  w->host_math = a->build != NULL; /* staged whole, as all_to_all_single's */
   int rc = tc_stage_in(w, in, &sbuf);
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc || tcoll_tensor_numel(in) == 0) return rc;
@@ -76,11 +82,11 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
     tc_mpi_type_put(&st);
     return rc;
   }
-  if (algo != TC_ALGO_SCATTERED) return post_alltoallv(w, sbuf, rbuf, &st, &rt);
+  if (!a->build) return post_alltoallv(w, sbuf, rbuf, &st, &rt);
   size_t es = tc_dtype_size(in->dtype);
   size_t sslab = (size_t)(slen * tc_dimview(in->shape, in->ndim, sdim).inner) * es;
   size_t rslab = (size_t)(glen * tc_dimview(out->shape, out->ndim, gdim).inner) * es;
-  return post_scattered(w, sbuf, rbuf, &st, &rt, sslab, rslab);
+  return post_scattered(w, a, sbuf, rbuf, &st, &rt, sslab, rslab);
 }
 
 int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim, tcoll_comm_t *comm,

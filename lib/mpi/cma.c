@@ -1,11 +1,10 @@
-/* The cma all_gather and the ring's push (see cma.h). */
+/* Cross-memory attach: moving rows between processes, the probe, and the ring's push (see cma.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
 #include "cma.h"
 
 #include "../base/dtype.h"
-#include "../base/stream_copy.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,60 +22,12 @@
 /* Local iovecs per process_vm_readv call (the kernel takes at most IOV_MAX = 1024). */
 #define CMA_IOV 1024
 
-typedef struct cma_addr {
-  int64_t pid;
-  uint64_t addr;
-} cma_addr_t;
-
-/* Outputs along a dim other than 0 from TC_STREAM_OUT_MIN_BYTES are written with streaming
- * stores: each peer's input is read contiguously into a bounce chunk that stays in cache, whose
- * runs are then streamed into the output (base/stream_copy.h). Below it the output stays in cache and the
- * reads go straight into it, one local iovec per run. Measured at 2 ranks on the CI machine,
- * both interleaved in one program, dim 1 over tcoll's dim 0 (streamed / not): runs of 1 KiB 1.35
- * / 1.96x at 8 MiB, 1.11-1.42 / 1.50-1.90x at 12-64 MiB; runs of 2-16 KiB 1.42 / 1.53x at 8 MiB,
- * 1.02-1.22 / 1.13-1.64x from 12 MiB; at 4 MiB 1.95-2.23 / 0.84-1.45x. */
-#define BOUNCE ((size_t)256 << 10)
-
-/* The work's scratch: the job, then the address table (p entries), 16-byte aligned, then the
- * bounce chunk where the output is streamed. */
-typedef struct cma_job {
-  cma_addr_t mine;
-  const char *in;
-  char *out;
-  size_t run;
-  int64_t outer;
-  int rank, size;
-  cma_addr_t *peers;
-  char *done;  /* p bytes: the "read" notes received (their content is unused) */
-  char note;   /* the note sent */
-  int fault;   /* TCOLL_CMA_FAULT (tests): reads fail with this errno half-way */
-  int status;  /* the first failed read, reported at the end */
-  char *bounce; /* BOUNCE bytes where the output is streamed, else NULL */
-  char msg[240];
-} cma_job_t;
-
-/* TCOLL_CMA_FAULT=ERRNO (tests), read at each call: this rank's reads and writes fail half-way. */
-static int fault_knob(void) {
+int tc_cma_fault(void) {
   const char *v = getenv("TCOLL_CMA_FAULT");
   return v ? atoi(v) : 0;
 }
 
-#define JOB_BYTES ((sizeof(cma_job_t) + 15) & ~(size_t)15)
-#define TABLE_BYTES(p) (((size_t)(p) * (sizeof(cma_addr_t) + 1) + 15) & ~(size_t)15)
-
-static bool streamed(size_t run, int64_t outer, int p) {
-  return outer > 1 && run * (size_t)outer * (size_t)p >= TC_STREAM_OUT_MIN_BYTES;
-}
-
-size_t tc_cma_scratch(int p, size_t run, int64_t outer) {
-  return JOB_BYTES + TABLE_BYTES(p) + (streamed(run, outer, p) ? BOUNCE : 0);
-}
-
-/* Moves `rows` rows of `run` bytes between remote (contiguous) and local (rows `stride` apart):
- * read (process_vm_readv: remote to local) or write (process_vm_writev: local to remote), one
- * local iovec per row and one remote iovec per call. Returns 0, or errno (ENODATA for a call
- * that moved nothing) with *done the bytes moved. */
-static int move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride, int64_t rows, bool write,
+int tc_cma_move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride, int64_t rows, bool write,
                      size_t *done, int fault) {
   struct iovec liov[CMA_IOV];
   *done = 0;
@@ -115,116 +66,11 @@ static int move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t
   return fault;
 }
 
-/* Bytes [f0, f1) of rank p's input, at src, into their places in the output (row f / run). */
-static void place(const cma_job_t *j, int p, const char *src, size_t f0, size_t f1) {
-  size_t stride = j->run * (size_t)j->size;
-  for (size_t f = f0; f < f1;) {
-    size_t col = f % j->run, len = j->run - col < f1 - f ? j->run - col : f1 - f;
-    char *dst = j->out + f / j->run * stride + (size_t)p * j->run + col;
-    if (j->bounce) tc_stream_copy(dst, src + (f - f0), len);
-    else memcpy(dst, src + (f - f0), len);
-    f += len;
-  }
-}
-
-/* This rank's block into place (while the addresses travel). */
-static int cma_own(void *arg) {
-  cma_job_t *j = arg;
-  if (j->out + (size_t)j->rank * j->run == j->in || !j->run) return TCOLL_SUCCESS;
-  place(j, j->rank, j->in, 0, j->run * (size_t)j->outer);
-  if (j->bounce) tc_stream_fence();
-  return TCOLL_SUCCESS;
-}
-
-/* Rank p's input through the bounce chunk: read contiguously, then placed. Returns 0 or errno,
- * *done the bytes read. */
-static int read_bounced(cma_job_t *j, int p, size_t *done) {
-  size_t total = j->run * (size_t)j->outer;
-  *done = 0;
-  for (size_t f0 = 0; f0 < total; f0 += BOUNCE) {
-    size_t n = total - f0 < BOUNCE ? total - f0 : BOUNCE, got = 0;
-    if (j->fault && f0 + n > total / 2) return j->fault; /* fails half-way */
-    while (got < n) { /* a partial read goes on where it stopped */
-      struct iovec local = {j->bounce + got, n - got};
-      struct iovec remote = {(void *)(uintptr_t)(j->peers[p].addr + f0 + got), n - got};
-      ssize_t r = process_vm_readv((pid_t)j->peers[p].pid, &local, 1, &remote, 1, 0);
-      if (r <= 0) {
-        *done += got;
-        return r < 0 ? errno : ENODATA;
-      }
-      got += (size_t)r;
-    }
-    place(j, p, j->bounce, f0, f0 + n);
-    *done += n;
-  }
-  return 0;
-}
-
-/* Once the addresses arrived: every peer's block, starting with the next rank (ranks read
- * different peers at a time). Failures are kept for the end, after the notes. */
-static int cma_read(void *arg) {
-  cma_job_t *j = arg;
-  size_t stride = j->run * (size_t)j->size, total = j->run * (size_t)j->outer;
-  if (!total) return TCOLL_SUCCESS;
-  for (int k = 1; k < j->size; k++) {
-    int p = (j->rank + k) % j->size;
-    size_t done = 0;
-    int err = j->bounce ? read_bounced(j, p, &done)
-                        : move_rows((pid_t)j->peers[p].pid, j->peers[p].addr, j->out + (size_t)p * j->run, j->run,
-                                    stride, j->outer, false, &done, j->fault);
-    if (err && !j->status) {
-      j->status = err == EPERM || err == EACCES ? TCOLL_ERR_UNSUPPORTED : TCOLL_ERR_MPI;
-      snprintf(j->msg, sizeof j->msg,
-               "all_gather (cma): process_vm_readv of rank %d's input (pid %lld) failed: %s (errno %d) after %zu of "
-               "%zu bytes",
-               p, (long long)j->peers[p].pid, strerror(err), err, done, total);
-    }
-  }
-  if (j->bounce) tc_stream_fence();
-  return TCOLL_SUCCESS;
-}
-
-static int cma_report(void *arg) {
-  cma_job_t *j = arg;
-  return j->status ? tc_error(j->status, "%s", j->msg) : TCOLL_SUCCESS;
-}
-
-/* Point-to-point steps on the schedule communicator (Open MPI's libnbc MPI_Iallgather and
- * MPI_Ibarrier cost 4-15 us more per call at 2 ranks, measured with a stand-alone prototype): round 0
- * sends this rank's address to every peer and receives theirs while this rank's own block is
- * copied; round 1 reads the peers; round 2 tells every peer its input was read and waits for
- * the same word from every peer, so that no rank completes (and lets its input change) before
- * its peers read it; round 3 reports a failed read. */
-int tc_build_cma_all_gather(tc_sched_t *s, const void *in, void *out, size_t run, int64_t outer, void *scratch) {
-  cma_job_t *j = scratch;
-  int p = s->comm->size, me = s->comm->rank;
-  *j = (cma_job_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)in}, .in = in, .out = out, .run = run,
-                   .outer = outer, .rank = me, .size = p, .fault = fault_knob(),
-                   .peers = (cma_addr_t *)((char *)scratch + JOB_BYTES)};
-  j->done = (char *)(j->peers + p);
-  j->bounce = streamed(run, outer, p) ? (char *)scratch + JOB_BYTES + TABLE_BYTES(p) : NULL;
-  int rc = tc_sched_reserve(s, 4 * p + 4);
-  for (int k = 1; k < p && !rc; k++) {
-    int q = (me + k) % p;
-    rc = tc_sched_recv(s, &j->peers[q], (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, q, 0, false);
-    if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, q, 0, false);
-  }
-  if (!rc) rc = tc_sched_call(s, cma_own, j, false);
-  if (!rc) rc = tc_sched_call(s, cma_read, j, true);
-  for (int k = 1; k < p && !rc; k++) {
-    int q = (me + k) % p;
-    rc = tc_sched_send(s, &j->note, 1, TCOLL_UINT8, q, 1, k == 1);
-    if (!rc) rc = tc_sched_recv(s, &j->done[q], 1, TCOLL_UINT8, q, 1, false);
-  }
-  if (!rc) rc = tc_sched_call(s, cma_report, j, true);
-  return rc;
-}
-
 /* ---------------------------------------------------------------- the push */
 
 typedef struct cma_push {
-  cma_addr_t mine; /* this rank's receive buffer, sent to the rank that pushes into it */
-  cma_addr_t dest; /* where this rank pushes */
+  tc_cma_addr_t mine; /* this rank's receive buffer, sent to the rank that pushes into it */
+  tc_cma_addr_t dest; /* where this rank pushes */
   tc_cma_push_args_t a;
   tc_sched_t *s;
   int first_note, nnote; /* the steps of the message that says the block is there */
@@ -240,7 +86,7 @@ static int push_block(void *arg) {
   cma_push_t *j = arg;
   const tc_cma_push_args_t *a = &j->a;
   size_t total = a->run * (size_t)a->runs, done = 0;
-  int err = move_rows((pid_t)j->dest.pid, j->dest.addr, (char *)a->src, a->run, a->stride, a->runs, true, &done,
+  int err = tc_cma_move_rows((pid_t)j->dest.pid, j->dest.addr, (char *)a->src, a->run, a->stride, a->runs, true, &done,
                       j->fault);
   if (!err) {
     for (int i = j->first_note; i < j->first_note + j->nnote; i++) j->s->steps[i].u.p2p.count = 0;
@@ -282,10 +128,10 @@ static bool under_valgrind(void) {
 int tc_build_cma_push(tc_sched_t *s, void *scratch, const tc_cma_push_args_t *a) {
   cma_push_t *j = scratch;
   *j = (cma_push_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)a->rbuf}, .a = *a, .s = s,
-                    .fault = fault_knob()};
+                    .fault = tc_cma_fault()};
   int rc = tc_sched_reserve(s, 6); /* the message and the block unsplit */
-  if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, a->from, a->addr_tag, true);
-  if (!rc) rc = tc_sched_recv(s, &j->dest, (int64_t)sizeof(cma_addr_t), TCOLL_UINT8, a->to, a->addr_tag, false);
+  if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, a->from, a->addr_tag, true);
+  if (!rc) rc = tc_sched_recv(s, &j->dest, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, a->to, a->addr_tag, false);
   int addr = tc_sched_last(s);
   if (!rc) rc = tc_sched_call(s, push_block, j, false);
   int write = tc_sched_last(s);
@@ -315,7 +161,7 @@ static probe_word_t probe_word;
 /* What each rank tells the others: where its probe word lies, what it holds, and its node's name
  * (MPI_Get_processor_name, cut to 63 bytes). */
 typedef struct probe_entry {
-  cma_addr_t at;
+  tc_cma_addr_t at;
   probe_word_t word;
   char host[64];
 } probe_entry_t;
@@ -366,7 +212,7 @@ static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
   if (every) {
     probe_word_init();
     memset(&mine, 0, sizeof mine);
-    mine.at = (cma_addr_t){(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word};
+    mine.at = (tc_cma_addr_t){(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word};
     mine.word = probe_word;
     char host[MPI_MAX_PROCESSOR_NAME];
     int hl = 0;

@@ -1,17 +1,16 @@
 /* all_gather -> MPI_Iallgather, or, for host tensors with every rank on one node, the cma
- * algorithm (sched/cma.h: each rank reads its peers' inputs into its output, one copy per byte
+ * algorithm (cma.c here: each rank reads its peers' inputs into its output, one copy per byte
  * along any dim). Along a dim other than 0 a small output is gathered contiguously
  * and interleaved locally; a large host output goes through a host pipeline (one MPI_Iallgather
  * per chunk of rows, each chunk interleaved while in cache); a large output MPI reads on a
  * device is received through a strided datatype straight into place. */
-#include "../argcheck.h"
-#include "../base/dtype.h"
-#include "../sched/cma.h"
-#include "../sched/select.h"
-#include "../work/pipeline.h"
-#include "../work/staging.h"
-#include "../tensor.h"
-#include "post.h"
+#include "../../argcheck.h"
+#include "../../base/dtype.h"
+#include "../../work/pipeline.h"
+#include "../../work/staging.h"
+#include "../../tensor.h"
+#include "../algo.h"
+#include "../post.h"
 
 #include <string.h>
 
@@ -83,13 +82,35 @@ static bool host_chunked(const tcoll_tensor_t *in, const tcoll_tensor_t *out, in
          tcoll_tensor_nbytes(out) > TC_PIPE_HOST_CHUNK;
 }
 
-/* The table (sched/select.c) chooses cma by output size; unless forced it also needs a dim other
- * than 0 with runs (one rank's part of an outer row) of at least this many bytes: each run is one
- * iovec, and the kernel's cost per iovec ate the copy saved below it (at 2 ranks on Open MPI,
- * against today's dim-1 path in the same runs: 256 B runs 0.7-1.06x, 512 B 0.7x, 1 KiB and more
- * 0.4-0.7x; against MPI_Iallgather along dim 0, a stand-alone prototype). Along dim 0 MPI's
- * own single-copy transfer is as fast or faster (cma 1.0-1.4x it at 2 ranks). */
-#define CMA_MIN_RUN_BYTES 512
+/* ------------------------------------------------------------------ algorithms and table */
+
+extern const tc_algo_t tc_all_gather_cma;
+static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_gather_cma};
+
+/* cma by output size, along a dim other than 0 with runs (one rank's part of an outer row) of at
+ * least 512 B: each run is one iovec, and the kernel's cost per iovec ate the copy saved below
+ * it (at 2 ranks on Open MPI, against today's dim-1 path in the same runs: 256 B runs 0.7-1.06x,
+ * 512 B 0.7x, 1 KiB and more 0.4-0.7x; against MPI_Iallgather along dim 0, a stand-alone
+ * prototype). Along dim 0 MPI's own single-copy transfer is as fast or faster (cma 1.0-1.4x it
+ * at 2 ranks). Against today's dim-1 path, interleaved in one program (tcoll's all_gather timed
+ * against raw MPI, medians of 3 runs under load): 2 ranks 0.4-0.85x at 64 KiB-64 MiB with runs
+ * of 512 B-64 KiB (1.0-1.06x with 256 B runs at 1-4 MiB), 0.7x at 8 KiB, 1.9x at 1 KiB; 3 ranks
+ * 0.46-0.89x from 1 MiB, 4 ranks 0.53-0.93x from 1 MiB with runs of 4 KiB and more (1.0-1.3x
+ * below 1 MiB); below 8 KiB at 2 ranks 1.7-1.8x (8-32 KiB: 0.77-0.87x). MPICH 4.0 at 2 ranks:
+ * 0.2-0.8x from 32 KiB to 64 MiB (256 B runs 0.34-0.77x), 1.6-2.2x below 32 KiB. Not measured
+ * beyond 4 ranks, nor on MPICH beyond 2 (oversubscribed runs there are the scheduler's): no row
+ * there. */
+#define CMA_ROW(impl, lo, hi, min_bytes)                                                                       \
+  {impl, lo, hi, min_bytes, TC_ANY_SIZE, TC_WHERE_HOST | TC_WHERE_STRIDED, 512, "cma",                       \
+   "tcoll-bench, all_gather along dim 1 against the dim-1 MPI path, 2-core CI machine (doc/guide.md, "        \
+   "Algorithms)"}
+static const tc_algo_row_t table[] = {
+    CMA_ROW(TC_MPI_OPEN_MPI, 2, 2, 8 * TC_KiB),
+    CMA_ROW(TC_MPI_OPEN_MPI, 3, 4, 1 * TC_MiB),
+    CMA_ROW(TC_MPI_MPICH, 2, 2, 32 * TC_KiB),
+};
+
+const tc_algo_list_t tc_all_gather_algos = TC_ALGO_LIST("all_gather", algos, table);
 
 /* This rank's block as the cma algorithm sees it: outer runs of run bytes. */
 static void cma_rows(const tcoll_tensor_t *in, int dim, size_t *run, int64_t *outer) {
@@ -104,22 +125,15 @@ static void cma_rows(const tcoll_tensor_t *in, int dim, size_t *run, int64_t *ou
   }
 }
 
-/* Which algorithm: cma where TCOLL_ALGO forces it or the table picks it, on host tensors, and
- * where the communicator allows it (probed at its first such call); else the MPI call. Every
- * input here is the same on every rank, so every rank reaches the probe together. */
-static tc_algo_t choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t run, int64_t outer) {
-  if (tcoll_tensor_numel(in) == 0 || in->device != TCOLL_HOST || out->device != TCOLL_HOST) return TC_ALGO_MPI;
-  tc_algo_query_t q = {.op = TC_OP_ALL_GATHER, .bytes = tcoll_tensor_nbytes(out), .ranks = w->comm->size,
-                       .dtype = in->dtype, .redop = -1, .device = false};
-  if (tc_algo_choose(&q) != TC_ALGO_CMA) return TC_ALGO_MPI;
-  if (tc_algo_forced[TC_OP_ALL_GATHER] != TC_ALGO_CMA && (outer == 1 || run < CMA_MIN_RUN_BYTES)) return TC_ALGO_MPI;
-  return tc_cma_usable(w->comm) ? TC_ALGO_CMA : TC_ALGO_MPI;
-}
-
-static int post_cma(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t run, int64_t outer) {
-  void *scratch = tc_work_scratch(w, tc_cma_scratch(w->comm->size, run, outer));
-  if (!scratch) return TCOLL_ERR_NO_MEMORY;
-  return tc_build_cma_all_gather(&w->sched, in->data, out->data, run, outer, scratch);
+/* The algorithm: every input here is the same on every rank, so every rank reaches the cma
+ * probe (its supported) together. */
+static const tc_algo_t *choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t run,
+                               int64_t outer) {
+  tc_algo_query_t q = {.comm = w->comm, .bytes = tcoll_tensor_nbytes(out), .count = tcoll_tensor_numel(in),
+                       .dtype = in->dtype, .redop = -1,
+                       .device = in->device != TCOLL_HOST || out->device != TCOLL_HOST,
+                       .layout = outer > 1 ? TC_LAYOUT_STRIDED : TC_LAYOUT_CONTIG, .run = run};
+  return tc_algo_choose(TC_OP_ALL_GATHER, &q);
 }
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, bool inplace) {
@@ -127,9 +141,12 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   size_t cma_run;
   int64_t cma_outer;
   cma_rows(in, dim, &cma_run, &cma_outer);
-  tc_algo_t algo = choose(w, in, out, cma_run, cma_outer);
-  tc_work_set_algo(w, algo);
-  if (algo == TC_ALGO_CMA) return post_cma(w, in, out, cma_run, cma_outer);
+  const tc_algo_t *a = choose(w, in, out, cma_run, cma_outer);
+  tc_work_set_algo(w, a->name);
+  if (a->build) { /* on the host tensors themselves */
+    tc_algo_call_t c = {.src = in->data, .dst = out->data, .dtype = in->dtype, .run = cma_run, .outer = cma_outer};
+    return a->build(w, &c);
+  }
   /* Rank r's block of the output: runs of len * inner elements, size runs apart. */
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
   int64_t run = v.outer == 1 ? n : v.len * v.inner;

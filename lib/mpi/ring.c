@@ -1,7 +1,7 @@
-/* Ring reduce_scatter and ring all-gather (see algorithms.h): point-to-point steps between
+/* Ring reduce_scatter and ring all-gather (see ring.h): point-to-point steps between
  * neighbours, one round per step, a local reduction after each receive; and the blocks sent to
  * one rank, which makes the ring reduce_scatter a reduce. */
-#include "algorithms.h"
+#include "ring.h"
 
 #include "../base/dtype.h"
 #include "cma.h"
