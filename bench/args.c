@@ -56,7 +56,7 @@ static void usage(void) {
          "past it)\n"
          "  --step F        size factor between points (default 2)\n"
          "  --iters N       at most N timed iterations per variant and point (default 1000)\n"
-         "  --min-iters N   at least N (default 5)\n"
+         "  --min-iters N   at least N (default 10)\n"
          "  --time SEC      time budget of one point's timed loop (default 0.25)\n"
          "  --warmup N      untimed rounds before each point below 1 MiB (default 5; 2 above)\n"
          "  --csv FILE      also write the results as CSV (rank 0)\n"
