@@ -112,7 +112,8 @@ static void log_devices(void) {
 static int start_library(void) {
   MPI_Comm_rank(MPI_COMM_WORLD, &tc_g.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &tc_g.world_size);
-  int rc = tc_config_load();
+  int rc = tc_algo_check_tables();
+  if (!rc) rc = tc_config_load();
   if (rc) return rc;
   if (tc_g.thread_level < MPI_THREAD_MULTIPLE)
     tc_info("MPI provides thread level %d (not MPI_THREAD_MULTIPLE): call tcoll from one thread at a time",

@@ -43,16 +43,25 @@ static const tc_algo_t *runnable(const tc_algo_list_t *l, const tc_algo_t *a, co
   return &tc_algo_literal;
 }
 
-/* The rows of one op for one rank count on this MPI, with their algorithms looked up, kept per
- * thread for the last rank count asked: a call scans one or two rows, not the table, so the
- * choice costs a small collective next to nothing. Small: initial-exec TLS is scarce. */
+/* The rows of one op for one rank count on this MPI (their indices in the table, and their
+ * algorithms' in the list), kept per thread for the last rank count asked: a call scans one or
+ * two rows, not the table, so the choice costs a small collective next to nothing. Small:
+ * initial-exec TLS is scarce. */
 #define MAX_BAND 8
 typedef struct bands {
   int ranks;    /* 0: not filled */
   size_t below; /* the smallest size any row covers: smaller calls take the literal mapping at once */
-  uint8_t n, row[MAX_BAND];
+  uint8_t n, row[MAX_BAND], algo[MAX_BAND];
 } bands_t;
 static _Thread_local TC_TLS_HOT bands_t memo[TC_NUM_ALGO_OPS];
+
+/* The index of the algorithm named so in l (-1: none). */
+static int index_of(const tc_algo_list_t *l, const char *name) {
+  const tc_algo_t *a = find(l, name, strlen(name));
+  for (int i = 0; a && i < l->nalgos; i++)
+    if (l->algos[i] == a) return i;
+  return -1;
+}
 
 static void fill_bands(bands_t *b, const tc_algo_list_t *l, int ranks) {
   tc_mpi_impl_t impl = tc_mpi_impl();
@@ -60,8 +69,10 @@ static void fill_bands(bands_t *b, const tc_algo_list_t *l, int ranks) {
   b->below = TC_ANY_SIZE;
   for (int i = 0; i < l->nrows && b->n < MAX_BAND; i++) {
     const tc_algo_row_t *r = &l->rows[i];
-    if (r->impl != impl || ranks < r->min_ranks || ranks > r->max_ranks) continue;
-    b->row[b->n++] = (uint8_t)i;
+    int a = index_of(l, r->algo); /* every row names one (tc_algo_check_tables) */
+    if (r->impl != impl || ranks < r->min_ranks || ranks > r->max_ranks || a < 0) continue;
+    b->row[b->n] = (uint8_t)i;
+    b->algo[b->n++] = (uint8_t)a;
     if (r->min_bytes < b->below) b->below = r->min_bytes;
   }
   b->ranks = ranks;
@@ -76,10 +87,8 @@ static bool row_applies(const tc_algo_row_t *r, const tc_algo_query_t *q) {
 
 static TC_COLD const tc_algo_t *from_rows(const tc_algo_list_t *l, const bands_t *b, const tc_algo_query_t *q) {
   for (int i = 0; i < b->n; i++) {
-    const tc_algo_row_t *r = &l->rows[b->row[i]];
-    if (!row_applies(r, q)) continue;
-    const tc_algo_t *a = find(l, r->algo, strlen(r->algo));
-    if (a && (a->layouts & q->layout)) return runnable(l, a, q);
+    const tc_algo_t *a = l->algos[b->algo[i]];
+    if (row_applies(&l->rows[b->row[i]], q) && (a->layouts & q->layout)) return runnable(l, a, q);
   }
   return &tc_algo_literal;
 }
@@ -93,6 +102,28 @@ const tc_algo_t *tc_algo_choose(tc_algo_op_t op, const tc_algo_query_t *q) {
   if (TC_UNLIKELY(b->ranks != ranks)) fill_bands(b, l, ranks);
   if (q->bytes < b->below) return &tc_algo_literal;
   return from_rows(l, b, q);
+}
+
+int tc_algo_check_tables(void) {
+  for (int op = 0; op < TC_NUM_ALGO_OPS; op++) {
+    const tc_algo_list_t *l = lists[op];
+    if (l->nalgos < 1 || !tc_algo_is_literal(l->algos[0]))
+      return tc_error(TCOLL_ERR_INTERNAL, "the %s list does not start with the literal mapping", l->op);
+    for (int i = 0; i < l->nrows; i++) {
+      const tc_algo_row_t *r = &l->rows[i];
+      if (index_of(l, r->algo) < 0)
+        return tc_error(TCOLL_ERR_INTERNAL, "%s's table row %d names \"%s\", which is not in its list", l->op, i, r->algo);
+      if (!r->source || !r->source[0])
+        return tc_error(TCOLL_ERR_INTERNAL, "%s's table row %d does not say where its figures came from", l->op, i);
+    }
+    for (int i = 0; i < l->nalgos; i++) {
+      const tc_algo_t *a = l->algos[i];
+      if (a->fallback && index_of(l, a->fallback) < 0)
+        return tc_error(TCOLL_ERR_INTERNAL, "%s's %s falls back to \"%s\", which is not in its list", l->op, a->name,
+                        a->fallback);
+    }
+  }
+  return TCOLL_SUCCESS;
 }
 
 int tc_algo_scaled_src(tc_work_t *w, const tc_algo_call_t *c, int64_t n, const void **src) {

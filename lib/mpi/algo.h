@@ -140,6 +140,10 @@ typedef struct tc_algo_list {
 const tc_algo_t *tc_algo_choose(tc_algo_op_t op, const tc_algo_query_t *q);
 /* Whether TCOLL_ALGO forces an algorithm on op (NULL: the table decides). */
 const tc_algo_t *tc_algo_forced(tc_algo_op_t op);
+/* TCOLL_ERR_INTERNAL unless every list starts with the literal mapping, every row names an
+ * algorithm of its list and says where its figures came from, and every fallback is in its list
+ * (tcoll_init checks it, so a table edited wrong fails every test at once). */
+int tc_algo_check_tables(void);
 /* Checks "auto", "mpi" or "op:algorithm,..." (a bare name applies to every op); with apply, makes
  * it the override. what names the setting in messages. Installed in base/config.c by tcoll_init. */
 int tc_algo_setting(const char *spec, const char *what, bool apply);
