@@ -11,6 +11,7 @@
 #endif
 #include "reduce_common.h"
 #include "move_util.h"
+#include "mpi_count.h"
 
 #include <pthread.h>
 #include <sys/uio.h>
@@ -19,8 +20,11 @@
 
 /* ---------------------------------------------------------------- MPI calls made
  *
- * PMPI wrappers (the executable's definitions take precedence over libmpi's for libtcoll's
- * calls too), counted per thread: what each algorithm posts tells which one ran.
+ * Counted through the profiling interface (test/mpi_count.c), by every thread: with
+ * TCOLL_PROGRESS=thread the progress thread posts the steps of a schedule while this thread
+ * waits. Each count spans one collective, from its post to its completion, with nothing else
+ * in flight (t_mpi_window_open), so every call in it is that collective's; what each algorithm
+ * posts tells which one ran.
  *   mpi:            all_reduce MPI_Iallreduce; reduce_scatter MPI_Ireduce_scatter_block
  *                   (MPI_Ialltoallv along a dim other than 0)
  *   ring:           MPI_Isend / MPI_Irecv between neighbours only (no call at 1 rank)
@@ -30,50 +34,23 @@
 typedef struct calls {
   long allreduce, rsb, alltoall, alltoallv, allgatherv, send, reduce, recv;
 } calls_t;
-static _Thread_local calls_t n_calls;
 
-int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
-  n_calls.allreduce++;
-  return PMPI_Iallreduce(s, r, n, d, op, c, q);
-}
-int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
-  n_calls.rsb++;
-  return PMPI_Ireduce_scatter_block(s, r, n, d, op, c, q);
-}
-int MPI_Ialltoall(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, MPI_Comm c,
-                  MPI_Request *q) {
-  n_calls.alltoall++;
-  return PMPI_Ialltoall(s, sn, sd, r, rn, rd, c, q);
-}
-int MPI_Ialltoallv(const void *s, const int sc[], const int sdp[], MPI_Datatype sd, void *r, const int rc[],
-                   const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
-  n_calls.alltoallv++;
-  return PMPI_Ialltoallv(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
-}
-int MPI_Iallgatherv(const void *s, int sn, MPI_Datatype sd, void *r, const int rc[], const int dp[], MPI_Datatype rd,
-                    MPI_Comm c, MPI_Request *q) {
-  n_calls.allgatherv++;
-  return PMPI_Iallgatherv(s, sn, sd, r, rc, dp, rd, c, q);
-}
-int MPI_Ireduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c, MPI_Request *q) {
-  n_calls.reduce++;
-  return PMPI_Ireduce(s, r, n, d, op, root, c, q);
-}
-int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c, MPI_Request *q) {
-  n_calls.send++;
-  return PMPI_Isend(b, n, d, dst, tag, c, q);
+/* Opens the count of one collective (nothing may be pending: see calls_since). */
+static t_mpi_window_t calls_open(void) {
+  t_mpi_window_t w;
+  t_mpi_window_open(&w);
+  return w;
 }
 
-int MPI_Irecv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Request *q) {
-  n_calls.recv++;
-  return PMPI_Irecv(b, n, d, src, tag, c, q);
-}
-
-static calls_t calls_since(calls_t a) {
-  calls_t b = n_calls;
-  return (calls_t){b.allreduce - a.allreduce, b.rsb - a.rsb,         b.alltoall - a.alltoall,
-                   b.alltoallv - a.alltoallv, b.allgatherv - a.allgatherv, b.send - a.send,
-                   b.reduce - a.reduce,       b.recv - a.recv};
+static calls_t calls_since(const t_mpi_window_t *w) {
+  return (calls_t){t_mpi_window_calls_of(w, T_MPI_IALLREDUCE),
+                   t_mpi_window_calls_of(w, T_MPI_IREDUCE_SCATTER_BLOCK),
+                   t_mpi_window_calls_of(w, T_MPI_IALLTOALL),
+                   t_mpi_window_calls_of(w, T_MPI_IALLTOALLV),
+                   t_mpi_window_calls_of(w, T_MPI_IALLGATHERV),
+                   t_mpi_window_calls_of(w, T_MPI_ISEND),
+                   t_mpi_window_calls_of(w, T_MPI_IREDUCE),
+                   t_mpi_window_calls_of(w, T_MPI_IRECV)};
 }
 
 enum { OP_AR, OP_RS, OP_A2A, OP_RD };
@@ -206,11 +183,11 @@ static void ar_case(const char *spec, const char *want, tcoll_dtype_t d, int k, 
   tcoll_tensor_t in = t_alloc(d, ndim, shape);
   t_set_all(&in, rc_fill, &c);
   tcoll_tensor_t out = variant == 0 ? t_alloc(d, ndim, shape) : variant == 1 ? in : t_empty();
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   T_OK(tcoll_all_reduce(&in, op, NULL, &out));
   expect_algo(what, OP_AR, n == 0 ? "mpi" : want);
   T_OK(tcoll_wait(out.data));
-  if (n > 0) expect_ran(what, OP_AR, tcoll_last_algorithm(), calls_since(before));
+  if (n > 0) expect_ran(what, OP_AR, tcoll_last_algorithm(), calls_since(&before));
   t_check_all(what, &out, rc_want, &c, 0);
   if (variant == 0) {
     char w2[300];
@@ -238,11 +215,11 @@ static void rs_case(const char *spec, const char *want, tcoll_dtype_t d, int k, 
   memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
   oshape[dim] /= t_size;
   tcoll_tensor_t out = alloc ? t_empty() : t_alloc(d, ndim, oshape);
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   T_OK(tcoll_reduce_scatter(&in, op, dim, NULL, &out));
   expect_algo(what, OP_RS, n == 0 ? "mpi" : want);
   T_OK(tcoll_wait(out.data));
-  if (n > 0) expect_ran(what, OP_RS, tcoll_last_algorithm(), calls_since(before));
+  if (n > 0) expect_ran(what, OP_RS, tcoll_last_algorithm(), calls_since(&before));
   rc_scatter(&c, shape, ndim, dim, t_rank);
   t_check_all(what, &out, rc_want, &c, 0);
   char w2[300];
@@ -293,7 +270,7 @@ static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scat
     t_set_all(&in[t], rc_fill, &c[t]);
     out[t] = t_empty();
   }
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   if (scatter) T_OK(tcoll_reduce_scatter_coalesced(in, COAL_T, op, dims, NULL, out));
   else T_OK(tcoll_all_reduce_coalesced(in, COAL_T, op, NULL, out));
   char what[256];
@@ -301,7 +278,7 @@ static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scat
            kname(k));
   expect_algo(what, scatter ? OP_RS : OP_AR, scatter ? f->rs : f->ar);
   for (int t = 0; t < COAL_T; t++) T_OK(tcoll_wait(out[t].data));
-  expect_ran(what, scatter ? OP_RS : OP_AR, tcoll_last_algorithm(), calls_since(before));
+  expect_ran(what, scatter ? OP_RS : OP_AR, tcoll_last_algorithm(), calls_since(&before));
   for (int t = 0; t < COAL_T; t++) {
     char w2[300];
     snprintf(w2, sizeof w2, "%s: out[%d]", what, t);
@@ -372,14 +349,14 @@ START_TEST(forced_all_to_all) {
     tcoll_tensor_t in = t_alloc(TCOLL_FLOAT64, 2, ishape), out = t_empty();
     a2a_ctx_t ci = {t_rank, ioff}, co = {t_rank, ooff};
     t_set_all(&in, a2a_in, &ci);
-    calls_t before = n_calls;
+    t_mpi_window_t before = calls_open();
     T_OK(tcoll_all_to_all_single(&in, osz, isz, NULL, &out));
     char what[160];
     snprintf(what, sizeof what, "algo \"%s\": all_to_all_single", specs[f][0]);
     expect_algo(what, OP_A2A, specs[f][1]);
     const char *got = tcoll_last_algorithm();
     T_OK(tcoll_wait(out.data));
-    calls_t c = calls_since(before);
+    calls_t c = calls_since(&before);
     if (!strcmp(got, "scattered"))
       T_EXPECT(!c.alltoallv && c.send == (t_size > 1 ? t_size - 1 : 0), "%s: Ialltoallv %ld, Isend %ld", what,
                c.alltoallv, c.send);
@@ -451,14 +428,14 @@ START_TEST(forced_all_to_all_list) {
         sends += p != t_rank && ni > 0;
         recvs += p != t_rank && no > 0;
       }
-      calls_t before = n_calls;
+      t_mpi_window_t before = calls_open();
       T_OK(tcoll_all_to_all(ins, NULL, outs));
       char what[160];
       snprintf(what, sizeof what, "algo \"%s\": all_to_all %s", list_specs[f][0], tcoll_dtype_name(dts[k]));
       expect_algo(what, OP_A2A, list_specs[f][1]);
       const char *got = tcoll_last_algorithm();
       for (int p = 0; p < t_size; p++) T_OK(tcoll_wait(outs[p].data));
-      expect_a2a_calls(what, got, calls_since(before), sends, recvs, 1);
+      expect_a2a_calls(what, got, calls_since(&before), sends, recvs, 1);
       for (int p = 0; p < t_size; p++) {
         char w2[200];
         snprintf(w2, sizeof w2, "%s: outs[%d]", what, p);
@@ -483,7 +460,7 @@ static void permute_algo_case(const char *spec, const char *want, const int *p, 
   int64_t shape[2] = {n, 3};
   tcoll_tensor_t in = t_alloc(dt, 2, shape), out = t_empty();
   mv_fill(&in, t_rank, 0);
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   T_OK(tcoll_permute(&in, p, NULL, &out));
   char what[160];
   snprintf(what, sizeof what, "algo \"%s\": permute %s of %lld rows (%s)", spec, kind, (long long)n,
@@ -492,7 +469,7 @@ static void permute_algo_case(const char *spec, const char *want, const int *p, 
   const char *got = tcoll_last_algorithm();
   T_OK(tcoll_wait(out.data));
   bool moves = n > 0 && p[t_rank] != t_rank;
-  expect_a2a_calls(what, got, calls_since(before), moves, n > 0 && from != t_rank, n > 0);
+  expect_a2a_calls(what, got, calls_since(&before), moves, n > 0 && from != t_rank, n > 0);
   mv_check_fill(what, &out, from, 0);
   tcoll_tensor_free(&out);
   tcoll_tensor_free(&in);
@@ -544,7 +521,7 @@ START_TEST(forced_shard_dim) {
       tcoll_dtype_t dt = i % 2 ? TCOLL_BFLOAT16 : TCOLL_INT32;
       tcoll_tensor_t in = t_alloc(dt, nd, ishape), out = i % 3 ? t_alloc(dt, nd, oshape) : t_empty();
       mv_fill(&in, t_rank, 0);
-      calls_t before = n_calls;
+      t_mpi_window_t before = calls_open();
       T_OK(tcoll_shard_dim_all_to_all(&in, g, sd, NULL, &out));
       char what[160], sh[64];
       snprintf(what, sizeof what, "algo \"%s\": shard_dim_all_to_all %s gather %d shard %d", a2a_specs[f][0],
@@ -553,7 +530,7 @@ START_TEST(forced_shard_dim) {
       const char *got = tcoll_last_algorithm();
       T_OK(tcoll_wait(out.data));
       bool moves = tcoll_tensor_numel(&in) > 0;
-      expect_a2a_calls(what, got, calls_since(before), moves ? t_size : 0, moves ? t_size : 0, moves);
+      expect_a2a_calls(what, got, calls_since(&before), moves ? t_size : 0, moves ? t_size : 0, moves);
       MV_EXPECT_SHAPE(&out, nd, oshape, what);
       mv_shard_ctx c = {dt, nd, g, sd, t_size, t_rank, ishape, NULL};
       t_check_all(what, &out, mv_shard_expect, &c, 0);
@@ -625,7 +602,7 @@ START_TEST(forced_reduce) {
         tcoll_tensor_t in = t_alloc(ops[i].d, 1, shape);
         t_set_all(&in, rc_fill, &c);
         tcoll_tensor_t out = variant == 0 ? t_alloc(ops[i].d, 1, shape) : variant == 1 ? in : t_empty();
-        calls_t before = n_calls;
+        t_mpi_window_t before = calls_open();
         T_OK(tcoll_reduce(&in, dst, ops[i].op, NULL, &out));
         char what[200];
         const char *how = variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating";
@@ -634,7 +611,7 @@ START_TEST(forced_reduce) {
         expect_algo(what, OP_RD, specs[f][1]);
         const char *got = tcoll_last_algorithm();
         T_OK(tcoll_wait(out.data));
-        calls_t n = calls_since(before);
+        calls_t n = calls_since(&before);
         if (!strcmp(got, "ring"))
           T_EXPECT(!n.reduce && (t_size == 1 ? !n.send : n.send > 0), "%s: Ireduce %ld, Isend %ld", what, n.reduce,
                    n.send);

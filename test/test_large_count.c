@@ -63,10 +63,19 @@ static struct {
 
 static void watch_begin(void) { memset(&watch, 0, sizeof watch); }
 
+/* The wrappers run on whichever thread posts (with TCOLL_PROGRESS=thread, the progress thread
+ * posts schedule steps while the test's thread posts or waits): every update is atomic. */
+static int bump(int *n) { return __atomic_fetch_add(n, 1, __ATOMIC_RELAXED); }
+static void raise_max(int64_t *m, int64_t v) {
+  int64_t cur = __atomic_load_n(m, __ATOMIC_RELAXED);
+  while (v > cur && !__atomic_compare_exchange_n(m, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
 static void note(const char *fn, int64_t count) {
-  if (count > watch.max_count) watch.max_count = count;
+  raise_max(&watch.max_count, count);
   int64_t L = current_limit();
-  if (count > L && watch.over++ == 0)
+  if (count > L && bump(&watch.over) == 0)
     snprintf(watch.first_over, sizeof watch.first_over, "%s got a count of %lld (limit %lld)", fn, (long long)count,
              (long long)L);
 }
@@ -91,7 +100,7 @@ static bool failing(int w) { return (watch.fail >> w) & 1u; }
 
 /* The int forms: count, check; then fail or forward. */
 static bool count_int(int w, const char *fn, int64_t n) {
-  watch.calls[w]++;
+  bump(&watch.calls[w]);
   note(fn, n);
   return failing(w);
 }
@@ -155,7 +164,7 @@ int MPI_Ialltoall(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI
 
 int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb, const int rc[],
                    const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
-  watch.calls[W_ALLTOALLV]++;
+  bump(&watch.calls[W_ALLTOALLV]);
   note_array("MPI_Ialltoallv", sc, comm);
   note_array("MPI_Ialltoallv", rc, comm);
   if (failing(W_ALLTOALLV)) return MPI_ERR_COUNT;
@@ -164,7 +173,7 @@ int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype 
 
 int MPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Datatype st[], void *rb, const int rc[],
                    const int rd[], const MPI_Datatype rt[], MPI_Comm comm, MPI_Request *req) {
-  watch.calls[W_ALLTOALLW]++;
+  bump(&watch.calls[W_ALLTOALLW]);
   note_array("MPI_Ialltoallw", sc, comm);
   note_array("MPI_Ialltoallw", rc, comm);
   if (failing(W_ALLTOALLW)) return MPI_ERR_COUNT;
@@ -189,9 +198,9 @@ int MPI_Reduce_local(const void *in, void *acc, int n, MPI_Datatype dt, MPI_Op o
 #if LARGE_COUNT
 /* The _c forms: count, check that some count needed one, forward. */
 static bool note_c(int w, MPI_Count largest) {
-  watch.calls_c[w]++;
-  if (largest > watch.max_count) watch.max_count = largest;
-  if (largest <= current_limit()) watch.small_c++;
+  bump(&watch.calls_c[w]);
+  raise_max(&watch.max_count, largest);
+  if (largest <= current_limit()) bump(&watch.small_c);
   return failing(w);
 }
 
@@ -281,13 +290,13 @@ int MPI_Reduce_local_c(const void *in, void *acc, MPI_Count n, MPI_Datatype dt, 
 #endif
 
 int MPI_Type_contiguous(int count, MPI_Datatype old, MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_contiguous", count);
   return PMPI_Type_contiguous(count, old, t);
 }
 
 int MPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype old, MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_create_hvector", count);
   note("MPI_Type_create_hvector (block length)", blen);
   return PMPI_Type_create_hvector(count, blen, stride, old, t);
@@ -295,7 +304,7 @@ int MPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype o
 
 int MPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs[], MPI_Datatype old,
                              MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_create_hindexed", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_hindexed (block length)", blens[i]);
   return PMPI_Type_create_hindexed(count, blens, displs, old, t);
@@ -303,7 +312,7 @@ int MPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs
 
 int MPI_Type_create_struct(int count, const int blens[], const MPI_Aint displs[], const MPI_Datatype types[],
                            MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_create_struct", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_struct (block length)", blens[i]);
   return PMPI_Type_create_struct(count, blens, displs, types, t);
