@@ -1,0 +1,78 @@
+/* Shared helpers for the suites that force algorithms (tcoll_config_t.algo) and read tcoll's
+ * log: test_algo.c, test_cma.c, test_large_count.c.
+ *
+ * These suites also run with TCOLL_ALGO set in the environment (test/meson.build, algo_suites):
+ * every test that sets an algorithm saves the setting it found first and puts it back at its
+ * end (t_save_algo, t_restore_algo). */
+#ifndef T_ALGO_UTIL_H
+#define T_ALGO_UTIL_H
+
+#include "harness.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The algorithm setting in force (sizeof tcoll_config_t.algo bytes). */
+static inline void t_get_algo(char *buf) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  memcpy(buf, c.algo, sizeof c.algo);
+}
+
+static inline void t_set_algo(const char *spec) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  snprintf(c.algo, sizeof c.algo, "%s", spec);
+  int rc = tcoll_set_config(&c);
+  T_EXPECT(rc == TCOLL_SUCCESS, "setting algo \"%s\" returned %s: %s", spec,
+           tcoll_status_string(rc), tcoll_last_error());
+}
+
+static inline void t_set_debug(tcoll_log_level_t level) {
+  tcoll_config_t c;
+  T_OK(tcoll_get_config(&c));
+  c.debug = level;
+  T_OK(tcoll_set_config(&c));
+}
+
+/* The setting a test found (TCOLL_ALGO of the run, or "auto"), put back at its end. */
+static char t_found_algo[sizeof(((tcoll_config_t *)0)->algo)];
+static inline void t_save_algo(void) { t_get_algo(t_found_algo); }
+static inline void t_restore_algo(void) {
+  t_set_algo(t_found_algo);
+  char now[sizeof t_found_algo];
+  t_get_algo(now);
+  T_EXPECT(!strcmp(now, t_found_algo), "algo not restored: \"%s\" (expected \"%s\")", now,
+           t_found_algo);
+}
+
+/* Runs fn with stderr going to a temporary file; returns what was written (static storage),
+ * also copied to stderr for the test log. */
+static inline const char *t_capture_stderr(void (*fn)(void *), void *arg) {
+  static char text[16384];
+  text[0] = '\0';
+  fflush(stderr);
+  FILE *tmp = tmpfile();
+  int saved = dup(2);
+  if (!tmp || saved < 0) {
+    T_EXPECT(0, "cannot redirect stderr");
+    fn(arg);
+    if (tmp) fclose(tmp);
+    if (saved >= 0) close(saved);
+    return text;
+  }
+  dup2(fileno(tmp), 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(tmp);
+  size_t n = fread(text, 1, sizeof text - 1, tmp);
+  text[n] = '\0';
+  fclose(tmp);
+  fputs(text, stderr);
+  return text;
+}
+
+#endif
