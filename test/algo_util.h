@@ -1,5 +1,5 @@
-/* Shared helpers for the suites that force algorithms (tcoll_config_t.algo) and read tcoll's
- * log: test_algo.c, test_cma.c, test_large_count.c.
+/* Shared helpers for the suites that force algorithms (tcoll_config_t.algo) and set tcoll's log
+ * level: test_algo.c, test_cma.c, test_large_count.c.
  *
  * These suites also run with TCOLL_ALGO set in the environment (test/meson.build, algo_suites):
  * every test that sets an algorithm saves the setting it found first and puts it back at its
@@ -11,7 +11,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 /* The algorithm setting in force (sizeof tcoll_config_t.algo bytes). */
 static inline void t_get_algo(char *buf) {
@@ -45,34 +44,6 @@ static inline void t_restore_algo(void) {
   t_get_algo(now);
   T_EXPECT(!strcmp(now, t_found_algo), "algo not restored: \"%s\" (expected \"%s\")", now,
            t_found_algo);
-}
-
-/* Runs fn with stderr going to a temporary file; returns what was written (static storage),
- * also copied to stderr for the test log. */
-static inline const char *t_capture_stderr(void (*fn)(void *), void *arg) {
-  static char text[16384];
-  text[0] = '\0';
-  fflush(stderr);
-  FILE *tmp = tmpfile();
-  int saved = dup(2);
-  if (!tmp || saved < 0) {
-    T_EXPECT(0, "cannot redirect stderr");
-    fn(arg);
-    if (tmp) fclose(tmp);
-    if (saved >= 0) close(saved);
-    return text;
-  }
-  dup2(fileno(tmp), 2);
-  fn(arg);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  rewind(tmp);
-  size_t n = fread(text, 1, sizeof text - 1, tmp);
-  text[n] = '\0';
-  fclose(tmp);
-  fputs(text, stderr);
-  return text;
 }
 
 #endif
