@@ -215,6 +215,14 @@ static const row_t OUT_ROWS[] = {
     R(OUT_ | F_NDIM, TCOLL_MAX_DIMS + 1, "{out}->ndim is {maxdims+1}"),
 };
 
+/* What every reducing collective with one input or a list of inputs refuses alike: ops its int32
+ * inputs do not take, and a premul_sum handle destroyed before the call. */
+static const row_t REDUCING_ROWS[] = {
+    R2(ALL_IN_ | F_TENSOR, S_IIN, A_OP, TCOLL_AVG, "op avg needs a floating dtype"),
+    R2(ALL_IN_ | F_TENSOR, S_IIN, A_OP, S_PREMUL, "op premul_sum needs a floating dtype"),
+    R(A_OP, S_STALE, "live premul_sum handle"),
+};
+
 /* The outputs expected, as shapes of [rows, 3] inputs: the same, gathered along dim 0 or 1,
  * scattered along dim 0, sharded along dim 0 and gathered along dim 1. */
 enum { SH_NONE, SH_SAME, SH_ROWS_X_P, SH_COLS_X_P, SH_ROWS_BY_P, SH_SHARD };
@@ -232,6 +240,7 @@ enum {
   SELF_OUT = 2,  /* the spoilt outputs: every rank its own root (dst or src) */
   ROOT_OUTS = 4, /* the spoilt inputs and bad communicators: outputs on rank 0 only */
   DESC_OUTS = 8, /* valid outputs are descriptions (data NULL, shape given), not t_empty() */
+  REDUCES = 16,  /* REDUCING_ROWS apply */
 };
 typedef struct coll {
   const char *name;
@@ -383,6 +392,8 @@ static void t_cases(const coll_t *c, fx_t *f) {
   if (c->flags & ROOT_OUTS) a.out_null = t_rank != 0;
   for (size_t k = 0; k < T_LEN(IN_ROWS); k++) run_row(c, a, &IN_ROWS[k], f);
   for (size_t k = 0; k < c->nrows; k++) run_row(c, valid, &c->rows[k], f);
+  for (size_t k = 0; c->flags & REDUCES && k < T_LEN(REDUCING_ROWS); k++)
+    run_row(c, valid, &REDUCING_ROWS[k], f);
   for (int w = 0; w < 2 && c->want[w]; w++) {
     a = valid;
     if (c->flags & SELF_OUT) a.i0 = t_rank;
@@ -408,18 +419,15 @@ static void t_cases(const coll_t *c, fx_t *f) {
 
 static const row_t ALL_REDUCE_ROWS[] = {
     R(A_IN_NULL, 0, "in is NULL"),
-    /* Ops the dtype does not take, unknown and stale ops. */
-    R2(IN_ | F_TENSOR, S_IIN, A_OP, TCOLL_AVG, "op avg needs a floating dtype"),
-    R2(IN_ | F_TENSOR, S_IIN, A_OP, S_PREMUL, "op premul_sum needs a floating dtype"),
+    /* Ops the dtype does not take, unknown ops (and REDUCING_ROWS). */
     R(A_OP, TCOLL_BAND, "op band needs an integer or bool dtype, got float32"),
     R(A_OP, TCOLL_BOR, "op bor needs an integer"),
     R(A_OP, TCOLL_BXOR, "op bxor needs an integer"),
     R(A_OP, 99, "op is 99"),
     R(A_OP, -1, "op is -1"),
-    R(A_OP, S_STALE, "live premul_sum handle"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t ALL_REDUCE = {"all_reduce", c_all_reduce, ONE, ONE, 0, 0, 0,
+static const coll_t ALL_REDUCE = {"all_reduce", c_all_reduce, ONE, ONE, REDUCES, 0, 0,
                                   {SH_SAME}, {0}, ROWS(ALL_REDUCE_ROWS)};
 
 START_TEST(all_reduce) {
@@ -565,11 +573,8 @@ static double rs_val(int64_t i, void *ctx) {
 
 static const row_t REDUCE_SCATTER_ROWS[] = {
     R(A_IN_NULL, 0, "in is NULL"),
-    R2(IN_ | F_TENSOR, S_IIN, A_OP, TCOLL_AVG, "op avg needs a floating dtype"),
-    R2(IN_ | F_TENSOR, S_IIN, A_OP, S_PREMUL, "op premul_sum needs a floating dtype"),
     R(A_OP, TCOLL_BXOR, "op bxor needs an integer"),
     R(A_OP, 8, "op is 8"),
-    R(A_OP, S_STALE, "live premul_sum handle"),
     R(A_I0, 2, "scatter_dim is 2"),
     R(A_I0, -3, "scatter_dim is -3"),
     R(IN_ | F_TENSOR, S_SCALAR, "scatter_dim needs a tensor with at least 1 dim"),
@@ -579,8 +584,8 @@ static const row_t REDUCE_SCATTER_ROWS[] = {
     RW(W_NOT3, A_I0, -1, "input dimension 1 (3) must be a multiple of group_size {size}"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t REDUCE_SCATTER = {"reduce_scatter", c_reduce_scatter, ONE, ONE, 0, 0, 0,
-                                      {SH_ROWS_BY_P}, {0}, ROWS(REDUCE_SCATTER_ROWS)};
+static const coll_t REDUCE_SCATTER = {"reduce_scatter", c_reduce_scatter, ONE, ONE, REDUCES, 0,
+                                      0, {SH_ROWS_BY_P}, {0}, ROWS(REDUCE_SCATTER_ROWS)};
 
 START_TEST(reduce_scatter) {
   fx_t f;
@@ -819,14 +824,11 @@ static const row_t REDUCE_ROWS[] = {
     R(A_IN_NULL, 0, "in is NULL"),
     R(A_I0, S_SIZE, "dst is {size}"),
     R(A_I0, -2, "dst is -2"),
-    R2(IN_ | F_TENSOR, S_IIN, A_OP, TCOLL_AVG, "op avg needs a floating dtype"),
-    R2(IN_ | F_TENSOR, S_IIN, A_OP, S_PREMUL, "op premul_sum needs a floating dtype"),
     R(A_OP, TCOLL_BAND, "op band needs an integer"),
     R(A_OP, 1000000, "op is 1000000"),
-    R(A_OP, S_STALE, "live premul_sum handle"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t REDUCE = {"reduce", c_reduce, ONE, ONE, 0, 0, 0,
+static const coll_t REDUCE = {"reduce", c_reduce, ONE, ONE, REDUCES, 0, 0,
                               {SH_SAME}, {0}, ROWS(REDUCE_ROWS)};
 
 START_TEST(reduce) {
@@ -986,15 +988,12 @@ static const row_t REDUCE_SCATTER_LIST_ROWS[] = {
     R(A_IN_NULL, 0, "ins is NULL"),
     RW(W_MULTI, IN_ | F_TENSOR, S_IIN, "ins[{last}] differs from ins[0]"),
     RW(W_MULTI, IN_ | F_DEVICE, S_OTHER_DEV, "ins[{last}]->device is"),
-    R2(ALL_IN_ | F_TENSOR, S_IIN, A_OP, TCOLL_AVG, "op avg needs a floating dtype"),
-    R2(ALL_IN_ | F_TENSOR, S_IIN, A_OP, S_PREMUL, "op premul_sum needs a floating dtype"),
     R(A_OP, TCOLL_BAND, "op band needs an integer"),
     R(A_OP, 42, "op is 42"),
-    R(A_OP, S_STALE, "live premul_sum handle"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
 static const coll_t REDUCE_SCATTER_LIST = {"reduce_scatter_list", c_reduce_scatter_list, LIST,
-                                           ONE, 0, 0, 0, {SH_SAME}, {0},
+                                           ONE, REDUCES, 0, 0, {SH_SAME}, {0},
                                            ROWS(REDUCE_SCATTER_LIST_ROWS)};
 
 START_TEST(reduce_scatter_list) {
