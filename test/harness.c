@@ -1,11 +1,10 @@
 #include "harness.h"
 
-#include "gpu_probe.h"
-
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int t_rank = -1, t_size = 0;
 static int failures;
@@ -188,34 +187,6 @@ static double load(const void *buf, tcoll_dtype_t d, int64_t i) {
   return NAN;
 }
 
-int main(int argc, char **argv) {
-  bool gpu_visible = t_gpu_prepare();
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &t_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &t_size);
-  if (tcoll_init(&argc, &argv) != TCOLL_SUCCESS) {
-    fprintf(stderr, "[rank %d] tcoll_init failed: %s\n", t_rank, tcoll_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  int verdict = t_gpu_verdict(tcoll_device_backend(), gpu_visible, t_rank);
-  if (verdict) {
-    tcoll_finalize();
-    MPI_Finalize();
-    return verdict;
-  }
-  SRunner *sr = srunner_create(t_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, t_rank == 0 ? CK_NORMAL : CK_SILENT);
-  int local = srunner_ntests_failed(sr), worst = 0;
-  srunner_free(sr);
-  MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (t_rank == 0) printf("%s at %d rank(s): %s\n", argv[0], t_size, worst ? "FAILED" : "passed");
-  tcoll_finalize();
-  MPI_Finalize();
-  return worst ? 1 : 0;
-}
-
 void t_heap_report(const char *suite) {
   if (t_heap_measurable()) return;
   const char *checker = t_heap_checker();
@@ -248,4 +219,46 @@ void t_pending_ring_done(t_pending_t *pr, const char *what) {
   tcoll_tensor_free(&pr->x);
   tcoll_tensor_free(&pr->y);
   T_OK(tcoll_set_config(&pr->old));
+}
+
+/* ---------------------------------------------------------------- stderr */
+
+t_capture_t t_capture_begin(void) {
+  fflush(stderr);
+  t_capture_t c = {dup(2), tmpfile()};
+  T_EXPECT(c.saved >= 0 && c.file, "cannot redirect stderr");
+  if (c.saved >= 0 && c.file) dup2(fileno(c.file), 2);
+  return c;
+}
+
+void t_capture_end(t_capture_t *c, char *buf, size_t len) {
+  fflush(stderr);
+  if (c->saved >= 0) {
+    dup2(c->saved, 2);
+    close(c->saved);
+  }
+  buf[0] = '\0';
+  if (!c->file) return;
+  rewind(c->file);
+  size_t n = fread(buf, 1, len - 1, c->file);
+  buf[n] = '\0';
+  fclose(c->file);
+}
+
+const char *t_capture_stderr(void (*fn)(void *), void *arg) {
+  static char text[16384];
+  t_capture_t c = t_capture_begin();
+  fn(arg);
+  t_capture_end(&c, text, sizeof text);
+  fputs(text, stderr); /* keep it in the test log */
+  return text;
+}
+
+/* ---------------------------------------------------------------- programs with their own main */
+
+int t_verdict(const char *name) {
+  int local = t_local_failures(), total = 0;
+  MPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (t_rank == 0) printf("%s at %d rank(s): %s\n", name, t_size, total ? "FAILED" : "passed");
+  return total ? 1 : 0;
 }

@@ -1,7 +1,10 @@
 /* The shared test harness.
  *
- * Every suite runs under mpiexec at several rank counts. main() (harness.c) initializes MPI
- * itself, then tcoll, runs the suite in CK_NOFORK mode and sums failures over the ranks.
+ * Every suite runs under mpiexec at several rank counts. main() (harness_main.c) initializes MPI
+ * itself, then tcoll, runs the suite in CK_NOFORK mode and sums failures over the ranks. A
+ * program with a main of its own (one scenario per process: test_cudamock.c, test_lifetime.c)
+ * uses the rest: the expectations, tensors and captured stderr below; it sets t_rank and t_size
+ * once MPI runs, and decides its exit status from t_local_failures() (or t_verdict).
  *
  * A failed ck_assert would leave one rank's test early while the others wait in a collective,
  * so tests record failures with T_EXPECT (which never jumps) and the checked teardown
@@ -85,6 +88,26 @@ typedef struct t_pending {
 void t_pending_ring(t_pending_t *pr, tcoll_comm_t *comm);
 /* Rank 0 waits for it too; every rank checks its block and restores the configuration. */
 void t_pending_ring_done(t_pending_t *pr, const char *what);
+
+/* ---- stderr ---- */
+
+/* What the process writes to stderr (fd 2) from t_capture_begin to t_capture_end. */
+typedef struct t_capture {
+  int saved;
+  FILE *file;
+} t_capture_t;
+t_capture_t t_capture_begin(void);
+/* Puts stderr back; the text written meanwhile (at most len - 1 bytes) goes to buf. */
+void t_capture_end(t_capture_t *c, char *buf, size_t len);
+/* Runs fn(arg) with stderr captured; returns the text (static storage, overwritten by the next
+ * call), also copied to stderr for the test log. */
+const char *t_capture_stderr(void (*fn)(void *), void *arg);
+
+/* ---- programs with a main of their own ---- */
+
+/* The failures recorded on every rank of MPI_COMM_WORLD, summed; rank 0 prints
+ * "NAME at N rank(s): passed" (or FAILED). Returns the exit status: 0, or 1 on a failure. */
+int t_verdict(const char *name);
 
 /* ---- heap ---- */
 

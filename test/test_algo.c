@@ -6,21 +6,20 @@
  *
  * The suite also runs with TCOLL_ALGO set in the environment (test/meson.build, algo_suites):
  * every test sets the algorithm it needs and puts back the setting it found. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE 1 /* process_vm_readv */
-#endif
-#include "reduce_common.h"
+#include "algo_util.h"
 #include "move_util.h"
+#include "mpi_count.h"
+#include "reduce_common.h"
 
 #include <pthread.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 /* ---------------------------------------------------------------- MPI calls made
  *
- * PMPI wrappers (the executable's definitions take precedence over libmpi's for libtcoll's
- * calls too), counted per thread: what each algorithm posts tells which one ran.
+ * Counted through the profiling interface (test/mpi_count.c), by every thread: with
+ * TCOLL_PROGRESS=thread the progress thread posts the steps of a schedule while this thread
+ * waits. Each count spans one collective, from its post to its completion, with nothing else
+ * in flight (t_mpi_window_open), so every call in it is that collective's; what each algorithm
+ * posts tells which one ran.
  *   mpi:            all_reduce MPI_Iallreduce; reduce_scatter MPI_Ireduce_scatter_block
  *                   (MPI_Ialltoallv along a dim other than 0)
  *   ring:           MPI_Isend / MPI_Irecv between neighbours only (no call at 1 rank)
@@ -30,50 +29,23 @@
 typedef struct calls {
   long allreduce, rsb, alltoall, alltoallv, allgatherv, send, reduce, recv;
 } calls_t;
-static _Thread_local calls_t n_calls;
 
-int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
-  n_calls.allreduce++;
-  return PMPI_Iallreduce(s, r, n, d, op, c, q);
-}
-int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c, MPI_Request *q) {
-  n_calls.rsb++;
-  return PMPI_Ireduce_scatter_block(s, r, n, d, op, c, q);
-}
-int MPI_Ialltoall(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, MPI_Comm c,
-                  MPI_Request *q) {
-  n_calls.alltoall++;
-  return PMPI_Ialltoall(s, sn, sd, r, rn, rd, c, q);
-}
-int MPI_Ialltoallv(const void *s, const int sc[], const int sdp[], MPI_Datatype sd, void *r, const int rc[],
-                   const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
-  n_calls.alltoallv++;
-  return PMPI_Ialltoallv(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
-}
-int MPI_Iallgatherv(const void *s, int sn, MPI_Datatype sd, void *r, const int rc[], const int dp[], MPI_Datatype rd,
-                    MPI_Comm c, MPI_Request *q) {
-  n_calls.allgatherv++;
-  return PMPI_Iallgatherv(s, sn, sd, r, rc, dp, rd, c, q);
-}
-int MPI_Ireduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c, MPI_Request *q) {
-  n_calls.reduce++;
-  return PMPI_Ireduce(s, r, n, d, op, root, c, q);
-}
-int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c, MPI_Request *q) {
-  n_calls.send++;
-  return PMPI_Isend(b, n, d, dst, tag, c, q);
+/* Opens the count of one collective (nothing may be pending: see calls_since). */
+static t_mpi_window_t calls_open(void) {
+  t_mpi_window_t w;
+  t_mpi_window_open(&w);
+  return w;
 }
 
-int MPI_Irecv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Request *q) {
-  n_calls.recv++;
-  return PMPI_Irecv(b, n, d, src, tag, c, q);
-}
-
-static calls_t calls_since(calls_t a) {
-  calls_t b = n_calls;
-  return (calls_t){b.allreduce - a.allreduce, b.rsb - a.rsb,         b.alltoall - a.alltoall,
-                   b.alltoallv - a.alltoallv, b.allgatherv - a.allgatherv, b.send - a.send,
-                   b.reduce - a.reduce,       b.recv - a.recv};
+static calls_t calls_since(const t_mpi_window_t *w) {
+  return (calls_t){t_mpi_window_calls_of(w, T_MPI_IALLREDUCE),
+                   t_mpi_window_calls_of(w, T_MPI_IREDUCE_SCATTER_BLOCK),
+                   t_mpi_window_calls_of(w, T_MPI_IALLTOALL),
+                   t_mpi_window_calls_of(w, T_MPI_IALLTOALLV),
+                   t_mpi_window_calls_of(w, T_MPI_IALLGATHERV),
+                   t_mpi_window_calls_of(w, T_MPI_ISEND),
+                   t_mpi_window_calls_of(w, T_MPI_IREDUCE),
+                   t_mpi_window_calls_of(w, T_MPI_IRECV)};
 }
 
 enum { OP_AR, OP_RS, OP_A2A, OP_RD };
@@ -110,38 +82,6 @@ static bool offered(int op, const char *algo) {
   if (op == OP_A2A) return !strcmp(algo, "scattered");
   if (!strcmp(algo, "ring")) return true;
   return op == OP_AR ? !strcmp(algo, "ring_allgather") : op == OP_RS && !strcmp(algo, "alltoall");
-}
-
-static void get_algo(char *buf) {
-  tcoll_config_t c;
-  T_OK(tcoll_get_config(&c));
-  memcpy(buf, c.algo, sizeof c.algo);
-}
-
-static void set_algo(const char *spec) {
-  tcoll_config_t c;
-  T_OK(tcoll_get_config(&c));
-  snprintf(c.algo, sizeof c.algo, "%s", spec);
-  int rc = tcoll_set_config(&c);
-  T_EXPECT(rc == TCOLL_SUCCESS, "setting algo \"%s\" returned %s: %s", spec, tcoll_status_string(rc),
-           tcoll_last_error());
-}
-
-static void set_debug(tcoll_log_level_t level) {
-  tcoll_config_t c;
-  T_OK(tcoll_get_config(&c));
-  c.debug = level;
-  T_OK(tcoll_set_config(&c));
-}
-
-/* The setting each test found (TCOLL_ALGO of the run, or "auto"), put back at its end. */
-static char found[256];
-static void save_algo(void) { get_algo(found); }
-static void restore_algo(void) {
-  set_algo(found);
-  char now[256];
-  get_algo(now);
-  T_EXPECT(!strcmp(now, found), "algo not restored: \"%s\" (expected \"%s\")", now, found);
 }
 
 /* tcoll_last_algorithm() is `want` (NULL: any algorithm op offers). */
@@ -206,11 +146,11 @@ static void ar_case(const char *spec, const char *want, tcoll_dtype_t d, int k, 
   tcoll_tensor_t in = t_alloc(d, ndim, shape);
   t_set_all(&in, rc_fill, &c);
   tcoll_tensor_t out = variant == 0 ? t_alloc(d, ndim, shape) : variant == 1 ? in : t_empty();
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   T_OK(tcoll_all_reduce(&in, op, NULL, &out));
   expect_algo(what, OP_AR, n == 0 ? "mpi" : want);
   T_OK(tcoll_wait(out.data));
-  if (n > 0) expect_ran(what, OP_AR, tcoll_last_algorithm(), calls_since(before));
+  if (n > 0) expect_ran(what, OP_AR, tcoll_last_algorithm(), calls_since(&before));
   t_check_all(what, &out, rc_want, &c, 0);
   if (variant == 0) {
     char w2[300];
@@ -238,11 +178,11 @@ static void rs_case(const char *spec, const char *want, tcoll_dtype_t d, int k, 
   memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
   oshape[dim] /= t_size;
   tcoll_tensor_t out = alloc ? t_empty() : t_alloc(d, ndim, oshape);
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   T_OK(tcoll_reduce_scatter(&in, op, dim, NULL, &out));
   expect_algo(what, OP_RS, n == 0 ? "mpi" : want);
   T_OK(tcoll_wait(out.data));
-  if (n > 0) expect_ran(what, OP_RS, tcoll_last_algorithm(), calls_since(before));
+  if (n > 0) expect_ran(what, OP_RS, tcoll_last_algorithm(), calls_since(&before));
   rc_scatter(&c, shape, ndim, dim, t_rank);
   t_check_all(what, &out, rc_want, &c, 0);
   char w2[300];
@@ -256,12 +196,12 @@ static void rs_case(const char *spec, const char *want, tcoll_dtype_t d, int k, 
 /* Every setting x every op kind: all_reduce of a count the ranks do not divide (out of place and
  * in place), reduce_scatter of 13 elements per rank. */
 START_TEST(forced_ops) {
-  save_algo();
+  t_save_algo();
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
   int64_t ar_shape[1] = {37 * (int64_t)t_size + 5}, rs_shape[1] = {13 * (int64_t)t_size};
   for (size_t f = 0; f < T_LEN(FORCED); f++) {
-    set_algo(FORCED[f].spec);
+    t_set_algo(FORCED[f].spec);
     for (size_t i = 0; i < T_LEN(OPS); i++) {
       tcoll_redop_t op = kop(OPS[i].k, premul);
       for (int v = 0; v < 2; v++)
@@ -270,7 +210,7 @@ START_TEST(forced_ops) {
     }
   }
   T_OK(tcoll_redop_destroy(premul));
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -293,7 +233,7 @@ static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scat
     t_set_all(&in[t], rc_fill, &c[t]);
     out[t] = t_empty();
   }
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   if (scatter) T_OK(tcoll_reduce_scatter_coalesced(in, COAL_T, op, dims, NULL, out));
   else T_OK(tcoll_all_reduce_coalesced(in, COAL_T, op, NULL, out));
   char what[256];
@@ -301,7 +241,7 @@ static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scat
            kname(k));
   expect_algo(what, scatter ? OP_RS : OP_AR, scatter ? f->rs : f->ar);
   for (int t = 0; t < COAL_T; t++) T_OK(tcoll_wait(out[t].data));
-  expect_ran(what, scatter ? OP_RS : OP_AR, tcoll_last_algorithm(), calls_since(before));
+  expect_ran(what, scatter ? OP_RS : OP_AR, tcoll_last_algorithm(), calls_since(&before));
   for (int t = 0; t < COAL_T; t++) {
     char w2[300];
     snprintf(w2, sizeof w2, "%s: out[%d]", what, t);
@@ -313,11 +253,11 @@ static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scat
 }
 
 START_TEST(forced_coalesced) {
-  save_algo();
+  t_save_algo();
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
   for (size_t f = 0; f < T_LEN(FORCED); f++) {
-    set_algo(FORCED[f].spec);
+    t_set_algo(FORCED[f].spec);
     for (int scatter = 0; scatter < 2; scatter++) {
       coalesced_case(&FORCED[f], K_SUM, TCOLL_SUM, scatter);
       coalesced_case(&FORCED[f], K_AVG, TCOLL_AVG, scatter);
@@ -325,7 +265,7 @@ START_TEST(forced_coalesced) {
     }
   }
   T_OK(tcoll_redop_destroy(premul));
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -354,7 +294,7 @@ static double a2a_out(int64_t e, void *p) {
 }
 
 START_TEST(forced_all_to_all) {
-  save_algo();
+  t_save_algo();
   const char *specs[][2] = {{"all_to_all:scattered", "scattered"}, {"all_to_all:mpi", "mpi"}, {"mpi", "mpi"},
                             {"auto", NULL}};
   int64_t isz[T_MAX_G], osz[T_MAX_G], ioff[T_MAX_G + 1], ooff[T_MAX_G + 1];
@@ -367,19 +307,19 @@ START_TEST(forced_all_to_all) {
   }
   if (t_size == 1) isz[0] = osz[0] = 2, ioff[1] = ooff[1] = 2; /* alone: its own block only */
   for (size_t f = 0; f < T_LEN(specs); f++) {
-    set_algo(specs[f][0]);
+    t_set_algo(specs[f][0]);
     int64_t ishape[2] = {ioff[t_size], 3};
     tcoll_tensor_t in = t_alloc(TCOLL_FLOAT64, 2, ishape), out = t_empty();
     a2a_ctx_t ci = {t_rank, ioff}, co = {t_rank, ooff};
     t_set_all(&in, a2a_in, &ci);
-    calls_t before = n_calls;
+    t_mpi_window_t before = calls_open();
     T_OK(tcoll_all_to_all_single(&in, osz, isz, NULL, &out));
     char what[160];
     snprintf(what, sizeof what, "algo \"%s\": all_to_all_single", specs[f][0]);
     expect_algo(what, OP_A2A, specs[f][1]);
     const char *got = tcoll_last_algorithm();
     T_OK(tcoll_wait(out.data));
-    calls_t c = calls_since(before);
+    calls_t c = calls_since(&before);
     if (!strcmp(got, "scattered"))
       T_EXPECT(!c.alltoallv && c.send == (t_size > 1 ? t_size - 1 : 0), "%s: Ialltoallv %ld, Isend %ld", what,
                c.alltoallv, c.send);
@@ -392,7 +332,7 @@ START_TEST(forced_all_to_all) {
     tcoll_tensor_free(&out);
     tcoll_tensor_free(&in);
   }
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -430,7 +370,7 @@ static const char *list_table_choice(void) { return t_size >= 2 && t_size <= 4 &
 static int64_t list_n(int q, int r) { return (q + 2 * r) % 4 == 1 ? 0 : 2 * q + 3 * r + 1; }
 
 START_TEST(forced_all_to_all_list) {
-  save_algo();
+  t_save_algo();
   const char *const list_specs[][2] = {{"all_to_all_list:scattered", "scattered"},
                                        {"all_to_all_list:mpi", "mpi"},
                                        {"mpi", "mpi"},
@@ -439,7 +379,7 @@ START_TEST(forced_all_to_all_list) {
                                        {"auto", list_table_choice()}};
   tcoll_dtype_t dts[] = {TCOLL_FLOAT64, TCOLL_INT16};
   for (size_t f = 0; f < T_LEN(list_specs); f++) {
-    set_algo(list_specs[f][0]);
+    t_set_algo(list_specs[f][0]);
     for (size_t k = 0; k < T_LEN(dts); k++) {
       tcoll_tensor_t ins[T_MAX_G], outs[T_MAX_G];
       long sends = 0, recvs = 0;
@@ -451,14 +391,14 @@ START_TEST(forced_all_to_all_list) {
         sends += p != t_rank && ni > 0;
         recvs += p != t_rank && no > 0;
       }
-      calls_t before = n_calls;
+      t_mpi_window_t before = calls_open();
       T_OK(tcoll_all_to_all(ins, NULL, outs));
       char what[160];
       snprintf(what, sizeof what, "algo \"%s\": all_to_all %s", list_specs[f][0], tcoll_dtype_name(dts[k]));
       expect_algo(what, OP_A2A, list_specs[f][1]);
       const char *got = tcoll_last_algorithm();
       for (int p = 0; p < t_size; p++) T_OK(tcoll_wait(outs[p].data));
-      expect_a2a_calls(what, got, calls_since(before), sends, recvs, 1);
+      expect_a2a_calls(what, got, calls_since(&before), sends, recvs, 1);
       for (int p = 0; p < t_size; p++) {
         char w2[200];
         snprintf(w2, sizeof w2, "%s: outs[%d]", what, p);
@@ -468,7 +408,7 @@ START_TEST(forced_all_to_all_list) {
       }
     }
   }
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -483,7 +423,7 @@ static void permute_algo_case(const char *spec, const char *want, const int *p, 
   int64_t shape[2] = {n, 3};
   tcoll_tensor_t in = t_alloc(dt, 2, shape), out = t_empty();
   mv_fill(&in, t_rank, 0);
-  calls_t before = n_calls;
+  t_mpi_window_t before = calls_open();
   T_OK(tcoll_permute(&in, p, NULL, &out));
   char what[160];
   snprintf(what, sizeof what, "algo \"%s\": permute %s of %lld rows (%s)", spec, kind, (long long)n,
@@ -492,18 +432,18 @@ static void permute_algo_case(const char *spec, const char *want, const int *p, 
   const char *got = tcoll_last_algorithm();
   T_OK(tcoll_wait(out.data));
   bool moves = n > 0 && p[t_rank] != t_rank;
-  expect_a2a_calls(what, got, calls_since(before), moves, n > 0 && from != t_rank, n > 0);
+  expect_a2a_calls(what, got, calls_since(&before), moves, n > 0 && from != t_rank, n > 0);
   mv_check_fill(what, &out, from, 0);
   tcoll_tensor_free(&out);
   tcoll_tensor_free(&in);
 }
 
 START_TEST(forced_permute) {
-  save_algo();
+  t_save_algo();
   int p[T_MAX_G];
   for (size_t f = 0; f < T_LEN(a2a_specs); f++) {
     const char *spec = a2a_specs[f][0], *want = a2a_specs[f][1];
-    set_algo(spec);
+    t_set_algo(spec);
     for (int shift = 0; shift < t_size; shift++) {
       for (int m = 0; m < t_size; m++) p[m] = (m + shift) % t_size;
       tcoll_dtype_t dt = shift % 2 ? TCOLL_INT32 : TCOLL_FLOAT16;
@@ -516,7 +456,7 @@ START_TEST(forced_permute) {
     for (int m = 0; m < t_size; m++) p[m] = (m + 1) % t_size;
     permute_algo_case(spec, want, p, "shift, empty", 0, TCOLL_FLOAT32);
   }
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -525,7 +465,7 @@ END_TEST
  * exchange sends one slab to every rank, itself included, the literal call is one
  * MPI_Ialltoallv (none where the tensor is empty). */
 START_TEST(forced_shard_dim) {
-  save_algo();
+  t_save_algo();
   int64_t P = t_size;
   static const struct {
     int ndim, g, s;
@@ -533,7 +473,7 @@ START_TEST(forced_shard_dim) {
   } cases[] = {{2, 0, 1, {3, -2}}, {2, 1, 0, {-2, 3}}, {2, 0, 0, {-3, 2}}, {2, 1, 1, {2, -3}},
                {3, 2, 1, {2, -2, 3}}, {3, 0, 2, {2, 3, -1}}, {3, 1, 1, {2, -1, 2}}, {2, 0, 1, {0, -2}}};
   for (size_t f = 0; f < T_LEN(a2a_specs); f++) {
-    set_algo(a2a_specs[f][0]);
+    t_set_algo(a2a_specs[f][0]);
     for (size_t i = 0; i < T_LEN(cases); i++) {
       int nd = cases[i].ndim, g = cases[i].g, sd = cases[i].s;
       int64_t ishape[3], oshape[3];
@@ -544,7 +484,7 @@ START_TEST(forced_shard_dim) {
       tcoll_dtype_t dt = i % 2 ? TCOLL_BFLOAT16 : TCOLL_INT32;
       tcoll_tensor_t in = t_alloc(dt, nd, ishape), out = i % 3 ? t_alloc(dt, nd, oshape) : t_empty();
       mv_fill(&in, t_rank, 0);
-      calls_t before = n_calls;
+      t_mpi_window_t before = calls_open();
       T_OK(tcoll_shard_dim_all_to_all(&in, g, sd, NULL, &out));
       char what[160], sh[64];
       snprintf(what, sizeof what, "algo \"%s\": shard_dim_all_to_all %s gather %d shard %d", a2a_specs[f][0],
@@ -553,7 +493,7 @@ START_TEST(forced_shard_dim) {
       const char *got = tcoll_last_algorithm();
       T_OK(tcoll_wait(out.data));
       bool moves = tcoll_tensor_numel(&in) > 0;
-      expect_a2a_calls(what, got, calls_since(before), moves ? t_size : 0, moves ? t_size : 0, moves);
+      expect_a2a_calls(what, got, calls_since(&before), moves ? t_size : 0, moves ? t_size : 0, moves);
       MV_EXPECT_SHAPE(&out, nd, oshape, what);
       mv_shard_ctx c = {dt, nd, g, sd, t_size, t_rank, ishape, NULL};
       t_check_all(what, &out, mv_shard_expect, &c, 0);
@@ -561,7 +501,7 @@ START_TEST(forced_shard_dim) {
       tcoll_tensor_free(&in);
     }
   }
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -569,8 +509,8 @@ END_TEST
  * refused before anything is posted (the literal call leaves that to MPI). Every rank makes the
  * same mistake, so no rank waits for another. */
 START_TEST(scattered_own_block_too_large) {
-  save_algo();
-  set_algo("all_to_all:scattered,all_to_all_list:scattered");
+  t_save_algo();
+  t_set_algo("all_to_all:scattered,all_to_all_list:scattered");
   int64_t isz[T_MAX_G], osz[T_MAX_G], rows = 0, orows = 0;
   for (int q = 0; q < t_size; q++) {
     isz[q] = q == t_rank ? 3 : 1;
@@ -595,7 +535,7 @@ START_TEST(scattered_own_block_too_large) {
   }
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -604,7 +544,7 @@ END_TEST
  * an output never written (zeros where tcoll allocated it); "ring" sends point-to-point messages
  * only, "mpi" calls MPI_Ireduce. */
 START_TEST(forced_reduce) {
-  save_algo();
+  t_save_algo();
   const char *specs[][2] = {{"reduce:ring", "ring"}, {"reduce:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL}};
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
@@ -616,7 +556,7 @@ START_TEST(forced_reduce) {
              {K_SUM, TCOLL_SUM, TCOLL_FLOAT16}};
   int64_t shape[1] = {37 * (int64_t)t_size + 5};
   for (size_t f = 0; f < T_LEN(specs); f++) {
-    set_algo(specs[f][0]);
+    t_set_algo(specs[f][0]);
     for (int dst = 0; dst < t_size; dst++) {
       for (size_t i = 0; i < T_LEN(ops); i++) {
         int variant = (int)((dst + i) % 3); /* 0 out of place, 1 in place, 2 allocating */
@@ -625,7 +565,7 @@ START_TEST(forced_reduce) {
         tcoll_tensor_t in = t_alloc(ops[i].d, 1, shape);
         t_set_all(&in, rc_fill, &c);
         tcoll_tensor_t out = variant == 0 ? t_alloc(ops[i].d, 1, shape) : variant == 1 ? in : t_empty();
-        calls_t before = n_calls;
+        t_mpi_window_t before = calls_open();
         T_OK(tcoll_reduce(&in, dst, ops[i].op, NULL, &out));
         char what[200];
         const char *how = variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating";
@@ -634,7 +574,7 @@ START_TEST(forced_reduce) {
         expect_algo(what, OP_RD, specs[f][1]);
         const char *got = tcoll_last_algorithm();
         T_OK(tcoll_wait(out.data));
-        calls_t n = calls_since(before);
+        calls_t n = calls_since(&before);
         if (!strcmp(got, "ring"))
           T_EXPECT(!n.reduce && (t_size == 1 ? !n.send : n.send > 0), "%s: Ireduce %ld, Isend %ld", what, n.reduce,
                    n.send);
@@ -655,7 +595,7 @@ START_TEST(forced_reduce) {
     }
   }
   T_OK(tcoll_redop_destroy(premul));
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -671,14 +611,14 @@ static const char *strided_rs(const char *rs) {
  * (the literal MPI call whatever is forced), several dims, reduce_scatter along other dims (the
  * ring on interleaved blocks, or the literal MPI call), an allocated output. */
 START_TEST(forced_shapes) {
-  save_algo();
+  t_save_algo();
   int64_t one[1] = {1}, few[1] = {t_size > 1 ? t_size - 1 : 1}, none[1] = {0}, two[2] = {3, 2 * (int64_t)t_size + 1};
   int64_t rs1[1] = {t_size}, rs2[2] = {2 * (int64_t)t_size, 3}, rs_strided[2] = {3, 2 * (int64_t)t_size},
           rs_row[2] = {1, 4 * (int64_t)t_size}, rs_none[2] = {0, 2 * (int64_t)t_size},
           rs_three[3] = {2, 3 * (int64_t)t_size, 2};
   for (size_t f = 0; f < T_LEN(FORCED); f++) {
     const forced_t *F = &FORCED[f];
-    set_algo(F->spec);
+    t_set_algo(F->spec);
     ar_case(F->spec, F->ar, TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, 0, 1, one);
     ar_case(F->spec, F->ar, TCOLL_INT32, K_SUM, TCOLL_SUM, 1, 1, 1, few);
     ar_case(F->spec, F->ar, TCOLL_FLOAT64, K_MAX, TCOLL_MAX, 1, 2, 0, NULL);
@@ -693,7 +633,7 @@ START_TEST(forced_shapes) {
     /* {1, 4 * size} along dim 1 is laid out as along dim 0: either way is right */
     rs_case(F->spec, NULL, TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, rs_row, 1);
   }
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -715,12 +655,12 @@ static void small_limit_rs(const char *spec, int k, int ndim, const int64_t *sha
 /* A forced algorithm still gives exact results where the per-call element limit (TCOLL_MAX_COUNT)
  * is below the blocks' sizes. */
 START_TEST(forced_small_limit) {
-  save_algo();
+  t_save_algo();
   int64_t old = t_set_max_count(7);
   int64_t ar_shape[1] = {37 * (int64_t)t_size + 5}, rs_shape[1] = {13 * (int64_t)t_size},
           rs1_shape[2] = {4, 5 * (int64_t)t_size}, push_shape[2] = {3, 260 * (int64_t)t_size};
   for (size_t f = 0; f < T_LEN(FORCED); f++) {
-    set_algo(FORCED[f].spec);
+    t_set_algo(FORCED[f].spec);
     for (int k = K_SUM; k <= K_AVG; k++) {
       char what[200];
       rc_t c = rc_world(TCOLL_FLOAT32, k, 1);
@@ -743,7 +683,7 @@ START_TEST(forced_small_limit) {
     }
   }
   t_set_max_count(old);
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -764,8 +704,8 @@ static void *other_thread(void *arg) {
 }
 
 START_TEST(last_algorithm_follows) {
-  save_algo();
-  set_algo("all_reduce:ring_allgather,reduce_scatter:alltoall");
+  t_save_algo();
+  t_set_algo("all_reduce:ring_allgather,reduce_scatter:alltoall");
   int64_t shape[1] = {3 * (int64_t)t_size + 1};
   tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty(), b = t_empty();
   T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
@@ -794,7 +734,7 @@ START_TEST(last_algorithm_follows) {
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
   tcoll_tensor_free(&b);
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -815,16 +755,16 @@ static const char *table_other_dims(size_t bytes, bool device) {
 }
 
 START_TEST(table_other_dims_rs) {
-  save_algo();
-  set_algo("auto");
+  t_save_algo();
+  t_set_algo("auto");
   int64_t big[2] = {256, 256 * (int64_t)t_size}, small[2] = {128, 256 * (int64_t)t_size}; /* 256 / 128 KiB x size */
   size_t bbig = (size_t)big[0] * (size_t)big[1] * 4, bsmall = (size_t)small[0] * (size_t)small[1] * 4;
   bool dev = t_device() != TCOLL_HOST;
   rs_case("auto", table_other_dims(bbig, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, big, 1);
   rs_case("auto", table_other_dims(bsmall, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, true, 2, small, 1);
-  set_algo("reduce_scatter:alltoall");
+  t_set_algo("reduce_scatter:alltoall");
   rs_case("reduce_scatter:alltoall", "mpi", TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, big, 1);
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -910,7 +850,7 @@ static int64_t order_sensitive(tcoll_dtype_t d, int64_t n) {
 /* all_reduce SUM of non-integer values under each algorithm: every rank's output has the bits of
  * rank 0's, and the same call again (in place this time) gives the same bits. */
 START_TEST(same_bits) {
-  save_algo();
+  t_save_algo();
   static const char *const specs[] = {"auto", "mpi", "all_reduce:ring", "all_reduce:ring_allgather"};
   const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_FLOAT64};
   const int64_t counts[] = {1, t_size - 1, 1000 * (int64_t)t_size + 3};
@@ -920,7 +860,7 @@ START_TEST(same_bits) {
                "%s: the test data gives the same sum in both orders too often (%lld of %lld elements differ)",
                tcoll_dtype_name(dts[d]), (long long)order_sensitive(dts[d], counts[2]), (long long)counts[2]);
     for (size_t s = 0; s < T_LEN(specs); s++) {
-      set_algo(specs[s]);
+      t_set_algo(specs[s]);
       for (size_t c = 0; c < T_LEN(counts); c++) {
         char what[200];
         int64_t n = counts[c], shape[1] = {n};
@@ -967,17 +907,17 @@ START_TEST(same_bits) {
       }
     }
   }
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
 /* reduce_scatter SUM of the same data under each algorithm: a repeated call gives the same bits. */
 START_TEST(same_bits_reduce_scatter) {
-  save_algo();
+  t_save_algo();
   static const char *const specs[] = {"auto", "mpi", "reduce_scatter:ring", "reduce_scatter:alltoall"};
   int64_t shape[1] = {501 * (int64_t)t_size};
   for (size_t s = 0; s < T_LEN(specs); s++) {
-    set_algo(specs[s]);
+    t_set_algo(specs[s]);
     bits_ctx_t ctx = {TCOLL_FLOAT32, t_rank};
     tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty();
     t_set_all(&in, bits_fill, &ctx);
@@ -999,16 +939,16 @@ START_TEST(same_bits_reduce_scatter) {
     tcoll_tensor_free(&in);
     tcoll_tensor_free(&out);
   }
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
 /* ---------------------------------------------------------------- bad settings */
 
 START_TEST(bad_settings) {
-  save_algo();
+  t_save_algo();
   const char *known = "all_reduce:ring_allgather,reduce_scatter:alltoall";
-  set_algo(known);
+  t_set_algo(known);
   static const struct {
     const char *value;
     const char *needles[3];
@@ -1062,7 +1002,7 @@ START_TEST(bad_settings) {
   memset(c.algo, 'm', sizeof c.algo);
   T_FAILS(tcoll_set_config(&c), TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string");
   char now[256];
-  get_algo(now);
+  t_get_algo(now);
   T_EXPECT(!strcmp(now, known), "an unterminated algo was refused, yet the setting is now \"%s\"", now);
   /* the longest that fits (255 bytes) is accepted: "mpi" then separators */
   T_OK(tcoll_get_config(&c));
@@ -1070,7 +1010,7 @@ START_TEST(bad_settings) {
   memcpy(c.algo, "mpi", 3);
   c.algo[sizeof c.algo - 1] = '\0';
   T_OK(tcoll_set_config(&c));
-  restore_algo();
+  t_restore_algo();
 }
 END_TEST
 
@@ -1078,39 +1018,13 @@ END_TEST
 START_TEST(config_from_env) {
   const char *env = getenv("TCOLL_ALGO");
   char now[256];
-  get_algo(now);
+  t_get_algo(now);
   const char *want = env && *env ? env : "auto";
   T_EXPECT(!strcmp(now, want), "config.algo is \"%s\" at the start (expected \"%s\")", now, want);
 }
 END_TEST
 
 /* ---------------------------------------------------------------- the INFO log */
-
-/* Runs fn with stderr going to a temporary file; returns what was written (static storage). */
-static const char *capture_stderr(void (*fn)(void *), void *arg) {
-  static char text[16384];
-  text[0] = '\0';
-  fflush(stderr);
-  FILE *tmp = tmpfile();
-  int saved = dup(2);
-  if (!tmp || saved < 0) {
-    T_EXPECT(0, "cannot redirect stderr");
-    fn(arg);
-    if (tmp) fclose(tmp);
-    return text;
-  }
-  dup2(fileno(tmp), 2);
-  fn(arg);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  rewind(tmp);
-  size_t n = fread(text, 1, sizeof text - 1, tmp);
-  text[n] = '\0';
-  fclose(tmp);
-  fputs(text, stderr); /* keep it in the test log */
-  return text;
-}
 
 typedef struct log_call {
   int op;
@@ -1120,11 +1034,11 @@ static void one_call(void *p) {
   const log_call_t *lc = p;
   int64_t shape[1] = {6 * (int64_t)t_size};
   tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty();
-  set_debug(TCOLL_LOG_INFO);
+  t_set_debug(TCOLL_LOG_INFO);
   T_OK(lc->op == OP_AR ? tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out)
                        : tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out));
   T_OK(tcoll_wait(out.data));
-  set_debug(TCOLL_LOG_WARN);
+  t_set_debug(TCOLL_LOG_WARN);
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
 }
@@ -1145,7 +1059,7 @@ static bool logged(const char *text, const char *op, const char *algo) {
 }
 
 START_TEST(info_log_names_algorithm) {
-  save_algo();
+  t_save_algo();
   tcoll_config_t c;
   T_OK(tcoll_get_config(&c));
   tcoll_log_level_t old = c.debug;
@@ -1159,330 +1073,18 @@ START_TEST(info_log_names_algorithm) {
       {"reduce_scatter:alltoall", OP_RS, "alltoall"}, {"mpi", OP_RS, "mpi"},
   };
   for (size_t i = 0; i < T_LEN(cases); i++) {
-    set_algo(cases[i].spec);
+    t_set_algo(cases[i].spec);
     log_call_t lc = {cases[i].op};
-    const char *text = capture_stderr(one_call, &lc);
+    const char *text = t_capture_stderr(one_call, &lc);
     const char *op = cases[i].op == OP_AR ? "all_reduce" : "reduce_scatter";
     T_EXPECT(logged(text, op, cases[i].algo), "algo \"%s\": no INFO line of %s names \"algorithm %s\"; got:\n%s",
              cases[i].spec, op, cases[i].algo, text);
   }
-  set_debug(old);
-  restore_algo();
+  t_set_debug(old);
+  t_restore_algo();
 }
 END_TEST
 
-
-/* ---------------------------------------------------------------- the cma all_gather */
-
-/* Whether this machine lets one process read another's memory (cross-memory attach), as
- * scripts/cma-probe.c asks: a child reads its parent. Where it does not, forced cma falls back
- * to the MPI call (tcoll_last_algorithm "mpi"), with the same results. */
-static bool cma_works(void) {
-  static int known;
-  if (known) return known > 0;
-  static char word[16] = "tcoll-cma-test";
-  pid_t parent = getpid(), child = fork();
-  if (child == 0) {
-    char got[sizeof word] = {0};
-    struct iovec l = {got, sizeof got}, r = {word, sizeof word};
-    _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof got && !memcmp(got, word, sizeof got) ? 0 : 1);
-  }
-  int st = 0;
-  int ok = child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-  int all = ok;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-  known = all ? 1 : -1;
-  return all;
-}
-
-/* Rank r's input element i: small integers, exact in every dtype (bool: their parity). */
-typedef struct ag_ctx {
-  int rank;
-  tcoll_dtype_t d;
-  int64_t outer, len, inner; /* the input along the gather dim */
-  int size;
-} ag_ctx_t;
-static double ag_value(int r, int64_t i, tcoll_dtype_t d) {
-  int64_t v = (r * 37 + i * 11 + 5) % 97;
-  return d == TCOLL_BOOL ? (double)(v & 1) : (double)v;
-}
-static double ag_in(int64_t i, void *p) {
-  ag_ctx_t *c = p;
-  return ag_value(c->rank, i, c->d);
-}
-/* Output element i: outer row o, position k along the gathered dim (rank k / len's element
- * k % len), inner position e. */
-static double ag_out(int64_t i, void *p) {
-  ag_ctx_t *c = p;
-  int64_t glen = c->len * c->size, e = i % c->inner, k = i / c->inner % glen, o = i / c->inner / glen;
-  return ag_value((int)(k / c->len), (o * c->len + k % c->len) * c->inner + e, c->d);
-}
-
-/* One all_gather along dim of a host tensor of shape on comm (NULL: world), checked against the
- * closed form; the algorithm it ran must be `want`. out_keep: the output is handed back (else freed). */
-static void ag_case(tcoll_comm_t *comm, const char *want, tcoll_dtype_t d, int ndim, const int64_t *shape, int dim,
-                    int variant, tcoll_tensor_t *out_keep) {
-  int size = comm ? tcoll_comm_size(comm) : t_size, rank = comm ? tcoll_comm_rank(comm) : t_rank;
-  char what[256];
-  int len = snprintf(what, sizeof what, "cma: all_gather %s [", tcoll_dtype_name(d));
-  for (int i = 0; i < ndim; i++) len += snprintf(what + len, sizeof what - (size_t)len, "%s%lld", i ? "," : "", (long long)shape[i]);
-  snprintf(what + len, sizeof what - (size_t)len, "] along dim %d (%s) on %d ranks", dim,
-           variant == 0 ? "out of place" : variant == 1 ? "allocating" : "in place", size);
-  ag_ctx_t c = {rank, d, 1, shape[dim], 1, size};
-  for (int i = 0; i < dim; i++) c.outer *= shape[i];
-  for (int i = dim + 1; i < ndim; i++) c.inner *= shape[i];
-  int64_t oshape[TCOLL_MAX_DIMS];
-  memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
-  oshape[dim] *= size;
-  tcoll_tensor_t in, out;
-  if (variant == 2) { /* in place: in is this rank's slice of out (dim 0) */
-    out = t_host(d, ndim, oshape);
-    in = out;
-    memcpy(in.shape, shape, (size_t)ndim * sizeof *shape);
-    in.data = (char *)out.data + (size_t)rank * (size_t)(c.len * c.inner) * tcoll_dtype_size(d);
-  } else {
-    in = t_host(d, ndim, shape);
-    out = variant == 1 ? t_empty() : t_host(d, ndim, oshape);
-  }
-  t_set_all(&in, ag_in, &c);
-  T_OK(tcoll_all_gather(&in, dim, comm, &out));
-  const char *got = tcoll_last_algorithm();
-  T_EXPECT(got && !strcmp(got, want), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what, got ? got : "(null)",
-           want);
-  T_OK(tcoll_wait(out.data));
-  t_check_all(what, &out, ag_out, &c, 0);
-  if (variant != 2) {
-    char w2[300];
-    snprintf(w2, sizeof w2, "%s: input", what);
-    t_check_all(w2, &in, ag_in, &c, 0);
-    tcoll_tensor_free(&in);
-  }
-  if (out_keep) *out_keep = out;
-  else tcoll_tensor_free(&out);
-}
-
-static const struct {
-  int ndim;
-  int64_t shape[3];
-  int dim;
-} AG_SHAPES[] = {
-    {2, {3, 5}, 1},    {2, {4, 7}, 1},     {3, {2, 3, 5}, 1},  {3, {2, 3, 5}, 2},  {3, {3, 1, 4}, 2},
-    {3, {5, 2, 1}, 1}, {2, {1, 6}, 1},     {2, {5, 2}, 0},     {1, {9}, 0},        {2, {2500, 3}, 1},
-    {3, {7, 1300, 1}, 2}, {2, {3, 2048}, 1}, {3, {2, 0, 3}, 1},
-};
-static const tcoll_dtype_t AG_DTYPES[] = {TCOLL_FLOAT32, TCOLL_FLOAT64, TCOLL_INT32,    TCOLL_INT64,
-                                          TCOLL_UINT8,   TCOLL_FLOAT16, TCOLL_BFLOAT16, TCOLL_BOOL};
-
-/* Forced cma: dims 1 and 2 of 2-D and 3-D tensors (runs of one element up to 8 KiB, more rows
- * than one process_vm_readv takes), dim 0, empty tensors, every dtype, out of place, allocating
- * and (dim 0) in place. An empty tensor takes the MPI call. */
-START_TEST(forced_cma) {
-  save_algo();
-  set_algo("all_gather:cma");
-  const char *want = cma_works() ? "cma" : "mpi";
-  for (size_t s = 0; s < T_LEN(AG_SHAPES); s++) {
-    int64_t n = 1;
-    for (int i = 0; i < AG_SHAPES[s].ndim; i++) n *= AG_SHAPES[s].shape[i];
-    for (size_t d = 0; d < T_LEN(AG_DTYPES); d++) {
-      if (d != s % T_LEN(AG_DTYPES) && d != 0 && AG_SHAPES[s].shape[0] != 3) continue; /* every dtype on some shapes */
-      ag_case(NULL, n ? want : "mpi", AG_DTYPES[d], AG_SHAPES[s].ndim, AG_SHAPES[s].shape, AG_SHAPES[s].dim, (int)(s + d) % 2,
-              NULL);
-    }
-  }
-  int64_t s2[2] = {6, 5};
-  ag_case(NULL, want, TCOLL_INT16, 2, s2, 0, 2, NULL);
-  ag_case(NULL, want, TCOLL_FLOAT32, 2, s2, 0, 2, NULL);
-  /* Outputs of 8 MiB and more along a dim other than 0 are streamed through a bounce chunk (from
-   * 2 ranks here): runs of 520 B (not a multiple of 16: unaligned stores' heads and tails) and of
-   * 7 B. */
-  int64_t big[2] = {16384, 130}, bytes7[2] = {1200000, 7};
-  ag_case(NULL, want, TCOLL_FLOAT32, 2, big, 1, 0, NULL);
-  ag_case(NULL, want, TCOLL_UINT8, 2, bytes7, 1, 1, NULL);
-  restore_algo();
-}
-END_TEST
-
-/* With TCOLL_CMA=0 at a communicator's first cma-eligible call, forced cma falls back to the MPI
- * path on it (tcoll_last_algorithm "mpi"), with the same bits as cma on the world communicator;
- * the world communicator, probed before, keeps cma. */
-START_TEST(cma_fallback) {
-  save_algo();
-  set_algo("all_gather:cma");
-  const char *want = cma_works() ? "cma" : "mpi";
-  int64_t shape[3] = {3, 4, 5};
-  for (int dim = 1; dim < 3; dim++) {
-    tcoll_tensor_t a, b;
-    ag_case(NULL, want, TCOLL_FLOAT32, 3, shape, dim, 0, &a);
-    setenv("TCOLL_CMA", "0", 1);
-    tcoll_comm_t *dup = NULL;
-    T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &dup));
-    ag_case(dup, "mpi", TCOLL_FLOAT32, 3, shape, dim, 0, &b);
-    unsetenv("TCOLL_CMA");
-    ag_case(NULL, want, TCOLL_FLOAT32, 3, shape, dim, 1, NULL); /* the world's probe stays */
-    ag_case(dup, "mpi", TCOLL_FLOAT32, 3, shape, dim, 1, NULL);  /* and dup's */
-    T_EXPECT(tcoll_tensor_nbytes(&a) == tcoll_tensor_nbytes(&b) && !memcmp(a.data, b.data, tcoll_tensor_nbytes(&a)),
-             "cma fallback along dim %d: the MPI path's bits differ from cma's", dim);
-    tcoll_tensor_free(&a);
-    tcoll_tensor_free(&b);
-    T_OK(tcoll_comm_free(&dup));
-  }
-  restore_algo();
-}
-END_TEST
-
-/* A failed read (TCOLL_CMA_FAULT=ERRNO on rank 0: its reads stop half-way) fails rank 0's wait
- * with TCOLL_ERR_UNSUPPORTED (EPERM, EACCES) naming the peer, errno and the bytes read; the other
- * ranks complete (they read rank 0's input fine), and the next call on the communicator works
- * everywhere. An all_gather of [rows, cols] float32 along dim 1; `read`: the bytes of the message. */
-static void read_fails_case(int64_t rows, int64_t cols, const char *err, const char *read) {
-  int64_t shape[2] = {rows, cols};
-  ag_ctx_t c = {t_rank, TCOLL_FLOAT32, rows, cols, 1, t_size};
-  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 2, shape), out = t_empty();
-  t_set_all(&in, ag_in, &c);
-  if (t_rank == 0) setenv("TCOLL_CMA_FAULT", err, 1);
-  T_OK(tcoll_all_gather(&in, 1, NULL, &out));
-  unsetenv("TCOLL_CMA_FAULT");
-  if (t_rank == 0) {
-    int rc = tcoll_wait(out.data);
-    char peer[32], errno_is[32];
-    snprintf(peer, sizeof peer, "rank %d", 1 % t_size);
-    snprintf(errno_is, sizeof errno_is, "errno %s", err);
-    T_EXPECT(rc == TCOLL_ERR_UNSUPPORTED, "a failed read of [%lld, %lld]: tcoll_wait returned %s (expected "
-             "TCOLL_ERR_UNSUPPORTED): %s", (long long)rows, (long long)cols, tcoll_status_string(rc), tcoll_last_error());
-    const char *m = tcoll_last_error();
-    T_EXPECT(t_contains(m, "process_vm_readv") && t_contains(m, peer) && t_contains(m, errno_is) && t_contains(m, read),
-             "a failed read: message \"%s\" lacks the call, \"%s\", \"%s\" or \"%s\"", m, peer, errno_is, read);
-  } else
-    T_OK(tcoll_wait(out.data));
-  tcoll_tensor_free(&out);
-  tcoll_tensor_free(&in);
-  ag_case(NULL, "cma", TCOLL_FLOAT32, 2, shape, 1, 0, NULL);
-}
-
-/* Straight into the output (one local iovec per run), and through the bounce chunk (an output of
- * 8 MiB and more: the reads stop at the chunk that reaches past half of each peer's input). */
-START_TEST(cma_read_fails) {
-  if (t_size < 2 || !cma_works()) return;
-  save_algo();
-  set_algo("all_gather:cma");
-  read_fails_case(64, 256, "1", "after 32768 of 65536 bytes");
-  read_fails_case(128, 16384, "13", "after 4194304 of 8388608 bytes");
-  restore_algo();
-}
-END_TEST
-
-typedef struct push_call {
-  int64_t shape[2];
-  bool info; /* at INFO */
-} push_call_t;
-
-/* A ring reduce_scatter of host tensors (the push serves those only) along dim 1, optionally at
- * INFO, checked against the closed form. */
-static void push_call(void *arg) {
-  const push_call_t *pc = arg;
-  rc_t c = rc_world(TCOLL_FLOAT32, K_SUM, 1);
-  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 2, pc->shape), out = t_empty();
-  t_set_all(&in, rc_fill, &c);
-  if (pc->info) set_debug(TCOLL_LOG_INFO);
-  T_OK(tcoll_reduce_scatter(&in, TCOLL_SUM, 1, NULL, &out));
-  T_OK(tcoll_wait(out.data));
-  if (pc->info) set_debug(TCOLL_LOG_WARN);
-  rc_scatter(&c, pc->shape, 2, 1, t_rank);
-  t_check_all(pc->info ? "ring reduce_scatter along dim 1, rank 0's push failing" : "ring reduce_scatter along dim 1",
-              &out, rc_want, &c, 0);
-  tcoll_tensor_free(&in);
-  tcoll_tensor_free(&out);
-}
-
-/* The ring reduce_scatter along a dim other than 0 writes its first block into the next rank's
- * buffer (runs of 1 KiB and more); where that write fails (TCOLL_CMA_FAULT on rank 0: half-way,
- * after the first of two process_vm_writev calls), the block goes through MPI instead: rank 0
- * says so at INFO and every rank gets the exact result. */
-START_TEST(cma_push_fails) {
-  if (t_size < 2 || !cma_works()) return;
-  save_algo();
-  set_algo("reduce_scatter:ring");
-  tcoll_config_t cfg;
-  T_OK(tcoll_get_config(&cfg));
-  push_call_t pc = {{2000, 260 * (int64_t)t_size}, true}; /* runs of 1040 B, 2000 rows */
-  if (t_rank == 0) setenv("TCOLL_CMA_FAULT", "1", 1);
-  const char *text = capture_stderr(push_call, &pc);
-  unsetenv("TCOLL_CMA_FAULT");
-  if (t_rank == 0) {
-    T_EXPECT(t_contains(text, "process_vm_writev into rank 1's buffer") && t_contains(text, "errno 1") &&
-                 t_contains(text, "after 1040000 of 2080000 bytes") && t_contains(text, "through MPI instead"),
-             "a failed push: no INFO line naming the call, the peer, errno 1, the bytes written and the fallback; "
-             "got:\n%s", text);
-  } else {
-    T_EXPECT(!t_contains(text, "process_vm_writev"), "rank %d logged a failed push:\n%s", t_rank, text);
-  }
-  set_debug(cfg.debug);
-  pc.info = false;
-  push_call(&pc); /* and without the fault */
-  restore_algo();
-}
-END_TEST
-
-/* A communicator's cross-memory attach probe (a collective) runs inside the post of its first
- * all_gather or ring reduce_scatter that would use it. Rank 0 posts a ring reduce_scatter along
- * dim 0 and then that call without waiting, the other ranks wait for the first before posting the
- * second: beyond 2 ranks the first one's later steps are started by whoever waits on rank 0, so
- * the probe must drive them while it waits for its peers (it used to block: a hang here). */
-static void probe_in_post_case(bool gather) {
-  tcoll_comm_t *c = NULL;
-  T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &c));
-  rc_t cb = rc_world(TCOLL_FLOAT32, K_SUM, 1);
-  int64_t sb[2] = {4, 300 * (int64_t)t_size};
-  tcoll_tensor_t b = t_host(TCOLL_FLOAT32, 2, sb), rb = t_empty(); /* host: what probes */
-  t_set_all(&b, rc_fill, &cb);
-  t_pending_t pr;
-  t_pending_ring(&pr, c);
-  set_algo("reduce_scatter:ring,all_gather:cma");
-  T_OK(gather ? tcoll_all_gather(&b, 1, c, &rb) : tcoll_reduce_scatter(&b, TCOLL_SUM, 1, c, &rb));
-  t_pending_ring_done(&pr, "the reduce_scatter posted before the probe");
-  T_OK(tcoll_wait(rb.data));
-  if (!gather) {
-    rc_scatter(&cb, sb, 2, 1, t_rank);
-    t_check_all("the reduce_scatter that probed", &rb, rc_want, &cb, 0);
-  }
-  tcoll_tensor_free(&b);
-  tcoll_tensor_free(&rb);
-  T_OK(tcoll_comm_free(&c));
-}
-
-START_TEST(cma_probe_inside_post) {
-  save_algo();
-  set_algo("reduce_scatter:ring,all_gather:cma");
-  probe_in_post_case(false);
-  probe_in_post_case(true);
-  restore_algo();
-}
-END_TEST
-
-/* The table's choice (TCOLL_ALGO=auto): on Open MPI at 2 ranks from 8 KiB and at 3-4 ranks from
- * 1 MiB, on MPICH at 2 ranks from 32 KiB, an all_gather of host tensors along a dim other than 0 with runs of 512 B or more
- * takes cma (where cross-memory attach works); dim 0, shorter runs, smaller outputs and other
- * rank counts take the MPI call. Same closed-form results either way. */
-START_TEST(cma_table) {
-  save_algo();
-  set_algo("auto");
-  char v[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0;
-  MPI_Get_library_version(v, &len);
-  bool ompi = strstr(v, "Open MPI") != NULL, mpich = !ompi && strstr(v, "MPICH") != NULL;
-  bool cma = cma_works() && (ompi || mpich);
-  int64_t big[2] = {64, 256};                      /* 64 KiB per rank, runs of 1 KiB */
-  int64_t large[2] = {16, 65536 / (int64_t)t_size}; /* ~4 MiB output, runs of 256 KiB / size */
-  int64_t narrow[3] = {256, 16, 4};                /* runs of 256 B */
-  int64_t small[2] = {4, 128};                     /* 2 KiB per rank */
-  ag_case(NULL, cma && t_size == 2 ? "cma" : "mpi", TCOLL_FLOAT32, 2, big, 1, 0, NULL);
-  ag_case(NULL, cma && t_size >= 2 && t_size <= (ompi ? 4 : 2) ? "cma" : "mpi", TCOLL_FLOAT32, 2, large, 1, 1, NULL);
-  ag_case(NULL, "mpi", TCOLL_FLOAT32, 2, big, 0, 0, NULL);
-  ag_case(NULL, "mpi", TCOLL_FLOAT32, 3, narrow, 1, 0, NULL);
-  ag_case(NULL, "mpi", TCOLL_FLOAT32, 2, small, 1, 0, NULL);
-  restore_algo();
-}
-END_TEST
 
 Suite *t_suite(void) {
   Suite *s = suite_create("algo");
@@ -1504,12 +1106,6 @@ Suite *t_suite(void) {
   tcase_add_test(tc, table_other_dims_rs);
   tcase_add_test(tc, bad_settings);
   tcase_add_test(tc, info_log_names_algorithm);
-  tcase_add_test(tc, forced_cma);
-  tcase_add_test(tc, cma_fallback);
-  tcase_add_test(tc, cma_read_fails);
-  tcase_add_test(tc, cma_push_fails);
-  tcase_add_test(tc, cma_probe_inside_post);
-  tcase_add_test(tc, cma_table);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -11,6 +11,7 @@
  * gather, scatter, the composed algorithms and the staging pipeline on both kinds of MPI. A
  * last test lowers the limit to 7 at run time so that the derived datatypes nest several levels
  * deep. Values are exact (move_util.h closed forms). */
+#include "algo_util.h"
 #include "move_util.h"
 
 #include <limits.h>
@@ -63,10 +64,19 @@ static struct {
 
 static void watch_begin(void) { memset(&watch, 0, sizeof watch); }
 
+/* The wrappers run on whichever thread posts (with TCOLL_PROGRESS=thread, the progress thread
+ * posts schedule steps while the test's thread posts or waits): every update is atomic. */
+static int bump(int *n) { return __atomic_fetch_add(n, 1, __ATOMIC_RELAXED); }
+static void raise_max(int64_t *m, int64_t v) {
+  int64_t cur = __atomic_load_n(m, __ATOMIC_RELAXED);
+  while (v > cur && !__atomic_compare_exchange_n(m, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
 static void note(const char *fn, int64_t count) {
-  if (count > watch.max_count) watch.max_count = count;
+  raise_max(&watch.max_count, count);
   int64_t L = current_limit();
-  if (count > L && watch.over++ == 0)
+  if (count > L && bump(&watch.over) == 0)
     snprintf(watch.first_over, sizeof watch.first_over, "%s got a count of %lld (limit %lld)", fn, (long long)count,
              (long long)L);
 }
@@ -91,7 +101,7 @@ static bool failing(int w) { return (watch.fail >> w) & 1u; }
 
 /* The int forms: count, check; then fail or forward. */
 static bool count_int(int w, const char *fn, int64_t n) {
-  watch.calls[w]++;
+  bump(&watch.calls[w]);
   note(fn, n);
   return failing(w);
 }
@@ -155,7 +165,7 @@ int MPI_Ialltoall(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI
 
 int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb, const int rc[],
                    const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
-  watch.calls[W_ALLTOALLV]++;
+  bump(&watch.calls[W_ALLTOALLV]);
   note_array("MPI_Ialltoallv", sc, comm);
   note_array("MPI_Ialltoallv", rc, comm);
   if (failing(W_ALLTOALLV)) return MPI_ERR_COUNT;
@@ -164,7 +174,7 @@ int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype 
 
 int MPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Datatype st[], void *rb, const int rc[],
                    const int rd[], const MPI_Datatype rt[], MPI_Comm comm, MPI_Request *req) {
-  watch.calls[W_ALLTOALLW]++;
+  bump(&watch.calls[W_ALLTOALLW]);
   note_array("MPI_Ialltoallw", sc, comm);
   note_array("MPI_Ialltoallw", rc, comm);
   if (failing(W_ALLTOALLW)) return MPI_ERR_COUNT;
@@ -189,9 +199,9 @@ int MPI_Reduce_local(const void *in, void *acc, int n, MPI_Datatype dt, MPI_Op o
 #if LARGE_COUNT
 /* The _c forms: count, check that some count needed one, forward. */
 static bool note_c(int w, MPI_Count largest) {
-  watch.calls_c[w]++;
-  if (largest > watch.max_count) watch.max_count = largest;
-  if (largest <= current_limit()) watch.small_c++;
+  bump(&watch.calls_c[w]);
+  raise_max(&watch.max_count, largest);
+  if (largest <= current_limit()) bump(&watch.small_c);
   return failing(w);
 }
 
@@ -281,13 +291,13 @@ int MPI_Reduce_local_c(const void *in, void *acc, MPI_Count n, MPI_Datatype dt, 
 #endif
 
 int MPI_Type_contiguous(int count, MPI_Datatype old, MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_contiguous", count);
   return PMPI_Type_contiguous(count, old, t);
 }
 
 int MPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype old, MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_create_hvector", count);
   note("MPI_Type_create_hvector (block length)", blen);
   return PMPI_Type_create_hvector(count, blen, stride, old, t);
@@ -295,7 +305,7 @@ int MPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype o
 
 int MPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs[], MPI_Datatype old,
                              MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_create_hindexed", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_hindexed (block length)", blens[i]);
   return PMPI_Type_create_hindexed(count, blens, displs, old, t);
@@ -303,7 +313,7 @@ int MPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs
 
 int MPI_Type_create_struct(int count, const int blens[], const MPI_Aint displs[], const MPI_Datatype types[],
                            MPI_Datatype *t) {
-  watch.type_ctors++;
+  bump(&watch.type_ctors);
   note("MPI_Type_create_struct", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_struct (block length)", blens[i]);
   return PMPI_Type_create_struct(count, blens, displs, types, t);
@@ -865,21 +875,6 @@ static void expect_one_c(const char *what, int w, int64_t count, int w_split, in
              (long long)watch.max_count, (long long)count);
 }
 
-static char saved_algo[256];
-
-static void set_algo(const char *spec) {
-  tcoll_config_t cfg;
-  T_OK(tcoll_get_config(&cfg));
-  snprintf(cfg.algo, sizeof cfg.algo, "%s", spec);
-  T_OK(tcoll_set_config(&cfg));
-}
-
-static void save_algo(void) {
-  tcoll_config_t cfg;
-  T_OK(tcoll_get_config(&cfg));
-  snprintf(saved_algo, sizeof saved_algo, "%s", cfg.algo);
-}
-
 /* Reductions: rank r contributes x_r[i] = (off + i) % 7 + r, so the sum over p ranks is
  * p * ((off + i) % 7) + p (p - 1) / 2: small integers, exact in every dtype. */
 typedef struct red_ctx {
@@ -921,8 +916,8 @@ static void rs_sum_case(const char *what, tcoll_dtype_t dt, int64_t nper) {
 }
 
 START_TEST(one_c_call_reductions) {
-  save_algo();
-  set_algo("mpi"); /* the literal mapping: one MPI call per collective */
+  t_save_algo();
+  t_set_algo("mpi"); /* the literal mapping: one MPI call per collective */
   int64_t n = 2500;
   /* all_reduce: one MPI_Iallreduce_c, or 3 pieces (float16 goes through tcoll's own op) */
   sum_case("all_reduce int32 2500", TCOLL_INT32, n, TCOLL_HOST);
@@ -949,13 +944,13 @@ START_TEST(one_c_call_reductions) {
   rs_sum_case("reduce_scatter bfloat16 1500 per rank", TCOLL_BFLOAT16, 1500);
   expect_one_c("reduce_scatter bfloat16 1500 per rank", W_REDUCE_SCATTER_BLOCK, 1500, W_REDUCE, 2 * t_size);
   WATCH_END("reduce_scatter");
-  set_algo(saved_algo);
+  t_restore_algo();
 }
 END_TEST
 
 START_TEST(one_c_call_moves) {
-  save_algo();
-  set_algo("mpi");
+  t_save_algo();
+  t_set_algo("mpi");
   /* broadcast from the last rank: one MPI_Ibcast_c and no derived datatype, or one MPI_Ibcast
    * of a derived datatype */
   int64_t n = 3001;
@@ -1031,39 +1026,39 @@ START_TEST(one_c_call_moves) {
   free(outs);
   tcoll_tensor_free(&sc);
   tcoll_tensor_free(&in);
-  set_algo(saved_algo);
+  t_restore_algo();
 }
 END_TEST
 
 /* The composed algorithms' steps (the schedule engine): point-to-point steps, local reductions
  * and their collectives take one _c call per block above the limit, or pieces of it. */
 START_TEST(one_c_call_composed) {
-  save_algo();
+  t_save_algo();
   int p = t_size, hops = p - 1;
   /* ring all_reduce of blocks of 3000: per hop one MPI_Isend_c / MPI_Irecv_c (MPI_Reduce_local_c
    * in the reduce-scatter half), or 3 pieces of each */
   int64_t n = 3000 * (int64_t)p;
-  set_algo("all_reduce:ring");
+  t_set_algo("all_reduce:ring");
   sum_case("ring all_reduce, blocks of 3000", TCOLL_INT32, n, TCOLL_HOST);
   want_t ring_c[] = {{W_SEND, 0, 2 * hops}, {W_RECV, 0, 2 * hops}, {W_REDUCE_LOCAL, 0, hops}};
   want_t ring_split[] = {{W_SEND, 6 * hops, 0}, {W_RECV, 6 * hops, 0}, {W_REDUCE_LOCAL, 3 * hops, 0}};
   expect_calls("ring all_reduce, blocks of 3000", LARGE_COUNT ? ring_c : ring_split, 3);
   WATCH_END("ring all_reduce");
   /* ring reduce-scatter, then one MPI_Iallgatherv_c; without large counts the gather is a ring */
-  set_algo("all_reduce:ring_allgather");
+  t_set_algo("all_reduce:ring_allgather");
   sum_case("ring_allgather all_reduce, blocks of 3000", TCOLL_FLOAT32, n, TCOLL_HOST);
   want_t gv_c[] = {{W_SEND, 0, hops}, {W_RECV, 0, hops}, {W_REDUCE_LOCAL, 0, hops}, {W_ALLGATHERV, 0, p > 1}};
   expect_calls("ring_allgather all_reduce, blocks of 3000", LARGE_COUNT ? gv_c : ring_split, LARGE_COUNT ? 4 : 3);
   WATCH_END("ring_allgather all_reduce");
   /* reduce_scatter by one MPI_Ialltoall_c of blocks of 1500 and a reduction per block; without
    * large counts the ring (2 pieces a block) */
-  set_algo("reduce_scatter:alltoall");
+  t_set_algo("reduce_scatter:alltoall");
   rs_sum_case("alltoall reduce_scatter, blocks of 1500", TCOLL_INT64, 1500);
   want_t a2a_c[] = {{W_ALLTOALL, 0, 1}, {W_REDUCE_LOCAL, 0, hops}};
   want_t a2a_split[] = {{W_SEND, 2 * hops, 0}, {W_RECV, 2 * hops, 0}, {W_REDUCE_LOCAL, 2 * hops, 0}};
   expect_calls("alltoall reduce_scatter, blocks of 1500", LARGE_COUNT ? a2a_c : a2a_split, LARGE_COUNT ? 2 : 3);
   WATCH_END("alltoall reduce_scatter");
-  set_algo(saved_algo);
+  t_restore_algo();
 }
 END_TEST
 
@@ -1071,8 +1066,8 @@ END_TEST
  * chunks of more than the limit go in _c calls; without, chunks never exceed the limit. */
 START_TEST(one_c_call_pipeline) {
   if (t_device() == TCOLL_HOST) return; /* the -dev runs */
-  save_algo();
-  set_algo("mpi");
+  t_save_algo();
+  t_set_algo("mpi");
   tcoll_config_t cfg;
   T_OK(tcoll_get_config(&cfg));
   size_t old_chunk = cfg.staging_chunk;
@@ -1096,7 +1091,7 @@ START_TEST(one_c_call_pipeline) {
   tcoll_tensor_free(&out);
   cfg.staging_chunk = old_chunk;
   T_OK(tcoll_set_config(&cfg));
-  set_algo(saved_algo);
+  t_restore_algo();
 }
 END_TEST
 
@@ -1116,8 +1111,8 @@ static void expect_named(const char *what, int rc, const char *call) {
 }
 
 START_TEST(c_call_errors_named) {
-  save_algo();
-  set_algo("mpi");
+  t_save_algo();
+  t_set_algo("mpi");
   int64_t n = 2500, rows = 1500 * (int64_t)t_size;
   tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 1, &n), big = t_host(TCOLL_FLOAT32, 1, &rows), out = t_empty();
   watch_begin();
@@ -1133,7 +1128,7 @@ START_TEST(c_call_errors_named) {
                LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallw");
   tcoll_tensor_free(&out);
   if (t_size > 1) { /* the schedule engine's steps: the ring's first send */
-    set_algo("all_reduce:ring");
+    t_set_algo("all_reduce:ring");
     int64_t nr = 3000 * (int64_t)t_size;
     tcoll_tensor_t r = t_host(TCOLL_FLOAT32, 1, &nr);
     watch.fail = 1u << W_SEND | 1u << W_RECV;
@@ -1143,13 +1138,13 @@ START_TEST(c_call_errors_named) {
     tcoll_tensor_free(&r);
   }
   if (LARGE_COUNT) { /* the schedule engine's collectives (without large counts: the ring) */
-    set_algo("reduce_scatter:alltoall");
+    t_set_algo("reduce_scatter:alltoall");
     watch.fail = 1u << W_ALLTOALL;
     expect_named("alltoall reduce_scatter", tcoll_reduce_scatter(&big, TCOLL_SUM, 0, NULL, &out), "MPI_Ialltoall_c");
     tcoll_tensor_free(&out);
   }
   watch.fail = 0;
-  set_algo(saved_algo);
+  t_restore_algo();
   /* Nothing was left half done: the next collective works. */
   sum_case("all_reduce after the refused calls", TCOLL_INT32, n, TCOLL_HOST);
   tcoll_tensor_free(&in);
@@ -1183,8 +1178,8 @@ START_TEST(counts_above_int_max) {
     if (ok) munmap(mem, bytes);
     return;
   }
-  save_algo();
-  set_algo("mpi");
+  t_save_algo();
+  t_set_algo("mpi");
   set_limit(INT_MAX);
   int64_t pn = p * n;
   tcoll_tensor_t x = tcoll_tensor_make(mem, TCOLL_UINT8, 1, &n, TCOLL_HOST);
@@ -1211,7 +1206,7 @@ START_TEST(counts_above_int_max) {
                tcoll_all_to_all_single(&all, NULL, NULL, NULL, &other), W_ALLTOALLV, n, W_ALLTOALLW);
   watch.fail = 0;
   set_limit(LIMIT);
-  set_algo(saved_algo);
+  t_restore_algo();
   munmap(mem, bytes);
 }
 END_TEST
