@@ -76,7 +76,7 @@ static void expect_ran(const char *what, int op, const char *algo, calls_t c) {
 
 /* ---------------------------------------------------------------- settings */
 
-/* The algorithms each op offers (include/tcoll.h, lib/base/algo.c). */
+/* The algorithms each op offers (include/tcoll.h; the lists in lib/mpi/<op>/). */
 static bool offered(int op, const char *algo) {
   if (!strcmp(algo, "mpi")) return true;
   if (op == OP_A2A) return !strcmp(algo, "scattered");

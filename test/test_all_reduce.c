@@ -151,7 +151,7 @@ END_TEST
 
 /* Integer sums and products wrap around (two's complement), as in MPI, CUDA and PyTorch; also on
  * vectors long enough for Open MPI 4.1's vectorized reductions, which saturate 8- and 16-bit
- * sums instead (tcoll replaces them: sched/mpi_glue.c). */
+ * sums instead (tcoll replaces them: mpiglue/mpi_glue.c). */
 static double wrap_fill(int64_t i, void *p) { return *(const double *)p + (double)(i % 3); }
 
 START_TEST(integer_wraparound) {

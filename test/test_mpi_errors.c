@@ -1,6 +1,6 @@
 /* MPI failures become TCOLL_ERR_MPI with MPI's own message; tcoll never lets them abort the
  * process (Open MPI 4.1 raises nonblocking-collective errors on MPI_COMM_WORLD, whose default
- * handler is fatal: lib/sched/mpi_errors.c keeps them returning inside tcoll). */
+ * handler is fatal: lib/mpiglue/mpi_errors.c keeps them returning inside tcoll). */
 #include "harness.h"
 
 static double ones(int64_t i, void *ctx) {
