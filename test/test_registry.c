@@ -751,6 +751,205 @@ START_TEST(forgotten_reads) {
 }
 END_TEST
 
+/* ---- Many pending buffers: the hash keyed by base beside the ordered index ---- */
+
+/* A permutation of 0..n-1 from a fixed-seed LCG (Fisher-Yates): a scrambled order fixed in
+ * advance, the same on every rank. */
+static void scrambled(int *v, int n, uint64_t seed) {
+  for (int i = 0; i < n; i++) v[i] = i;
+  for (int i = n - 1; i > 0; i--) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    int j = (int)((seed >> 33) % (uint64_t)(i + 1));
+    int t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+  }
+}
+
+/* n on host buffers; an eighth on device ones, where every pending call also holds staging
+ * buffers and events (the registry sees addresses either way). */
+static int many(int n) { return t_device() == TCOLL_HOST ? n : (n + 7) / 8; }
+
+START_TEST(thousands_in_random_order) {
+  /* Thousands of pending buffers (adjacent 7-element views of one allocation), posted in one
+   * scrambled order and waited in another, through their base or an interior element: every
+   * wait pops exactly its own buffer. Meanwhile writes overlapping any of them, or the input
+   * all of them read, are refused. With E = 7, element i of the whole allocation ends up
+   * sum_val(i) whichever view wrote it. */
+  enum { MOST = 2048, E = 7 };
+  const int N = many(MOST);
+  int64_t bshape[1] = {(int64_t)N * E};
+  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E), src = input_1d(2 * E);
+  static int post[MOST], order[MOST];
+  scrambled(post, N, 11);
+  scrambled(order, N, 29);
+  for (int i = 0; i < N; i++) {
+    tcoll_tensor_t out = view_1d(&big, (int64_t)post[i] * E, E);
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  }
+  PENDING_IS(N);
+  long calls = t_mpi_calls();
+  for (int k = 0; k < N; k += 97) {
+    tcoll_tensor_t same = view_1d(&big, (int64_t)k * E, E), straddle = view_1d(&big, (int64_t)k * E + 3, E);
+    tcoll_tensor_t same_in = view_1d(&src, 0, E);
+    T_FAILS(tcoll_all_reduce(&same_in, TCOLL_SUM, NULL, &same), TCOLL_ERR_BUSY, "pending work");
+    if (k + 1 < N) T_FAILS(tcoll_all_reduce(&same_in, TCOLL_SUM, NULL, &straddle), TCOLL_ERR_BUSY, "pending work");
+  }
+  tcoll_tensor_t whole_in = input_1d((int64_t)N * E);
+  T_FAILS(tcoll_all_reduce(&whole_in, TCOLL_SUM, NULL, &big), TCOLL_ERR_BUSY, "pending work"); /* all of them */
+  tcoll_tensor_t in_part = view_1d(&in, 2, 3), src3 = view_1d(&src, 0, 3);
+  T_FAILS(tcoll_all_reduce(&src3, TCOLL_SUM, NULL, &in_part), TCOLL_ERR_BUSY, "the input of pending work");
+  T_EXPECT(t_mpi_calls() == calls, "refused calls made %ld MPI calls", t_mpi_calls() - calls);
+  PENDING_IS(N);
+  for (int i = 0; i < N; i++) {
+    float *p = (float *)big.data + (int64_t)order[i] * E + (i % 2 ? i % E : 0);
+    T_OK(tcoll_wait(p));
+    PENDING_IS(N - 1 - i);
+    T_OK(tcoll_test((float *)big.data + (int64_t)order[i] * E)); /* popped: nothing pending there */
+  }
+  t_check_all("thousands in random order", &big, sum_val, NULL, 0);
+  T_OK(tcoll_all_reduce(&src3, TCOLL_SUM, NULL, &in_part)); /* no longer read */
+  T_OK(tcoll_wait(in_part.data));
+  tcoll_tensor_free(&big);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&src);
+  tcoll_tensor_free(&whole_in);
+}
+END_TEST
+
+START_TEST(bases_a_power_of_two_apart) {
+  /* Buffers whose addresses agree in all their low bits: 4 KiB, 64 KiB and 1 MiB apart inside
+   * one allocation, all pending at once (the three strides at different small offsets, so none
+   * overlap). Each is found through its base and its last element, and refuses a writer; a
+   * pointer half a stride away, never posted, finds nothing; they are waited in a scrambled
+   * order, half through an interior element. */
+  enum { NPAT = 3, E = 7, MOST = 512 + 128 + 32 };
+  const struct {
+    int64_t stride, count, off; /* in floats */
+  } pat[NPAT] = {{1024, many(512), 0}, {16384, many(128), 8}, {262144, many(32), 16}};
+  int64_t bshape[1] = {262144 * pat[2].count + 32};
+  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E), one_src = input_1d(1);
+  tcoll_tensor_t one = view_1d(&one_src, 0, 1);
+  const int N = (int)(pat[0].count + pat[1].count + pat[2].count);
+  static int64_t at[MOST]; /* each buffer's first element, in posting order */
+  int n = 0;
+  for (int64_t k = 0; k < pat[0].count; k++) /* the strides interleaved */
+    for (int p = 0; p < NPAT; p++)
+      if (k < pat[p].count) at[n++] = pat[p].off + k * pat[p].stride;
+  T_EXPECT(n == N, "%d buffers laid out, expected %d", n, N);
+  for (int i = 0; i < N; i++) {
+    tcoll_tensor_t out = view_1d(&big, at[i], E);
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  }
+  PENDING_IS(N);
+  float *f = big.data;
+  for (int i = 0; i < N; i++) {
+    tcoll_tensor_t first = view_1d(&big, at[i], 1), last = view_1d(&big, at[i] + E - 1, 1);
+    T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &first), TCOLL_ERR_BUSY, "pending work");
+    T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &last), TCOLL_ERR_BUSY, "pending work");
+    T_OK(tcoll_wait(f + at[i] + 512)); /* half the smallest stride away: in no buffer */
+    T_OK(tcoll_test(f + at[i] + E));    /* one past its end */
+  }
+  PENDING_IS(N);
+  static int order[MOST];
+  scrambled(order, N, 5);
+  for (int i = 0; i < N; i++) {
+    T_OK(tcoll_wait(f + at[order[i]] + (i % 2 ? 1 + i % (E - 1) : 0)));
+    PENDING_IS(N - 1 - i);
+  }
+  for (int i = 0; i < N; i++) {
+    tcoll_tensor_t out = view_1d(&big, at[i], E);
+    t_check_all("a power of two apart", &out, sum_val, NULL, 0);
+  }
+  tcoll_tensor_free(&big);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&one_src);
+}
+END_TEST
+
+START_TEST(views_and_gaps_among_many) {
+  /* Pending buffers of 12 elements with 4-element gaps between them: a pointer inside any
+   * buffer finds its work (popping it alone), a pointer in a gap or one past an end finds
+   * nothing, and a range over a gap that touches a buffer on either side is refused. */
+  enum { E = 12, GAP = 4, S = E + GAP };
+  const int N = many(600);
+  int64_t bshape[1] = {(int64_t)N * S};
+  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E), src = input_1d(GAP + 2);
+  for (int k = 0; k < N; k++) {
+    tcoll_tensor_t out = view_1d(&big, (int64_t)k * S, E);
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  }
+  PENDING_IS(N);
+  float *f = big.data;
+  for (int k = 0; k < N; k += 7) {
+    T_OK(tcoll_wait(f + (int64_t)k * S + E));           /* one past its end: the gap */
+    T_OK(tcoll_test(f + (int64_t)k * S + E + GAP - 1)); /* the gap's last element */
+    tcoll_tensor_t gap = view_1d(&big, (int64_t)k * S + E, GAP), gap_in = view_1d(&src, 0, GAP);
+    T_OK(tcoll_all_reduce(&gap_in, TCOLL_SUM, NULL, &gap)); /* a gap takes work of its own */
+    T_OK(tcoll_wait((float *)gap.data + 1));
+    if (k + 1 < N) { /* a gap and one element more on either side */
+      tcoll_tensor_t left = view_1d(&big, (int64_t)k * S + E - 1, GAP + 1);
+      tcoll_tensor_t right = view_1d(&big, (int64_t)k * S + E, GAP + 1), wide_in = view_1d(&src, 0, GAP + 1);
+      T_FAILS(tcoll_all_reduce(&wide_in, TCOLL_SUM, NULL, &left), TCOLL_ERR_BUSY, "pending work");
+      T_FAILS(tcoll_all_reduce(&wide_in, TCOLL_SUM, NULL, &right), TCOLL_ERR_BUSY, "pending work");
+    }
+  }
+  PENDING_IS(N);
+  for (int k = N - 1; k >= 0; k--) { /* from the top, each through a different interior element */
+    T_OK(tcoll_wait(f + (int64_t)k * S + 1 + k % (E - 1)));
+    PENDING_IS(k);
+  }
+  for (int k = 0; k < N; k++) {
+    tcoll_tensor_t out = view_1d(&big, (int64_t)k * S, E);
+    t_check_all("views among many", &out, sum_val, NULL, 0);
+  }
+  tcoll_tensor_free(&big);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&src);
+}
+END_TEST
+
+START_TEST(grow_and_shrink) {
+  /* Rounds of very different sizes (the table grows, then shrinks as they are waited): each
+   * round's buffers are all found, an overlap is refused, and a lone post-wait cycle between
+   * rounds works. */
+  enum { E = 7, MOST = 3000 };
+  static const int rounds[] = {3000, 5, 1500, 1, 700, 0, 64};
+  int64_t bshape[1] = {MOST * E};
+  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E), lone_out = t_alloc(F32, 1, (int64_t[]){E});
+  static int order[MOST];
+  for (size_t r = 0; r < sizeof rounds / sizeof *rounds; r++) {
+    int n = many(rounds[r]);
+    for (int k = 0; k < n; k++) {
+      tcoll_tensor_t out = view_1d(&big, (int64_t)k * E, E);
+      T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+    }
+    PENDING_IS(n);
+    if (n > 0) {
+      tcoll_tensor_t again = view_1d(&big, (int64_t)(n - 1) * E + 2, 3), again_in = view_1d(&in, 0, 3);
+      T_FAILS(tcoll_all_reduce(&again_in, TCOLL_SUM, NULL, &again), TCOLL_ERR_BUSY, "pending work");
+    }
+    scrambled(order, n, 100 + r);
+    for (int i = 0; i < n; i++) {
+      T_OK(tcoll_wait((float *)big.data + (int64_t)order[i] * E + i % E));
+      if (i % 100 == 0 || i == n - 1) PENDING_IS(n - 1 - i);
+    }
+    PENDING_IS(0);
+    if (n > 0) {
+      tcoll_tensor_t done = view_1d(&big, 0, (int64_t)n * E);
+      t_check_all("grow and shrink", &done, sum_val, NULL, 0);
+      t_set_all(&done, src_val, NULL); /* the next round must write every element again */
+    }
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &lone_out)); /* alone in the registry */
+    T_OK(tcoll_wait(lone_out.data));
+    t_check_all("alone between rounds", &lone_out, sum_val, NULL, 0);
+  }
+  tcoll_tensor_free(&big);
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&lone_out);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = t_tcase("registry");
@@ -770,6 +969,10 @@ Suite *t_suite(void) {
   tcase_add_test(tc, batch_below_pending);
   tcase_add_test(tc, batch_in_any_address_order);
   tcase_add_test(tc, forgotten_reads);
+  tcase_add_test(tc, thousands_in_random_order);
+  tcase_add_test(tc, bases_a_power_of_two_apart);
+  tcase_add_test(tc, views_and_gaps_among_many);
+  tcase_add_test(tc, grow_and_shrink);
   tcase_add_test(tc, concurrent_waits);
   suite_add_tcase(s, tc);
   return s;

@@ -8,28 +8,466 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct entry {
-  uintptr_t base, end; /* [base, end); a zero-byte buffer occupies one byte */
+/* A pending output buffer, or an input that pending work reads: a node of an ordered index (a
+ * treap: a search tree by base, and a heap by random priorities, which keep it balanced with
+ * high probability whatever order buffers come and go in: O(log n) per search, O(1) expected
+ * restructuring per insert or removal), and for an output the value the hash table keeps under
+ * its base. Nodes never move (slabs, below), so the table and the tree point at them, and the
+ * lookup that found one removes it without searching again. One cache line each. */
+typedef struct node {
+  _Alignas(64) uintptr_t base, end; /* [base, end); a zero-byte buffer occupies one byte */
+  uintptr_t maxend;    /* the highest end in its subtree: overlap searches skip subtrees ending before */
   tc_work_t *work;
-  int k; /* the buffer's index in work->bufs (reads: unused) */
-} entry_t;
+  struct node *kid[2]; /* lower and higher bases (kid[0] links the free list) */
+  struct node *up;     /* NULL at the root */
+  uint32_t prio;       /* >= its children's; drawn at each insert (draw_prio) */
+  int k;               /* the buffer's index in work->bufs (reads: unused) */
+} node_t;
 
 static tc_lock_t reg_lock = TC_LOCK_INIT;
-/* Every pending output, by base; entries never overlap, so one binary search answers every
- * lookup: the buffer starting at a base, the one containing a pointer, the ones overlapping a
- * range. A double-ended array: ordered = ordered_buf + head, with free
- * room on both sides, so that removing or inserting near either end moves only the entries on
- * that side (waiting for many buffers in address order, or in reverse, stays linear). */
-static entry_t *ordered_buf, *ordered;
-static size_t head, nordered, ordered_cap;
-/* Buffers that pending work reads (its inputs), until that work completes. Several works may
- * read one buffer, so these overlap: they are kept sorted by base, with the longest read's
- * length, so that the reads overlapping [b, e) all start in [b - longest, e). */
-static entry_t *reads;
-static size_t nreads, reads_cap, longest_read;
-static size_t dead_reads; /* entries of forgotten reads (work NULL), dropped in bulk */
+
+/* Every pending output, by base (disjoint: at most one contains a pointer, and the ones
+ * overlapping a range are neighbours), and every input of pending work, by (base, work) (these
+ * overlap: several works may read one buffer). */
+static node_t *outputs, *reads;
 
 static bool is_done(const tc_work_t *w) { return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE); }
+
+/* Multiplicative (Fibonacci) hashing: the top bits of x times 2^64 / phi depend on every bit of x
+ * below them and spread consecutive or power-of-two-strided addresses evenly; callers take the
+ * top bits. One multiply: it runs three times per post + wait. */
+static inline uint64_t mix(uint64_t x) { return x * 0x9E3779B97F4A7C15ull; }
+
+/* Treap priorities (registry lock held). Drawn afresh at every insert, not fixed per node: nodes
+ * are reused last-freed-first, and a fixed high priority would move the one buffer of a post-wait
+ * cycle among pending ones between the root and a leaf every time. */
+static uint64_t prio_state;
+static inline uint32_t draw_prio(void) { /* a 64-bit LCG's high half (Knuth's MMIX constants) */
+  prio_state = prio_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(prio_state >> 32);
+}
+
+/* Nodes come from slabs that live until cleanup: no allocation per call in steady state, and a
+ * node's address never changes. A spare node is a detached leaf (kid[1] and up NULL) linked
+ * through kid[0]: taken, it is one already. */
+typedef struct slab {
+  struct slab *next;
+  node_t nodes[];
+} slab_t;
+static slab_t *slabs;
+static node_t *spare;
+static size_t slab_size;
+
+/* At least n spare nodes. */
+static int reserve_nodes(size_t n) {
+  size_t have = 0;
+  for (node_t *x = spare; x && have < n; x = x->kid[0]) have++;
+  while (have < n) {
+    size_t m = slab_size ? 2 * slab_size : 64;
+    if (m > 4096) m = 4096;
+    slab_t *s = aligned_alloc(_Alignof(node_t), sizeof *s + m * sizeof(node_t)); /* a node a cache line */
+    if (!s) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry");
+    s->next = slabs;
+    slabs = s;
+    slab_size = m;
+    for (size_t i = m; i-- > 0;) {
+      node_t *x = &s->nodes[i];
+      *x = (node_t){.kid = {spare, NULL}, .prio = draw_prio()};
+      spare = x;
+    }
+    have += m;
+  }
+  return TCOLL_SUCCESS;
+}
+
+/* A spare node (one is reserved) holding [b, e) of w. */
+static inline node_t *take_node(uintptr_t b, uintptr_t e, tc_work_t *w, int k) {
+  node_t *x = spare;
+  spare = x->kid[0];
+  x->kid[0] = NULL;
+  x->base = b;
+  x->end = x->maxend = e;
+  x->work = w;
+  x->k = k;
+  return x;
+}
+
+/* Returns a detached leaf. */
+static inline void put_node(node_t *x) {
+  x->kid[0] = spare;
+  spare = x;
+}
+
+/* ---- The ordered index: treaps with parent links ----
+ * A node goes in where its priority stops the descent from the root, the subtree it displaces
+ * split around its key below it (or, after every other key, by a climb from the last node:
+ * tree_append); it leaves with its two subtrees zipped together in its place. Either walks the
+ * links that rotations would (fewer than two expected), a few instructions a link. aug: the tree
+ * keeps maxend (the reads, which overlap one another: their searches skip the subtrees that end
+ * too early); the outputs are disjoint and need none. */
+
+static inline uintptr_t max_end(const node_t *t) {
+  uintptr_t m = t->end;
+  if (t->kid[0] && t->kid[0]->maxend > m) m = t->kid[0]->maxend;
+  if (t->kid[1] && t->kid[1]->maxend > m) m = t->kid[1]->maxend;
+  return m;
+}
+
+/* Recomputes maxend from t up to stop (excluded), bottom-up. */
+static void fix_maxend(node_t *t, const node_t *stop) {
+  for (; t != stop; t = t->up) t->maxend = max_end(t);
+}
+
+/* Whether key (b, w) sorts at or after node t: equal keys (a work reading one buffer twice)
+ * keep arrival order. */
+static inline bool after(uintptr_t b, const tc_work_t *w, const node_t *t) {
+  return b > t->base || (b == t->base && (uintptr_t)w >= (uintptr_t)t->work);
+}
+
+/* Inserts x, a detached leaf (take_node). near (or NULL) gets the nodes just before and just
+ * after x, NULL where there is none: both lie on x's search path (the last ones the descent left
+ * going higher and lower, or the last ones the split hung below x). */
+static void tree_insert(node_t **root, node_t *x, bool aug, node_t **near) {
+  uint32_t prio = x->prio = draw_prio();
+  node_t *up = NULL, **at = root, *t, *lower = NULL, *higher = NULL;
+  while ((t = *at) && t->prio >= prio) {
+    if (aug && t->maxend < x->end) t->maxend = x->end;
+    up = t;
+    bool right = aug ? after(x->base, x->work, t) : x->base > t->base; /* outputs: bases differ */
+    if (right) lower = t;
+    else higher = t;
+    at = &t->kid[right];
+  }
+  *at = x;
+  x->up = up;
+  if (!t) { /* a leaf */
+    if (near) near[0] = lower, near[1] = higher;
+    return;
+  }
+  node_t **lo = &x->kid[0], **hi = &x->kid[1], *lo_up = x, *hi_up = x;
+  do { /* t's subtree split: what sorts before x hangs down x's left, the rest down its right */
+    if (aug ? after(x->base, x->work, t) : x->base > t->base) {
+      *lo = t;
+      t->up = lo_up;
+      lo_up = t;
+      lo = &t->kid[1];
+      t = t->kid[1];
+    } else {
+      *hi = t;
+      t->up = hi_up;
+      hi_up = t;
+      hi = &t->kid[0];
+      t = t->kid[0];
+    }
+  } while (t);
+  *lo = *hi = NULL;
+  if (near) near[0] = lo_up != x ? lo_up : lower, near[1] = hi_up != x ? hi_up : higher;
+  if (aug) { /* the split nodes lost what went to the other side */
+    fix_maxend(lo_up, x);
+    fix_maxend(hi_up, x);
+    x->maxend = max_end(x);
+  }
+}
+
+/* Unlinks x (left a detached leaf): its subtrees zipped together by priority in its place. */
+static __attribute__((noinline)) void tree_remove_slow(node_t **root, node_t *x, bool aug) {
+  node_t *up = x->up, **at = up ? &up->kid[up->kid[1] == x] : root;
+  node_t *lo = x->kid[0], *hi = x->kid[1], *zip = up;
+  while (lo && hi) {
+    if (lo->prio > hi->prio) {
+      *at = lo;
+      lo->up = zip;
+      zip = lo;
+      at = &lo->kid[1];
+      lo = lo->kid[1];
+    } else {
+      *at = hi;
+      hi->up = zip;
+      zip = hi;
+      at = &hi->kid[0];
+      hi = hi->kid[0];
+    }
+  }
+  node_t *rest = lo ? lo : hi;
+  *at = rest;
+  if (rest) rest->up = zip;
+  x->kid[0] = x->kid[1] = x->up = NULL;
+  if (!aug) return;
+  fix_maxend(zip, up); /* the zipped nodes gained the other side */
+  for (; up; up = up->up) { /* x's ancestors lost x */
+    uintptr_t m = max_end(up);
+    if (m == up->maxend) break; /* and theirs stand */
+    up->maxend = m;
+  }
+}
+
+/* Unlinks x; the only node (a post-wait loop) inline. */
+static inline void tree_remove(node_t **root, node_t *x, bool aug) {
+  if (*root == x && !x->kid[0] && !x->kid[1]) *root = NULL;
+  else tree_remove_slow(root, x, aug);
+}
+
+/* Inserts x, whose key follows every key in the tree, below last (the tree's last node; NULL: the
+ * tree is empty). It climbs the higher spine from its bottom instead of descending from the root:
+ * what it climbs past becomes its lower subtree, intact. Buffers that come in address order (a
+ * coalesced call's, mostly) go in at O(1) amortized each. */
+static void tree_append(node_t **root, node_t *x, node_t *last, bool aug) {
+  x->prio = draw_prio();
+  node_t *below = NULL, *t = last;
+  for (; t && t->prio < x->prio; t = t->up) below = t;
+  x->kid[0] = below;
+  if (below) below->up = x;
+  x->up = t;
+  if (t) t->kid[1] = x;
+  else *root = x;
+  if (!aug) return;
+  x->maxend = max_end(x);
+  for (; t && t->maxend < x->end; t = t->up) t->maxend = x->end; /* its ancestors' gained x */
+}
+
+static node_t *tree_last(node_t *t) {
+  if (t)
+    while (t->kid[1]) t = t->kid[1];
+  return t;
+}
+
+static node_t *tree_first(node_t *t) {
+  if (t)
+    while (t->kid[0]) t = t->kid[0];
+  return t;
+}
+
+static node_t *tree_next(node_t *t) {
+  if (t->kid[1]) return tree_first(t->kid[1]);
+  while (t->up && t->up->kid[1] == t) t = t->up;
+  return t->up;
+}
+
+static node_t *tree_prev(node_t *t) {
+  if (t->kid[0]) {
+    for (t = t->kid[0]; t->kid[1];) t = t->kid[1];
+    return t;
+  }
+  while (t->up && t->up->kid[0] == t) t = t->up;
+  return t->up;
+}
+
+/* The lowest read overlapping [b, e) of work other than skip and not done, or NULL. Subtrees
+ * that end at or before b are skipped whole, and so are the higher ones of a node starting at or
+ * after e: a descent of O(depth), which only branches (recursing into the lower side) where that
+ * side holds a read ending after b, plus the overlapping reads passed over. */
+static node_t *find_read_overlap(node_t *t, uintptr_t b, uintptr_t e, const tc_work_t *skip) {
+  while (t && t->maxend > b) {
+    if (t->base >= e) { /* t and everything above it start too late */
+      t = t->kid[0];
+      continue;
+    }
+    node_t *low = t->kid[0];
+    if (low && low->maxend > b) {
+      node_t *x = find_read_overlap(low, b, e, skip);
+      if (x) return x;
+    }
+    if (t->end > b && t->work != skip && !is_done(t->work)) return t;
+    t = t->kid[1];
+  }
+  return NULL;
+}
+
+/* The last pending output starting before e, or NULL. */
+static node_t *output_before(uintptr_t e) {
+  node_t *best = NULL;
+  for (node_t *t = outputs; t;) {
+    if (t->base < e) best = t;
+    t = t->kid[t->base < e];
+  }
+  return best;
+}
+
+/* The highest pending output of other work than skip overlapping [b, e), or NULL: outputs are
+ * disjoint, so those overlapping a range are the ones before its end that end after its start. */
+static node_t *output_overlap(uintptr_t b, uintptr_t e, const tc_work_t *skip) {
+  for (node_t *x = output_before(e); x && x->end > b; x = tree_prev(x))
+    if (x->work != skip) return x;
+  return NULL;
+}
+
+/* The pending output containing p. */
+static node_t *containing(uintptr_t p) {
+  node_t *x = output_before(p + 1);
+  return x && x->end > p ? x : NULL;
+}
+
+/* ---- The hash table: pending outputs by base ----
+ * Open addressing with linear probing over a power-of-two number of slots, at most half full,
+ * a slot keeping the key beside the node so that probing touches the table alone. Removal shifts
+ * the entries behind the freed slot back (backward-shift deletion) rather than leaving a
+ * tombstone: buffers come and go by the million, and tombstones would lengthen every probe until
+ * a rehash; this way a lookup only ever passes live entries (expected under 1.5 at half load), a
+ * miss stops at the first empty slot, and the table never needs cleaning. Grows at half full,
+ * shrinks at a sixteenth, never below HASH_MIN slots (16 KiB): a call of many buffers (a coalesced
+ * one) and its waits would otherwise grow and shrink the table every time. */
+typedef struct slot {
+  uintptr_t key;
+  node_t *node; /* NULL: empty */
+} slot_t;
+/* Every table has one slot more, past the last, that is never empty: the slot after a removed
+ * one is then tested without wrapping around (the guard sends that case to the full shift). */
+static node_t guard;
+static slot_t no_slots[3] = {[2] = {0, &guard}}; /* before the first output: lookups find nothing */
+static slot_t *slots = no_slots;
+static size_t nslots = 2, hash_shift = 63, nout; /* nout: pending outputs (filled slots) */
+static size_t hash_high, hash_low;               /* grow above (0: no table yet), shrink below */
+
+static inline size_t home_of(uintptr_t key) { return (size_t)(mix(key) >> hash_shift); }
+
+/* The probe past a filled home slot that holds another key. */
+static __attribute__((noinline)) slot_t *hash_probe(uintptr_t key, slot_t *s) {
+  for (size_t i = (size_t)(s - slots);;) {
+    i = (i + 1) & (nslots - 1);
+    if (!slots[i].node) return NULL;
+    if (slots[i].key == key) return &slots[i];
+  }
+}
+
+/* The slot holding key, or NULL; a key at its home slot (the usual case at half load) inline. */
+static inline slot_t *hash_find(uintptr_t key) {
+  slot_t *s = &slots[home_of(key)];
+  if (s->key == key && s->node) return s;
+  return s->node ? hash_probe(key, s) : NULL;
+}
+
+/* Stores a key not in the table (room reserved). */
+static void hash_put(uintptr_t key, node_t *x) {
+  size_t i = home_of(key);
+  while (slots[i].node) i = (i + 1) & (nslots - 1);
+  slots[i] = (slot_t){key, x};
+}
+
+#define HASH_MIN 1024
+
+/* Moves the entries to a table of n slots (a power of two, >= HASH_MIN); false if there is no
+ * memory. */
+static bool rehash(size_t n) {
+  slot_t *fresh = calloc(n + 1, sizeof *fresh), *old = slots;
+  if (!fresh) return false;
+  fresh[n].node = &guard;
+  size_t oldn = nslots, shift = 64;
+  for (size_t c = n; c > 1; c >>= 1) shift--;
+  slots = fresh;
+  nslots = n;
+  hash_shift = shift;
+  hash_high = n / 2;
+  hash_low = n > HASH_MIN ? n / 16 : 0;
+  for (size_t i = 0; i < oldn; i++)
+    if (old[i].node) hash_put(old[i].key, old[i].node);
+  if (old != no_slots) free(old);
+  return true;
+}
+
+/* Room for m more outputs: their nodes, then the table (so that a table means spare nodes: see
+ * add_io_alone_locked). */
+static int reserve_outputs(size_t m) {
+  int rc = reserve_nodes(m);
+  if (rc || nout + m <= hash_high) return rc;
+  size_t n = nslots < HASH_MIN ? HASH_MIN : nslots;
+  while (nout + m > n / 2) n *= 2;
+  return rehash(n) ? TCOLL_SUCCESS : tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry");
+}
+
+/* Empties slot s, shifting back the entries of its probe run that may sit closer to home. */
+static __attribute__((noinline)) void hash_remove_run(slot_t *s) {
+  size_t i = (size_t)(s - slots), mask = nslots - 1;
+  for (size_t j = (i + 1) & mask; slots[j].node; j = (j + 1) & mask) {
+    size_t home = home_of(slots[j].key);
+    if (((j - home) & mask) >= ((j - i) & mask)) { /* i lies on the way from its home to j */
+      slots[i] = slots[j];
+      i = j;
+    }
+  }
+  slots[i].node = NULL;
+}
+
+/* Empties slot s; inline when the next slot is empty (no run behind it to shift). */
+static inline void hash_remove(slot_t *s) {
+  if (s[1].node) hash_remove_run(s); /* the last slot's next is the guard: the run wraps around */
+  else s->node = NULL;
+}
+
+/* Removes the output in slot s from both structures (registry lock held). */
+static inline void drop_output(slot_t *s) {
+  node_t *x = s->node;
+  hash_remove(s);
+  if (outputs == x && !x->kid[0] && !x->kid[1]) { /* the only one (a post-wait loop) */
+    outputs = NULL;
+    nout = 0;
+    put_node(x);
+    return;
+  }
+  tree_remove_slow(&outputs, x, false);
+  put_node(x);
+  if (--nout < hash_low) rehash(nslots / 2); /* no memory: the larger table stays */
+}
+
+/* Keys [b, e) (buffer k of w) in both structures, unless it overlaps a pending output: the
+ * insert's own descent finds its neighbours, the only outputs that could (room is reserved).
+ * last (or NULL): the last output, kept by a caller keying several buffers; one that starts after
+ * it is appended, its only neighbour being last. */
+static inline bool key_output(tc_work_t *w, int k, uintptr_t b, uintptr_t e, node_t **last) {
+  node_t *x = take_node(b, e, w, k);
+  if (last && (!*last || b > (*last)->base)) {
+    if (*last && (*last)->end > b) {
+      put_node(x);
+      return false;
+    }
+    tree_append(&outputs, x, *last, false);
+    *last = x;
+  } else {
+    node_t *near[2];
+    tree_insert(&outputs, x, false, near);
+    if ((near[0] && near[0]->end > b) || (near[1] && near[1]->base < e)) {
+      tree_remove(&outputs, x, false);
+      put_node(x);
+      return false;
+    }
+  }
+  hash_put(b, x);
+  nout++;
+  return true;
+}
+
+/* ---- Reads ---- */
+
+/* A work's reads: w->read_bases (work.h: "to forget them fast") holds the node of each read it
+ * recorded, as a uintptr_t, so that forgetting one is no search. */
+static inline node_t *read_of(const tc_work_t *w, size_t k) { return (node_t *)w->read_bases[k]; }
+
+/* Forgets w's reads. */
+static __attribute__((noinline)) void remove_reads_slow(tc_work_t *w) {
+  for (size_t k = 0; k < w->nread_bases; k++) {
+    node_t *x = read_of(w, k);
+    tree_remove(&reads, x, true);
+    put_node(x);
+  }
+  w->nread_bases = 0;
+}
+
+/* The common case inline: a call's one input, the only read. */
+static inline void remove_reads_of(tc_work_t *w) {
+  if (w->nread_bases == 0) return;
+  node_t *x = read_of(w, 0);
+  if (w->nread_bases == 1 && reads == x && !x->kid[0] && !x->kid[1]) {
+    reads = NULL;
+    put_node(x);
+    w->nread_bases = 0;
+    return;
+  }
+  remove_reads_slow(w);
+}
+
+/* A read of work still running that overlaps [b, e); reads of done work no longer count. */
+static inline node_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
+  return find_read_overlap(reads, b, e, self);
+}
 
 /* Deferred pops. A wait that completed its work does not take the lock again to pop the entry
  * it found: it queues the buffer (lock-free: a push onto a list that only the registry lock's
@@ -47,144 +485,6 @@ static inline void lock_registry(void) {
 
 static void unlock_registry(void) { tc_unlock(&reg_lock); }
 
-/* First read whose base is > key (reads with equal bases stay in arrival order). */
-static size_t reads_upper_bound(uintptr_t key) {
-  size_t lo = 0, hi = nreads;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (reads[mid].base <= key) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-/* A read of work still running that overlaps [b, e); reads of done work no longer count. */
-static entry_t *read_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
-  if (nreads == 0) return NULL;
-  uintptr_t from = b > longest_read ? b - longest_read : 0;
-  for (size_t i = from ? reads_upper_bound(from - 1) : 0; i < nreads && reads[i].base < e; i++)
-    if (reads[i].work && reads[i].work != self && reads[i].end > b && !is_done(reads[i].work)) return &reads[i];
-  return NULL;
-}
-
-static int cmp_base(const void *a, const void *b) {
-  uintptr_t x = ((const entry_t *)a)->base, y = ((const entry_t *)b)->base;
-  return (x > y) - (x < y);
-}
-
-static void insertion_sort(entry_t *v, size_t m) {
-  for (size_t i = 1; i < m; i++) {
-    entry_t x = v[i];
-    size_t k = i;
-    for (; k > 0 && v[k - 1].base > x.base; k--) v[k] = v[k - 1];
-    v[k] = x;
-  }
-}
-
-/* Stable merge sort by base (equal bases keep their order); tmp: room for m / 2 entries. */
-static void merge_sort(entry_t *v, size_t m, entry_t *tmp) {
-  if (m <= 16) {
-    insertion_sort(v, m);
-    return;
-  }
-  size_t h = m / 2;
-  merge_sort(v, h, tmp);
-  merge_sort(v + h, m - h, tmp);
-  if (v[h - 1].base <= v[h].base) return; /* the halves are already in order */
-  memcpy(tmp, v, h * sizeof *v);
-  size_t a = 0, b = h, o = 0;
-  while (a < h && b < m) v[o++] = tmp[a].base <= v[b].base ? tmp[a++] : v[b++];
-  while (a < h) v[o++] = tmp[a++];
-}
-
-/* Sorts by base, stably. One call's buffers are usually allocated one after another, so they come
- * in address order or in reverse: one pass. Otherwise a merge sort in tmp (room for m / 2
- * entries; NULL: qsort, which may allocate, for when no room could be had). */
-static void sort_by_base(entry_t *v, size_t m, entry_t *tmp) {
-  if (m < 2) return;
-  size_t rising = 0, falling = 0;
-  for (size_t i = 1; i < m; i++) {
-    rising += v[i - 1].base <= v[i].base;
-    falling += v[i - 1].base > v[i].base;
-  }
-  if (rising == m - 1) return;
-  if (falling == m - 1) {
-    for (size_t i = 0, j = m - 1; i < j; i++, j--) {
-      entry_t t = v[i];
-      v[i] = v[j];
-      v[j] = t;
-    }
-    return;
-  }
-  if (tmp) merge_sort(v, m, tmp);
-  else qsort(v, m, sizeof *v, cmp_base);
-}
-
-/* Merges the m sorted entries at fresh into the na sorted entries at dst, giving dst[0, na + m),
- * from the back; fresh must not lie inside dst[0, na + m). Equal bases: fresh after dst's. */
-static void merge_sorted(entry_t *dst, size_t na, const entry_t *fresh, size_t m) {
-  size_t a = na, f = m, out = na + m;
-  while (f > 0) {
-    if (a > 0 && dst[a - 1].base > fresh[f - 1].base) dst[--out] = dst[--a];
-    else dst[--out] = fresh[--f];
-  }
-}
-
-/* Drops the forgotten reads, keeping the rest sorted; recomputes the longest. */
-static void compact_reads(void) {
-  size_t kept = 0, longest = 0;
-  for (size_t i = 0; i < nreads; i++) {
-    if (!reads[i].work) continue;
-    reads[kept++] = reads[i];
-    if (reads[i].end - reads[i].base > longest) longest = reads[i].end - reads[i].base;
-  }
-  nreads = kept;
-  longest_read = longest;
-  dead_reads = 0;
-}
-
-/* Forgets w's reads: each is found by its base (w keeps them) and marked dead; dead entries at
- * the end go at once (the common post-wait cycle leaves no trace), the others are dropped
- * together once they are half the table, so forgetting costs O(log n) amortized. Among reads of
- * one base the newest come last, so the search runs backwards from there. */
-static void remove_reads_slow(tc_work_t *w); /* the general case, below */
-static inline void remove_reads_of(tc_work_t *w) {
-  if (w->nread_bases == 0) return;
-  if (w->nread_bases == 1 && reads[nreads - 1].work == w && dead_reads == 0) { /* a call's one input */
-    w->nread_bases = 0;
-    if (--nreads == 0) longest_read = 0;
-    return;
-  }
-  remove_reads_slow(w);
-}
-
-static void remove_reads_slow(tc_work_t *w) {
-  /* Mostly w's reads are the last entries (its inputs, the only ones or the highest addresses):
-   * those and dead ones go from the end in one pass; the rest are searched by base below. */
-  size_t popped = 0;
-  for (; nreads > 0 && (reads[nreads - 1].work == w || !reads[nreads - 1].work); nreads--) {
-    if (reads[nreads - 1].work) popped++;
-    else dead_reads--;
-  }
-  for (size_t k = 0; k < w->nread_bases && popped < w->nread_bases; k++) {
-    uintptr_t p = w->read_bases[k];
-    for (size_t i = reads_upper_bound(p); i-- > 0 && reads[i].base == p;) {
-      if (reads[i].work == w) {
-        reads[i].work = NULL;
-        dead_reads++;
-        break;
-      }
-    }
-  }
-  w->nread_bases = 0;
-  while (nreads > 0 && !reads[nreads - 1].work) {
-    nreads--;
-    dead_reads--;
-  }
-  if (nreads == 0) longest_read = 0;
-  if (dead_reads > 32 && 2 * dead_reads > nreads) compact_reads();
-}
-
 /* Drops a reference (registry lock held); at zero, forgets the work's reads and recycles it. */
 static void unref_locked(tc_work_t *w) {
   if (--w->refs > 0) return;
@@ -192,46 +492,19 @@ static void unref_locked(tc_work_t *w) {
   tc_work_recycle(w);
 }
 
-/* First index whose base is >= key. */
-static inline size_t lower_bound(uintptr_t key) {
-  if (nordered == 1) return ordered[0].base < key; /* one pending buffer (a post-wait loop) */
-  size_t lo = 0, hi = nordered;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (ordered[mid].base < key) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+/* Removes the output at base if it still belongs to w (it may have been popped, and the base
+ * keyed again by other work, since it was found: the hash tells); whether it did. */
+static inline bool unkey_output(const tc_work_t *w, uintptr_t base) {
+  slot_t *s = hash_find(base);
+  if (!s || s->node->work != w) return false;
+  drop_output(s);
+  return true;
 }
 
-/* Moves n entries (none: no call, the common case of one pending buffer). */
-static inline void move_entries(entry_t *to, const entry_t *from, size_t n) {
-  if (n) memmove(to, from, n * sizeof *to);
-}
-
-/* Removes the entry at index i, moving the shorter side. */
-static inline void remove_at(size_t i) {
-  if (i < nordered / 2) { /* the shorter side moves */
-    move_entries(&ordered[1], &ordered[0], i);
-    ordered++;
-    head++;
-  } else {
-    move_entries(&ordered[i], &ordered[i + 1], nordered - i - 1);
-  }
-  if (--nordered == 0) {
-    ordered = ordered_buf;
-    head = 0;
-  }
-}
-
-/* Pops the entry at base if it still belongs to w (the index may have moved since it was found:
- * a binary search, no hash), without the ready-event wait (registry lock held). */
+/* Pops the output at base if it still belongs to w, with the reference it held, without the
+ * ready-event wait (registry lock held). */
 static inline void pop_entry_locked(tc_work_t *w, uintptr_t base) {
-  size_t i = lower_bound(base);
-  if (i < nordered && ordered[i].base == base && ordered[i].work == w) {
-    remove_at(i);
-    w->refs--;
-  }
+  if (unkey_output(w, base)) w->refs--;
 }
 
 static __attribute__((noinline)) void sweep_locked(void) { /* one call, out of every lock_registry */
@@ -256,60 +529,28 @@ static bool defer_pop(tc_wbuf_t *b) {
   return true;
 }
 
-/* The entry overlapping [b, e), if any: since entries are disjoint and sorted, only the last
- * one starting before e can reach past b. */
-static entry_t *overlapping(uintptr_t b, uintptr_t e) {
-  size_t i = lower_bound(e);
-  if (i == 0) return NULL;
-  entry_t *x = &ordered[i - 1];
-  return x->end > b ? x : NULL;
+/* The output of other work than self overlapping [b, e), or NULL (registry lock held). */
+static node_t *foreign_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
+  return output_overlap(b, e, self);
 }
 
-/* Room for `extra` more entries after the last one. */
-static int reserve(size_t extra) {
-  if (head + nordered + extra <= ordered_cap) return TCOLL_SUCCESS;
-  if (head > 0) { /* reuse the room in front first */
-    memmove(ordered_buf, ordered, nordered * sizeof *ordered);
-    ordered = ordered_buf;
-    head = 0;
-  }
-  if (nordered + extra > ordered_cap) {
-    size_t cap = ordered_cap ? ordered_cap : 64;
-    while (cap < nordered + extra) cap *= 2;
-    entry_t *p = realloc(ordered_buf, cap * sizeof *p);
-    if (!p) return TCOLL_ERR_NO_MEMORY;
-    ordered_buf = ordered = p;
-    ordered_cap = cap;
-  }
-  return TCOLL_SUCCESS;
-}
+/* Any output overlapping [b, e), or NULL (registry lock held). */
+static node_t *overlapping_any(uintptr_t b, uintptr_t e) { return foreign_overlapping(b, e, NULL); }
 
-/* Inserts x at index i (room reserved), moving the shorter side. */
-static void insert_at(size_t i, entry_t x) {
-  if (head > 0 && i < nordered / 2) {
-    ordered--;
-    head--;
-    move_entries(&ordered[0], &ordered[1], i);
-  } else {
-    move_entries(&ordered[i + 1], &ordered[i], nordered - i);
-  }
-  ordered[i] = x;
-  nordered++;
+/* The pending output at p or containing it (a view): the hash answers a base, the ordered index
+ * the rest. */
+static inline node_t *output_at(uintptr_t p) {
+  slot_t *s = hash_find(p);
+  return s ? s->node : containing(p);
 }
 
 static void remove_entries_of(tc_work_t *w) {
-  for (size_t i = nordered; i-- > 0;) {
-    if (ordered[i].work == w) {
-      remove_at(i);
-      w->refs--;
-    }
-  }
+  for (int k = 0; k < w->nbuf; k++) pop_entry_locked(w, (uintptr_t)w->bufs[k].base);
 }
-
 
 /* Why buffer k of w cannot be keyed (a pending output or a running input overlaps it), or 0. */
 static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
-  entry_t *x = overlapping(b, e), *r = !x && w->bufs[k].written ? read_overlapping(b, e, w) : NULL;
+  node_t *x = foreign_overlapping(b, e, w), *r = !x && w->bufs[k].written ? read_overlapping(b, e, w) : NULL;
   if (!x && !r) return TCOLL_SUCCESS;
   char what[160];
   tc_work_describe(x ? x->work : r->work, what, sizeof what);
@@ -317,44 +558,66 @@ static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
                   w->bufs[k].nbytes, x ? "a buffer with pending work" : "the input of pending work", what);
 }
 
-/* Keys w under each of its buffers (registry lock held). All are checked first, so that a refused
- * call keys nothing; several buffers are sorted and merged in one pass, so that keying n buffers
- * below the pending ones costs O(n log n), not O(n^2). */
+static inline uintptr_t end_of(const tc_wbuf_t *buf) { return (uintptr_t)buf->base + (buf->nbytes ? buf->nbytes : 1); }
+
+typedef struct span {
+  uintptr_t base, end;
+  int k;
+} span_t;
+
+static int cmp_span(const void *a, const void *b) {
+  const span_t *x = a, *y = b;
+  if (x->base != y->base) return (x->base > y->base) - (x->base < y->base);
+  return (x->k > y->k) - (x->k < y->k);
+}
+
+/* Two of w's buffers overlap (seen at buffer seen): names the one the old merge of the call's
+ * buffers by address met first, i.e. the first buffer, by base then index, that starts inside an
+ * earlier one, as the lowest index at its base. */
+static TC_COLD int same_call_overlap(const tc_work_t *w, int seen) {
+  size_t m = (size_t)w->nbuf;
+  span_t *v = malloc(m * sizeof *v);
+  uintptr_t at = (uintptr_t)w->bufs[seen].base;
+  if (v) {
+    for (size_t k = 0; k < m; k++) v[k] = (span_t){(uintptr_t)w->bufs[k].base, end_of(&w->bufs[k]), (int)k};
+    qsort(v, m, sizeof *v, cmp_span);
+    for (size_t j = 1; j < m; j++)
+      if (v[j].base < v[j - 1].end) {
+        at = v[j].base;
+        break;
+      }
+    free(v);
+  }
+  int k = 0;
+  while (k < w->nbuf && (uintptr_t)w->bufs[k].base != at) k++;
+  return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
+                  (void *)at);
+}
+
+/* Keys w under each of its buffers (registry lock held). Each is keyed as it passes, by an insert
+ * that finds its neighbours on the way; one that overlaps a pending output (of other work: busy;
+ * of its own: the call fails once no buffer is busy) or a running input is refused, and a refused
+ * call keys nothing. O(m log n) for m buffers among n pending. */
 static int add_outputs_locked(tc_work_t *w) {
   size_t m = (size_t)w->nbuf;
   if (m == 0) return TCOLL_SUCCESS;
-  if (reserve(3 * m)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry");
-  if (m == 1) { /* one search finds both its neighbours and its place */
-    uintptr_t b = (uintptr_t)w->bufs[0].base, e = b + (w->bufs[0].nbytes ? w->bufs[0].nbytes : 1);
-    size_t i = lower_bound(b);
-    bool busy = (i > 0 && ordered[i - 1].end > b) || (i < nordered && ordered[i].base < e) ||
-                (w->bufs[0].written && read_overlapping(b, e, w));
-    if (busy) return refuse_buffer(w, 0, b, e);
-    insert_at(i, (entry_t){b, e, w, 0}); /* near the front, the room there is used */
-    w->refs++;
-    return TCOLL_SUCCESS;
-  }
-  /* Scratch room: the merge fills [nordered, nordered + m); the sort uses what follows fresh. */
-  entry_t *fresh = &ordered[nordered + m];
-  int rc = TCOLL_SUCCESS;
-  bool alone = nordered == 0 && nreads == 0; /* nothing pending to overlap: no searches */
-  for (size_t k = 0; k < m && !rc; k++) {
-    uintptr_t b = (uintptr_t)w->bufs[k].base;
-    uintptr_t e = b + (w->bufs[k].nbytes ? w->bufs[k].nbytes : 1);
-    if (!alone) rc = refuse_buffer(w, (int)k, b, e);
-    fresh[k] = (entry_t){b, e, w, (int)k};
-  }
+  int rc = reserve_outputs(m);
   if (rc) return rc;
-  sort_by_base(fresh, m, fresh + m);
-  for (size_t j = 1; j < m; j++) {
-    if (fresh[j].base >= fresh[j - 1].end) continue;
-    int k = 0;
-    while (k < w->nbuf && (uintptr_t)w->bufs[k].base != fresh[j].base) k++;
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
-                    (void *)fresh[j].base);
+  int own = -1; /* the first buffer found overlapping one of the call's own */
+  node_t *last = m > 1 ? tree_last(outputs) : NULL;
+  for (int k = 0; k < (int)m && !rc; k++) {
+    uintptr_t b = (uintptr_t)w->bufs[k].base, e = end_of(&w->bufs[k]);
+    bool read = w->bufs[k].written && read_overlapping(b, e, w);
+    if (!read && key_output(w, k, b, e, m > 1 ? &last : NULL)) continue; /* the usual case */
+    node_t *x = overlapping_any(b, e);
+    if (x && x->work == w && own < 0) own = k; /* one of its own: other work may still overlap it */
+    rc = refuse_buffer(w, k, b, e);
   }
-  merge_sorted(ordered, nordered, fresh, m);
-  nordered += m;
+  if (!rc && own >= 0) rc = same_call_overlap(w, own);
+  if (rc) { /* unkeys what was keyed (no reference taken yet) */
+    for (size_t k = 0; k < m; k++) unkey_output(w, (uintptr_t)w->bufs[k].base);
+    return rc;
+  }
   w->refs += (int)m;
   return TCOLL_SUCCESS;
 }
@@ -373,31 +636,9 @@ void tc_registry_remove_entries(tc_work_t *w) {
   unlock_registry();
 }
 
-/* The entry of other work overlapping [b, e), or NULL (registry lock held). */
-static entry_t *foreign_overlapping(uintptr_t b, uintptr_t e, const tc_work_t *self) {
-  for (size_t i = lower_bound(e); i-- > 0 && ordered[i].end > b;)
-    if (ordered[i].work != self) return &ordered[i];
-  return NULL;
-}
-
-/* Any entry overlapping [b, e), or NULL (registry lock held). */
-static entry_t *overlapping_any(uintptr_t b, uintptr_t e) { return foreign_overlapping(b, e, NULL); }
-
-
-static int grow_reads(size_t need) {
-  if (need <= reads_cap) return TCOLL_SUCCESS;
-  size_t cap = reads_cap ? reads_cap : 64;
-  while (cap < need) cap *= 2;
-  entry_t *q = realloc(reads, cap * sizeof *q);
-  if (!q) return TCOLL_ERR_NO_MEMORY;
-  reads = q;
-  reads_cap = cap;
-  return TCOLL_SUCCESS;
-}
-
-/* Appends a read after the sorted ones (settle_reads puts the new ones in place), and notes its
- * base in w. */
-static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
+/* Records that w reads [p, p + n), and notes its node in w (registry lock held). last (or NULL):
+ * the last read, kept by a caller recording several; one that sorts after it is appended. */
+static int add_read_locked(tc_work_t *w, uintptr_t p, size_t n, node_t **last) {
   if (w->nread_bases == w->read_bases_cap) {
     size_t cap = w->read_bases_cap ? 2 * w->read_bases_cap : 8;
     uintptr_t *q = realloc(w->read_bases, cap * sizeof *q);
@@ -405,92 +646,48 @@ static int add_read_locked(tc_work_t *w, const void *p, size_t n) {
     w->read_bases = q;
     w->read_bases_cap = cap;
   }
-  if (grow_reads(nreads + 1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
-  reads[nreads++] = (entry_t){(uintptr_t)p, (uintptr_t)p + n, w, 0};
-  w->read_bases[w->nread_bases++] = (uintptr_t)p;
-  return TCOLL_SUCCESS;
-}
-
-
-/* One read of w, inserted in its place in the sorted table (after the reads of the same base). */
-static int add_read_sorted_locked(tc_work_t *w, uintptr_t p, size_t n) {
-  size_t at = nreads > 0 && reads[nreads - 1].base > p ? reads_upper_bound(p) : nreads;
-  int rc = add_read_locked(w, (const void *)p, n);
-  if (rc) return rc;
-  if (at < nreads - 1) {
-    entry_t x = reads[nreads - 1];
-    memmove(&reads[at + 1], &reads[at], (nreads - 1 - at) * sizeof *reads);
-    reads[at] = x;
+  if (!spare && reserve_nodes(1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
+  node_t *x = take_node(p, p + n, w, 0);
+  if (last && (!*last || after(p, w, *last))) {
+    tree_append(&reads, x, *last, true);
+    *last = x;
+  } else {
+    tree_insert(&reads, x, true, NULL);
   }
-  if (n > longest_read) longest_read = n;
+  w->read_bases[w->nread_bases++] = (uintptr_t)x;
   return TCOLL_SUCCESS;
-}
-
-/* Sorts the reads added after the first `sorted` and merges them into those: one call's inputs
- * cost O(n + m log m), wherever they lie in memory. */
-static void settle_reads(size_t sorted) {
-  size_t m = nreads - sorted;
-  if (m == 0) return;
-  for (size_t i = sorted; i < nreads; i++)
-    if (reads[i].end - reads[i].base > longest_read) longest_read = reads[i].end - reads[i].base;
-  bool room = grow_reads(nreads + m) == TCOLL_SUCCESS; /* past the end: the sort's and the merge's scratch */
-  if (m > 1) sort_by_base(&reads[sorted], m, room ? &reads[nreads] : NULL);
-  if (sorted == 0 || reads[sorted - 1].base <= reads[sorted].base) return; /* already in order */
-  if (!room) { /* no room to merge: sort everything in place */
-    qsort(reads, nreads, sizeof *reads, cmp_base);
-    return;
-  }
-  entry_t *fresh = &reads[nreads]; /* the new reads, copied past the end, merge into place */
-  memcpy(fresh, &reads[sorted], m * sizeof *reads);
-  merge_sorted(reads, sorted, fresh, m);
 }
 
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
   if (!p || !n) return TCOLL_SUCCESS;
   lock_registry();
-  size_t sorted = nreads;
-  int rc = add_read_locked(w, p, n);
-  settle_reads(sorted);
+  int rc = add_read_locked(w, (uintptr_t)p, n, NULL);
   unlock_registry();
   return rc;
 }
 
 /* Records w's reads of in[*next..n) (registry lock held); stops at an input overlapping a pending
  * output of other work and returns that work, referenced (see tc_registry_claim_inputs). others:
- * whether the index may hold entries of other works (false: no search). */
+ * whether the index may hold outputs of other works (false: no search). */
 static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc,
                                       bool others) {
   tc_work_t *other = NULL;
-  if (n - *next == 1 && in[*next].data) { /* one input: straight into its place */
-    uintptr_t b = (uintptr_t)in[*next].data;
-    size_t nb = tc_nbytes(&in[*next]);
-    entry_t *x = others ? foreign_overlapping(b, b + (nb ? nb : 1), w) : NULL;
-    if (x) {
-      other = x->work;
-      other->refs++;
-      *base = (void *)x->base;
-      return other;
-    }
-    ++*next;
-    if (nb) *rc = add_read_sorted_locked(w, b, nb);
-    return NULL;
-  }
-  size_t sorted = nreads;
+  bool several = n - *next > 1;
+  node_t *last = several ? tree_last(reads) : NULL;
   for (; *next < n && !other && !*rc; ++*next) {
     const tcoll_tensor_t *t = &in[*next];
     if (!t->data) continue;
     uintptr_t b = (uintptr_t)t->data;
     size_t nb = tc_nbytes(t);
-    entry_t *x = others ? foreign_overlapping(b, b + (nb ? nb : 1), w) : NULL;
+    node_t *x = others ? foreign_overlapping(b, b + (nb ? nb : 1), w) : NULL;
     if (x) {
       other = x->work;
       other->refs++;
       *base = (void *)x->base;
       break; /* this input again once the caller waited for other */
     }
-    if (nb) *rc = add_read_locked(w, t->data, nb);
+    if (nb) *rc = add_read_locked(w, b, nb, several ? &last : NULL);
   }
-  settle_reads(sorted);
   return other;
 }
 
@@ -504,20 +701,22 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
 }
 
 /* A call's one output and one input while nothing else is pending (a post-wait loop): nothing to
- * search, both tables empty (registry lock held; false: take the general path). */
-static bool add_io_alone_locked(tc_work_t *w, const tcoll_tensor_t *in, int n) {
-  if (nordered || nreads || w->nbuf != 1 || n != 1 || ordered_cap == 0) return false; /* room: head is 0 */
+ * search, both trees empty (each node the whole tree, its priority the node's last draw), so is
+ * the table (no tombstones: the output's home slot is free), and every node is spare: a table was
+ * made after a slab (registry lock held; false: take the general path). */
+static inline bool add_io_alone_locked(tc_work_t *w, const tcoll_tensor_t *in, int n) {
+  if (outputs || reads || w->nbuf != 1 || n != 1 || !hash_high) return false;
   size_t nb = in->data ? tc_nbytes(in) : 0;
-  if (nb && (w->nread_bases >= w->read_bases_cap || reads_cap == 0)) return false;
+  if (nb && w->nread_bases >= w->read_bases_cap) return false;
   uintptr_t b = (uintptr_t)w->bufs[0].base;
-  ordered[0] = (entry_t){b, b + (w->bufs[0].nbytes ? w->bufs[0].nbytes : 1), w, 0};
-  nordered = 1;
+  outputs = take_node(b, end_of(&w->bufs[0]), w, 0); /* a detached leaf: the whole tree */
+  slots[home_of(b)] = (slot_t){b, outputs};
+  nout = 1;
   w->refs++;
   if (nb) {
-    reads[0] = (entry_t){(uintptr_t)in->data, (uintptr_t)in->data + nb, w, 0};
-    nreads = 1;
-    longest_read = nb;
-    w->read_bases[w->nread_bases++] = (uintptr_t)in->data;
+    uintptr_t p = (uintptr_t)in->data;
+    reads = take_node(p, p + nb, w, 0);
+    w->read_bases[w->nread_bases++] = (uintptr_t)reads;
   }
   return true;
 }
@@ -532,11 +731,23 @@ tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int
     return NULL;
   }
   *rc = add_outputs_locked(w);
-  /* w's references are the entries it just keyed (nobody else has seen it yet): when they are
-   * every entry, no other work's pending output can be an input (the searches are skipped). */
-  if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc, nordered > (size_t)w->refs);
+  /* w's references are the outputs it just keyed (nobody else has seen it yet): when they are
+   * all there are, no other work's pending output can be an input (the searches are skipped). */
+  if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc, nout > (size_t)w->refs);
   unlock_registry();
   return other;
+}
+
+/* Whether x is its work's first pending output by address (the work's other buffers, through the
+ * hash: O(buffers of the work)). */
+static bool first_of_work(const node_t *x) {
+  const tc_work_t *w = x->work;
+  for (int k = 0; k < w->nbuf; k++) {
+    uintptr_t b = (uintptr_t)w->bufs[k].base;
+    slot_t *s = b < x->base ? hash_find(b) : NULL;
+    if (s && s->node->work == w) return false;
+  }
+  return true;
 }
 
 /* Completes w (held by the caller), once no other thread drives it; its entries stay. */
@@ -550,7 +761,7 @@ void tc_wait_readers(const void *p, size_t n) {
   uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
   for (;;) {
     lock_registry();
-    entry_t *r = read_overlapping(b, e, NULL);
+    node_t *r = read_overlapping(b, e, NULL);
     tc_work_t *w = r ? r->work : NULL;
     if (w) w->refs++;
     unlock_registry();
@@ -576,7 +787,7 @@ int tc_registry_check_writable(const void *p, size_t n, const char *name) {
   uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
   char what[160] = "";
   lock_registry();
-  entry_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
+  node_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
   if (x || r) tc_work_describe(x ? x->work : r->work, what, sizeof what);
   unlock_registry();
   if (!x && !r) return TCOLL_SUCCESS;
@@ -595,7 +806,8 @@ void tc_registry_remove_work(tc_work_t *w) {
 tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void **base) {
   uintptr_t b = (uintptr_t)p;
   lock_registry();
-  entry_t *x = foreign_overlapping(b, b + (n ? n : 1), self);
+  slot_t *s = hash_find(b); /* a buffer starting at p overlaps [p, p + n) whatever n */
+  node_t *x = s && s->node->work != self ? s->node : foreign_overlapping(b, b + (n ? n : 1), self);
   tc_work_t *w = x ? x->work : NULL;
   if (w) {
     w->refs++;
@@ -605,8 +817,8 @@ tc_work_t *tc_registry_hold(const void *p, size_t n, const tc_work_t *self, void
   return w;
 }
 
-/* Pops the entry at base if it still belongs to w (the index binary search finds it: it may have
- * moved since it was found), then drops the caller's reference (registry lock held). */
+/* Pops the entry at base if it still belongs to w (the hash finds it), then drops the caller's
+ * reference (registry lock held). */
 static int release_locked(tc_work_t *w, uintptr_t base, bool pop) {
   int rc = TCOLL_SUCCESS;
   if (pop && base) {
@@ -627,8 +839,8 @@ int tc_registry_release(tc_work_t *w, void *base, bool pop) {
 int tc_registry_snapshot(tc_work_t **works, int max) {
   int n = 0;
   lock_registry();
-  for (size_t i = 0; i < nordered && n < max; i++) {
-    tc_work_t *w = ordered[i].work;
+  for (node_t *x = tree_first(outputs); x && n < max; x = tree_next(x)) {
+    tc_work_t *w = x->work;
     bool seen = is_done(w);
     for (int k = 0; k < n && !seen; k++) seen = works[k] == w;
     if (seen) continue;
@@ -644,11 +856,9 @@ void tc_registry_describe_pending(char *buf, size_t len, int max) {
   int shown = 0;
   buf[0] = '\0';
   lock_registry();
-  for (size_t i = 0; i < nordered && shown < max && off + 200 < len; i++) {
-    tc_work_t *w = ordered[i].work;
-    bool first = true;
-    for (size_t j = 0; j < i && first; j++) first = ordered[j].work != w;
-    if (!first) continue;
+  for (node_t *x = tree_first(outputs); x && shown < max && off + 200 < len; x = tree_next(x)) {
+    tc_work_t *w = x->work;
+    if (!first_of_work(x)) continue;
     char what[180];
     off += (size_t)snprintf(buf + off, len - off, "%s%s%s", shown ? "; " : "", tc_work_describe(w, what, sizeof what),
                             is_done(w) ? " (complete, not yet waited)" : "");
@@ -665,27 +875,27 @@ static int report_failure(tc_work_t *w, int rc) {
 
 /* A wait's find, complete already: pops it and lets go of the lock (out of line: the usual wait
  * finds its work pending). */
-static TC_COLD int pop_done_locked(entry_t *x) {
+static TC_COLD int pop_done_locked(node_t *x) {
   tc_work_t *w = x->work;
   int status = w->status;
   char err[TC_WORK_ERR_LEN];
   if (status) memcpy(err, w->err, sizeof err);
   int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
-  remove_at((size_t)(x - ordered));
+  drop_output(hash_find(x->base));
   unref_locked(w);
   unlock_registry();
   return status ? tc_error(status, "%s", err) : ready;
 }
 
-/* The start of a wait, in one critical section: finds the entry containing p. Work already
- * complete (a coalesced work's second and later buffers, or work the progress thread finished) is
- * popped at once. Otherwise returns TCOLL_IN_PROGRESS with the work held (*held, *base its entry)
- * and *driving telling whether this thread became its driver. TCOLL_SUCCESS if nothing is
- * pending on p. */
+/* The start of a wait, in one critical section: finds the entry at p (the hash) or containing it
+ * (a view: the ordered index). Work already complete (a coalesced work's second and later
+ * buffers, or work the progress thread finished) is popped at once. Otherwise returns
+ * TCOLL_IN_PROGRESS with the work held (*held, *base its entry) and *driving telling whether this
+ * thread became its driver. TCOLL_SUCCESS if nothing is pending on p. */
 static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_t **buf, bool *driving) {
   uintptr_t b = (uintptr_t)p;
   lock_registry();
-  entry_t *x = overlapping(b, b + 1);
+  node_t *x = output_at(b);
   if (!x) {
     unlock_registry();
     return TCOLL_SUCCESS;
@@ -725,6 +935,12 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
   } else {
     rc = block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
   }
+  if (rc == TCOLL_SUCCESS) { /* the usual end, as below */
+    rc = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
+    if (defer_pop(buf)) return rc;
+    tc_registry_release(w, NULL, false);
+    return rc;
+  }
   bool finished = rc != TCOLL_IN_PROGRESS && rc != TCOLL_ERR_TIMEOUT;
   if (rc == TCOLL_ERR_TIMEOUT) timed_out(w, seconds);
   rc = report_failure(w, rc);
@@ -741,7 +957,7 @@ void tc_wait_users(const void *p, size_t n) {
   uintptr_t b = (uintptr_t)p, e = b + (n ? n : 1);
   for (;;) {
     lock_registry();
-    entry_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
+    node_t *x = overlapping_any(b, e), *r = x ? NULL : read_overlapping(b, e, NULL);
     tc_work_t *w = x ? x->work : r ? r->work : NULL;
     uintptr_t at = x ? x->base : 0;
     if (w && !x) w->refs++;
@@ -760,8 +976,8 @@ void tc_wait_users(const void *p, size_t n) {
 static void *any_pending(const tcoll_comm_t *comm) {
   void *base = NULL;
   lock_registry();
-  for (size_t i = 0; i < nordered && !base; i++)
-    if (!comm || ordered[i].work->comm == comm) base = (void *)ordered[i].base;
+  for (node_t *x = tree_first(outputs); x && !base; x = tree_next(x))
+    if (!comm || x->work->comm == comm) base = (void *)x->base;
   unlock_registry();
   return base;
 }
@@ -789,7 +1005,7 @@ void tc_registry_flush(void) {
 
 size_t tc_registry_count(void) {
   lock_registry();
-  size_t n = nordered;
+  size_t n = nout;
   unlock_registry();
   return n;
 }
@@ -799,18 +1015,15 @@ void tc_registry_report_unwaited(void) {
   size_t nwork = 0;
   char list[512] = "";
   size_t off = 0;
-  for (size_t i = 0; i < nordered; i++) {
-    tc_work_t *w = ordered[i].work;
-    bool first_of_work = true; /* count each work once, at its first entry */
-    for (size_t j = 0; j < i; j++)
-      if (ordered[j].work == w) first_of_work = false;
-    if (!first_of_work) continue;
+  for (node_t *x = tree_first(outputs); x; x = tree_next(x)) {
+    tc_work_t *w = x->work;
+    if (!first_of_work(x)) continue; /* count each work once, at its first entry */
     nwork++;
     if (off < sizeof list - 64)
       off += (size_t)snprintf(list + off, sizeof list - off, "%s%s #%llu", nwork > 1 ? ", " : "", w->op,
                               (unsigned long long)w->seq);
   }
-  size_t nbuf = nordered;
+  size_t nbuf = nout;
   unlock_registry();
   if (nbuf)
     tc_warn("at finalize, %zu collective(s) on %zu buffer(s) were never waited: %s. Completing them now; call "
@@ -820,11 +1033,18 @@ void tc_registry_report_unwaited(void) {
 
 void tc_registry_cleanup(void) {
   lock_registry();
-  free(ordered_buf);
-  ordered_buf = ordered = NULL;
-  head = nordered = ordered_cap = 0;
-  free(reads);
-  reads = NULL;
-  nreads = reads_cap = longest_read = dead_reads = 0;
+  if (slots != no_slots) free(slots);
+  slots = no_slots;
+  nslots = 2;
+  hash_shift = 63;
+  nout = hash_high = hash_low = 0;
+  outputs = reads = NULL;
+  while (slabs) {
+    slab_t *s = slabs;
+    slabs = s->next;
+    free(s);
+  }
+  spare = NULL;
+  slab_size = 0;
   unlock_registry();
 }
