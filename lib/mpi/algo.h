@@ -67,17 +67,19 @@ typedef struct tc_blocks {
   void *push;
 } tc_blocks_t;
 
-/* The per-peer blocks of an all-to-all exchange (the all-to-all family's composed algorithms). */
-typedef struct tc_exchange {
-  const char *const *sptr; /* per peer: where the block to it starts */
-  char *const *rptr;       /* per peer: where the block from it lands */
-  const int64_t *scount, *rcount; /* per peer: elements of the call's dtype, or units of stype/rtype */
+/* The per-peer blocks of an all-to-all exchange (the all-to-all family's composed algorithms),
+ * described by the op without arrays: block(x, p, recv, &at, &count) says where the block to
+ * peer p (recv: from peer p) lies and its count, in elements of the call's dtype times c->n, or
+ * in units of stype / rtype. The builder asks while it builds, never later. */
+typedef struct tc_exchange tc_exchange_t;
+struct tc_exchange {
+  void (*block)(const tc_exchange_t *x, int p, bool recv, char **at, int64_t *count);
+  const void *ctx;           /* the op's own description, for block */
   MPI_Datatype stype, rtype; /* MPI_DATATYPE_NULL: counts in elements; else one datatype a side
                                 (strided slabs), and the own block is a message to itself */
   const char *sname, *rname, *units; /* the arguments the counts come from, and what they count
                                         ("rows"), for errors */
-  /* sptr / rptr hold p entries each (the op fills them in work scratch). */
-} tc_exchange_t;
+};
 
 /* One call as a composed algorithm sees it: host memory (device tensors are staged before). */
 typedef struct tc_algo_call {

@@ -17,18 +17,22 @@ static int source_of(const int *src_dst, int size, int me) {
 }
 
 /* That one send and one receive as the exchange of an all-to-all: every other count is zero. */
+typedef struct pair {
+  const void *sbuf;
+  void *rbuf;
+  int to, from;
+} pair_t;
+
+static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_t *count) {
+  const pair_t *t = x->ctx;
+  *at = recv ? t->rbuf : (char *)t->sbuf;
+  *count = p == (recv ? t->from : t->to);
+}
+
 static int post_scattered(tc_work_t *w, const tc_algo_t *a, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d,
                           int to, int from) {
-  int size = w->comm->size;
-  const char **sptr = tc_work_scratch(w, 2 * (size_t)size * (sizeof *sptr + sizeof(int64_t)));
-  if (!sptr) return TCOLL_ERR_NO_MEMORY;
-  char **rptr = (char **)(sptr + size);
-  int64_t *count = (int64_t *)(rptr + size);
-  memset(sptr, 0, 2 * (size_t)size * (sizeof *sptr + sizeof(int64_t)));
-  sptr[to] = sbuf;
-  rptr[from] = rbuf;
-  count[to] = count[size + from] = 1;
-  tc_exchange_t x = {sptr, rptr, count, count + size, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "src_dst", "src_dst", "tensors"};
+  pair_t t = {sbuf, rbuf, to, from};
+  tc_exchange_t x = {block_of, &t, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "src_dst", "src_dst", "tensors"};
   tc_algo_call_t c = {.n = n, .dtype = d, .x = &x};
   return a->build(w, &c);
 }

@@ -23,9 +23,20 @@ static int slab_type(tcoll_dtype_t d, const int64_t *shape, int ndim, int dim, i
 
 /* Slab p of each side as the exchange of an all-to-all, one slab datatype a side (held by the work
  * until the steps are posted). */
+typedef struct slabs_at {
+  const char *sbuf;
+  char *rbuf;
+  size_t sslab, rslab;
+} slabs_at_t;
+
+static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_t *count) {
+  const slabs_at_t *sl = x->ctx;
+  *at = recv ? sl->rbuf + (size_t)p * sl->rslab : (char *)sl->sbuf + (size_t)p * sl->sslab;
+  *count = 1;
+}
+
 static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, char *rbuf, tc_mpi_type_t *st,
                           tc_mpi_type_t *rt, size_t sslab, size_t rslab) {
-  int size = w->comm->size;
   MPI_Datatype s_type = st->type, r_type = rt->type;
   int rc = tc_work_hold_type(w, st);
   if (rc) {
@@ -33,16 +44,8 @@ static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, ch
     return rc;
   }
   if ((rc = tc_work_hold_type(w, rt))) return rc;
-  const char **sptr = tc_work_scratch(w, 2 * (size_t)size * (sizeof *sptr + sizeof(int64_t)));
-  if (!sptr) return TCOLL_ERR_NO_MEMORY;
-  char **rptr = (char **)(sptr + size);
-  int64_t *count = (int64_t *)(rptr + size);
-  for (int p = 0; p < size; p++) {
-    sptr[p] = sbuf + (size_t)p * sslab;
-    rptr[p] = rbuf + (size_t)p * rslab;
-    count[p] = count[size + p] = 1;
-  }
-  tc_exchange_t x = {sptr, rptr, count, count + size, s_type, r_type, "in", "out", "slabs"};
+  slabs_at_t sl = {sbuf, rbuf, sslab, rslab};
+  tc_exchange_t x = {block_of, &sl, s_type, r_type, "in", "out", "slabs"};
   tc_algo_call_t c = {.n = 1, .dtype = TCOLL_UINT8, .x = &x};
   return a->build(w, &c);
 }

@@ -49,21 +49,28 @@ const tc_algo_t *tc_all_to_all_choose(tc_algo_op_t op, tcoll_comm_t *comm, tcoll
   return tc_algo_choose(op, &q);
 }
 
-/* The scattered exchange of rows: v holds sent counts and displacements, received counts and
- * displacements (rows, size each). */
+/* The blocks of rows: v holds sent counts and displacements, received counts and displacements
+ * (rows, size each). */
+typedef struct rows_at {
+  const char *sbuf;
+  char *rbuf;
+  const int64_t *v;
+  size_t row_bytes;
+  int size;
+} rows_at_t;
+
+static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_t *count) {
+  const rows_at_t *r = x->ctx;
+  const int64_t *v = r->v + (recv ? 2 * r->size : 0);
+  *at = (recv ? r->rbuf : (char *)r->sbuf) + (size_t)v[r->size + p] * r->row_bytes;
+  *count = v[p];
+}
+
 static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, char *rbuf, const int64_t *v,
                           tcoll_dtype_t d, int64_t row) {
-  int size = w->comm->size;
-  const char **sptr = tc_work_scratch(w, 2 * (size_t)size * sizeof *sptr);
-  if (!sptr) return TCOLL_ERR_NO_MEMORY;
-  char **rptr = (char **)(sptr + size);
-  size_t rb = (size_t)row * tc_dtype_size(d);
-  for (int p = 0; p < size; p++) {
-    sptr[p] = sbuf + (size_t)v[size + p] * rb;
-    rptr[p] = rbuf + (size_t)v[3 * size + p] * rb;
-  }
-  tc_exchange_t x = {sptr, rptr, v, v + 2 * size, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "input_split_sizes",
-                     "output_split_sizes", "rows"};
+  rows_at_t r = {sbuf, rbuf, v, (size_t)row * tc_dtype_size(d), w->comm->size};
+  tc_exchange_t x = {block_of, &r, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "input_split_sizes", "output_split_sizes",
+                     "rows"};
   tc_algo_call_t c = {.n = row, .dtype = d, .x = &x};
   return a->build(w, &c);
 }

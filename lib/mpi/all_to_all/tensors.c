@@ -37,20 +37,27 @@ static char *block_at(char *pack, const int64_t *displs, int p, size_t es, void 
 /* The scattered exchange of the list form: each block travels from where it lies to where it
  * lands. v: sent counts and displacements, received counts and displacements (elements, size
  * each). */
+typedef struct lists_at {
+  const tcoll_tensor_t *ins, *outs;
+  char *spack, *rpack;
+  const int64_t *v;
+  size_t es;
+  int size;
+} lists_at_t;
+
+static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_t *count) {
+  const lists_at_t *l = x->ctx;
+  const int64_t *v = l->v + (recv ? 2 * l->size : 0);
+  *at = recv ? block_at(l->rpack, v + l->size, p, l->es, l->outs[p].data)
+             : block_at(l->spack, v + l->size, p, l->es, l->ins[p].data);
+  *count = v[p];
+}
+
 static int post_all_to_all_scattered(tc_work_t *w, const tc_algo_t *a, const tcoll_tensor_t *ins,
                                      tcoll_tensor_t *outs, char *spack, char *rpack, const int64_t *v) {
-  int size = w->comm->size;
-  tcoll_dtype_t d = ins[0].dtype;
-  size_t es = tc_dtype_size(d);
-  const char **sptr = tc_work_scratch(w, 2 * (size_t)size * sizeof *sptr);
-  if (!sptr) return TCOLL_ERR_NO_MEMORY;
-  char **rptr = (char **)(sptr + size);
-  for (int p = 0; p < size; p++) {
-    sptr[p] = block_at(spack, v + size, p, es, ins[p].data);
-    rptr[p] = block_at(rpack, v + 3 * size, p, es, outs[p].data);
-  }
-  tc_exchange_t x = {sptr, rptr, v, v + 2 * size, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "ins", "outs", "elements"};
-  tc_algo_call_t c = {.n = 1, .dtype = d, .x = &x};
+  lists_at_t l = {ins, outs, spack, rpack, v, tc_dtype_size(ins[0].dtype), w->comm->size};
+  tc_exchange_t x = {block_of, &l, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "ins", "outs", "elements"};
+  tc_algo_call_t c = {.n = 1, .dtype = ins[0].dtype, .x = &x};
   return a->build(w, &c);
 }
 
