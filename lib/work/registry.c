@@ -30,6 +30,7 @@ static tc_lock_t reg_lock = TC_LOCK_INIT;
  * overlapping a range are neighbours), and every input of pending work, by (base, work) (these
  * overlap: several works may read one buffer). */
 static node_t *outputs, *reads;
+static size_t reads_in_tree; /* nodes in reads */
 
 static bool is_done(const tc_work_t *w) { return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE); }
 
@@ -437,28 +438,35 @@ static inline bool key_output(tc_work_t *w, int k, uintptr_t b, uintptr_t e, nod
 
 /* ---- Reads ---- */
 
-/* A work's reads: w->read_bases (work.h: "to forget them fast") holds the node of each read it
+/* A work's reads: w->read_nodes (work.h: "to forget them fast") holds the node of each read it
  * recorded, as a uintptr_t, so that forgetting one is no search. */
-static inline node_t *read_of(const tc_work_t *w, size_t k) { return (node_t *)w->read_bases[k]; }
+static inline node_t *read_of(const tc_work_t *w, size_t k) { return (node_t *)w->read_nodes[k]; }
 
 /* Forgets w's reads. */
 static __attribute__((noinline)) void remove_reads_slow(tc_work_t *w) {
-  for (size_t k = 0; k < w->nread_bases; k++) {
+  /* Every read in the tree is w's (a coalesced call alone in flight): the tree goes whole, without
+   * restructuring it node by node. */
+  bool all = reads_in_tree == w->nread_nodes;
+  for (size_t k = 0; k < w->nread_nodes; k++) {
     node_t *x = read_of(w, k);
-    tree_remove(&reads, x, true);
+    if (all) x->kid[0] = x->kid[1] = x->up = NULL;
+    else tree_remove(&reads, x, true);
     put_node(x);
   }
-  w->nread_bases = 0;
+  if (all) reads = NULL;
+  reads_in_tree -= w->nread_nodes;
+  w->nread_nodes = 0;
 }
 
 /* The common case inline: a call's one input, the only read. */
 static inline void remove_reads_of(tc_work_t *w) {
-  if (w->nread_bases == 0) return;
+  if (w->nread_nodes == 0) return;
   node_t *x = read_of(w, 0);
-  if (w->nread_bases == 1 && reads == x && !x->kid[0] && !x->kid[1]) {
+  if (w->nread_nodes == 1 && reads == x && !x->kid[0] && !x->kid[1]) {
     reads = NULL;
     put_node(x);
-    w->nread_bases = 0;
+    reads_in_tree = 0;
+    w->nread_nodes = 0;
     return;
   }
   remove_reads_slow(w);
@@ -639,12 +647,12 @@ void tc_registry_remove_entries(tc_work_t *w) {
 /* Records that w reads [p, p + n), and notes its node in w (registry lock held). last (or NULL):
  * the last read, kept by a caller recording several; one that sorts after it is appended. */
 static int add_read_locked(tc_work_t *w, uintptr_t p, size_t n, node_t **last) {
-  if (w->nread_bases == w->read_bases_cap) {
-    size_t cap = w->read_bases_cap ? 2 * w->read_bases_cap : 8;
-    uintptr_t *q = realloc(w->read_bases, cap * sizeof *q);
+  if (w->nread_nodes == w->read_nodes_cap) {
+    size_t cap = w->read_nodes_cap ? 2 * w->read_nodes_cap : 8;
+    uintptr_t *q = realloc(w->read_nodes, cap * sizeof *q);
     if (!q) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow a work's list of inputs");
-    w->read_bases = q;
-    w->read_bases_cap = cap;
+    w->read_nodes = q;
+    w->read_nodes_cap = cap;
   }
   if (!spare && reserve_nodes(1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
   node_t *x = take_node(p, p + n, w, 0);
@@ -654,7 +662,8 @@ static int add_read_locked(tc_work_t *w, uintptr_t p, size_t n, node_t **last) {
   } else {
     tree_insert(&reads, x, true, NULL);
   }
-  w->read_bases[w->nread_bases++] = (uintptr_t)x;
+  w->read_nodes[w->nread_nodes++] = (uintptr_t)x;
+  reads_in_tree++;
   return TCOLL_SUCCESS;
 }
 
@@ -707,7 +716,7 @@ tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int 
 static inline bool add_io_alone_locked(tc_work_t *w, const tcoll_tensor_t *in, int n) {
   if (outputs || reads || w->nbuf != 1 || n != 1 || !hash_high) return false;
   size_t nb = in->data ? tc_nbytes(in) : 0;
-  if (nb && w->nread_bases >= w->read_bases_cap) return false;
+  if (nb && w->nread_nodes >= w->read_nodes_cap) return false;
   uintptr_t b = (uintptr_t)w->bufs[0].base;
   outputs = take_node(b, end_of(&w->bufs[0]), w, 0); /* a detached leaf: the whole tree */
   slots[home_of(b)] = (slot_t){b, outputs};
@@ -716,7 +725,8 @@ static inline bool add_io_alone_locked(tc_work_t *w, const tcoll_tensor_t *in, i
   if (nb) {
     uintptr_t p = (uintptr_t)in->data;
     reads = take_node(p, p + nb, w, 0);
-    w->read_bases[w->nread_bases++] = (uintptr_t)reads;
+    w->read_nodes[w->nread_nodes++] = (uintptr_t)reads;
+    reads_in_tree = 1;
   }
   return true;
 }
@@ -1039,6 +1049,7 @@ void tc_registry_cleanup(void) {
   hash_shift = 63;
   nout = hash_high = hash_low = 0;
   outputs = reads = NULL;
+  reads_in_tree = 0;
   while (slabs) {
     slab_t *s = slabs;
     slabs = s->next;

@@ -431,7 +431,7 @@ void tc_work_recycle(tc_work_t *w) {
 static void free_work(tc_work_t *w) {
   tc_sched_free(&w->sched);
   free(w->bufs);
-  free(w->read_bases);
+  free(w->read_nodes);
   free(w->allocated);
   free(w->held);
   free(w->cbs);

@@ -142,8 +142,9 @@ struct tc_work {
   tc_sched_t sched; /* what the work does: its MPI requests and local steps */
   tc_wbuf_t *bufs; /* outputs, keyed in the registry */
   int nbuf, buf_cap;
-  uintptr_t *read_bases; /* the inputs it registered as read (registry lock), to forget them fast */
-  size_t nread_bases, read_bases_cap;
+  uintptr_t *read_nodes; /* the registry's nodes of the inputs it reads (registry lock): forgotten
+                            without a search */
+  size_t nread_nodes, read_nodes_cap;
   tcoll_tensor_t **allocated; /* outputs this call allocated: freed if the call fails */
   int nalloc, alloc_cap;
   tc_held_t *held;
