@@ -40,7 +40,9 @@ static inline void count_alloc(const void *caller) {
 
 unsigned long long bench_alloc_count(void) { return __atomic_load_n(&n_alloc, __ATOMIC_RELAXED); }
 unsigned long long bench_free_count(void) { return __atomic_load_n(&n_free, __ATOMIC_RELAXED); }
-unsigned long long bench_alloc_count_watched(void) { return __atomic_load_n(&n_watched, __ATOMIC_RELAXED); }
+unsigned long long bench_alloc_count_watched(void) {
+  return __atomic_load_n(&n_watched, __ATOMIC_RELAXED);
+}
 
 static int find_object(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
@@ -60,7 +62,9 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *data) {
   return 1;
 }
 
-int bench_alloc_watch(const char *name) { return dl_iterate_phdr(find_object, (void *)name) ? 0 : -1; }
+int bench_alloc_watch(const char *name) {
+  return dl_iterate_phdr(find_object, (void *)name) ? 0 : -1;
+}
 
 /* Each entry point records its own caller (the aligned forms share do_memalign). */
 static void *do_memalign(size_t alignment, size_t size, const void *caller) {
@@ -98,7 +102,9 @@ void free(void *p) {
   __libc_free(p);
 }
 
-void *memalign(size_t alignment, size_t size) { return do_memalign(alignment, size, __builtin_return_address(0)); }
+void *memalign(size_t alignment, size_t size) {
+  return do_memalign(alignment, size, __builtin_return_address(0));
+}
 
 void *aligned_alloc(size_t alignment, size_t size) {
   return do_memalign(alignment, size, __builtin_return_address(0));
@@ -112,7 +118,9 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
   return 0;
 }
 
-void *valloc(size_t size) { return do_memalign((size_t)sysconf(_SC_PAGESIZE), size, __builtin_return_address(0)); }
+void *valloc(size_t size) {
+  return do_memalign((size_t)sysconf(_SC_PAGESIZE), size, __builtin_return_address(0));
+}
 
 void *pvalloc(size_t size) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);

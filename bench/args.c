@@ -32,9 +32,21 @@ static size_t parse_size(const char *s) {
     die("bad size '%s' (expected a number with an optional K, M or G suffix)", s);
   size_t mul = 1;
   switch (*end) {
-  case 'k': case 'K': mul = (size_t)1 << 10; end++; break;
-  case 'm': case 'M': mul = (size_t)1 << 20; end++; break;
-  case 'g': case 'G': mul = (size_t)1 << 30; end++; break;
+  case 'k':
+  case 'K':
+    mul = (size_t)1 << 10;
+    end++;
+    break;
+  case 'm':
+  case 'M':
+    mul = (size_t)1 << 20;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    mul = (size_t)1 << 30;
+    end++;
+    break;
   default: break;
   }
   if (*end == 'i') end++;
@@ -45,53 +57,60 @@ static size_t parse_size(const char *s) {
 
 static void usage(void) {
   if (g_rank) return;
-  printf("usage: mpiexec -n N tcoll-bench [options]\n"
-         "  --ops LIST      comma-separated ops (default all): ");
+  printf(
+      "usage: mpiexec -n N tcoll-bench [options]\n"
+      "  --ops LIST      comma-separated ops (default all): ");
   for (int i = 0; i < NUM_OPS; i++) printf("%s%s", op_name(i), i + 1 < NUM_OPS ? "," : "\n");
-  printf("  --dtype T       element type: float32 (default), float64, int32, int64 (sums of small "
-         "integers:\n"
-         "                  exact in each, so results are compared bit for bit)\n"
-         "  --min SIZE      smallest size in bytes (default 8; K, M, G suffixes)\n"
-         "  --max SIZE      largest size (default 64M; always measured, also where --step jumps "
-         "past it)\n"
-         "  --step F        size factor between points (default 2)\n"
-         "  --iters N       at most N timed iterations per variant and point (default 1000)\n"
-         "  --min-iters N   at least N (default 10)\n"
-         "  --time SEC      time budget of one point's timed loop (default 0.25)\n"
-         "  --warmup N      untimed rounds before each point below 1 MiB (default 5; 2 above)\n"
-         "  --csv FILE      also write the results as CSV (rank 0)\n"
-         "  --device        tcoll on device buffers (TCOLL_FAKE_DEVICES=N emulates them) against "
-         "MPI on host\n"
-         "  --alloc         also time each op with outputs tcoll allocates (data == NULL, freed "
-         "after the wait):\n"
-         "                  the note's alloc/prealloc is that time over the preallocated call's\n"
-         "  --grad          the grad_all_reduce op (same as adding it to --ops): differentiable "
-         "all_reduce\n"
-         "                  forward + backward, outputs allocated by tcoll, against one and two "
-         "plain all_reduces\n"
-         "  --tune          also time all_reduce, reduce_scatter, reduce and the all-to-all family "
-         "under each\n"
-         "                  algorithm (TCOLL_ALGO), note their times over raw MPI's, and print the "
-         "table of the\n"
-         "                  best algorithm by size at the end\n"
-         "                  (--tune-algorithms: the same; Open MPI's mpiexec also reads --tune as "
-         "its own option)\n"
-         "  --no-overlap    skip the overlap measurement\n"
-         "  --no-check      skip the comparison of the results with raw MPI's\n"
-         "  --repeat N      run the whole sweep N times; report per point the median over the "
-         "sweeps\n"
-         "Environment: TCOLL_PROGRESS=thread, TCOLL_FAKE_DEVICES=N and the other TCOLL_* settings "
-         "apply;\n"
-         "BENCH_DUMP=FILE appends every timed iteration (rank 0, slowest-rank times in us) to "
-         "FILE.\n");
+  printf(
+      "  --dtype T       element type: float32 (default), float64, int32, int64 (sums of small "
+      "integers:\n"
+      "                  exact in each, so results are compared bit for bit)\n"
+      "  --min SIZE      smallest size in bytes (default 8; K, M, G suffixes)\n"
+      "  --max SIZE      largest size (default 64M; always measured, also where --step jumps "
+      "past it)\n"
+      "  --step F        size factor between points (default 2)\n"
+      "  --iters N       at most N timed iterations per variant and point (default 1000)\n"
+      "  --min-iters N   at least N (default 10)\n"
+      "  --time SEC      time budget of one point's timed loop (default 0.25)\n"
+      "  --warmup N      untimed rounds before each point below 1 MiB (default 5; 2 above)\n"
+      "  --csv FILE      also write the results as CSV (rank 0)\n"
+      "  --device        tcoll on device buffers (TCOLL_FAKE_DEVICES=N emulates them) against "
+      "MPI on host\n"
+      "  --alloc         also time each op with outputs tcoll allocates (data == NULL, freed "
+      "after the wait):\n"
+      "                  the note's alloc/prealloc is that time over the preallocated call's\n"
+      "  --grad          the grad_all_reduce op (same as adding it to --ops): differentiable "
+      "all_reduce\n"
+      "                  forward + backward, outputs allocated by tcoll, against one and two "
+      "plain all_reduces\n"
+      "  --tune          also time all_reduce, reduce_scatter, reduce and the all-to-all family "
+      "under each\n"
+      "                  algorithm (TCOLL_ALGO), note their times over raw MPI's, and print the "
+      "table of the\n"
+      "                  best algorithm by size at the end\n"
+      "                  (--tune-algorithms: the same; Open MPI's mpiexec also reads --tune as "
+      "its own option)\n"
+      "  --no-overlap    skip the overlap measurement\n"
+      "  --no-check      skip the comparison of the results with raw MPI's\n"
+      "  --repeat N      run the whole sweep N times; report per point the median over the "
+      "sweeps\n"
+      "Environment: TCOLL_PROGRESS=thread, TCOLL_FAKE_DEVICES=N and the other TCOLL_* settings "
+      "apply;\n"
+      "BENCH_DUMP=FILE appends every timed iteration (rank 0, slowest-rank times in us) to "
+      "FILE.\n");
 }
 
 static bool set_dtype(const char *name) {
-  if (!strcmp(name, "float32")) g_dt.tc = TCOLL_FLOAT32, g_dt.mpi = MPI_FLOAT;
-  else if (!strcmp(name, "float64")) g_dt.tc = TCOLL_FLOAT64, g_dt.mpi = MPI_DOUBLE;
-  else if (!strcmp(name, "int32")) g_dt.tc = TCOLL_INT32, g_dt.mpi = MPI_INT32_T;
-  else if (!strcmp(name, "int64")) g_dt.tc = TCOLL_INT64, g_dt.mpi = MPI_INT64_T;
-  else return false;
+  if (!strcmp(name, "float32"))
+    g_dt.tc = TCOLL_FLOAT32, g_dt.mpi = MPI_FLOAT;
+  else if (!strcmp(name, "float64"))
+    g_dt.tc = TCOLL_FLOAT64, g_dt.mpi = MPI_DOUBLE;
+  else if (!strcmp(name, "int32"))
+    g_dt.tc = TCOLL_INT32, g_dt.mpi = MPI_INT32_T;
+  else if (!strcmp(name, "int64"))
+    g_dt.tc = TCOLL_INT64, g_dt.mpi = MPI_INT64_T;
+  else
+    return false;
   g_dt.name = name;
   g_dt.size = tcoll_dtype_size(g_dt.tc);
   return true;
@@ -110,13 +129,13 @@ static void select_ops(const char *list) {
 
 /* What an option does with its value (the kinds from ARG_OPS on take one). */
 typedef enum {
-  ARG_SET,    /* sets a bool */
-  ARG_CLEAR,  /* clears a bool */
-  ARG_GRAD,   /* selects grad_all_reduce */
-  ARG_HELP,   /* prints the usage and exits */
-  ARG_OPS,    /* a list of ops */
-  ARG_DTYPE,  /* an element type */
-  ARG_SIZE,   /* a size_t with a K, M or G suffix */
+  ARG_SET,   /* sets a bool */
+  ARG_CLEAR, /* clears a bool */
+  ARG_GRAD,  /* selects grad_all_reduce */
+  ARG_HELP,  /* prints the usage and exits */
+  ARG_OPS,   /* a list of ops */
+  ARG_DTYPE, /* an element type */
+  ARG_SIZE,  /* a size_t with a K, M or G suffix */
   ARG_INT,
   ARG_DOUBLE,
   ARG_STRING,

@@ -30,11 +30,11 @@ enum {
   NUM_OPS
 };
 
-#define COAL_N 64       /* tensors in the coalesced case */
-#define COAL_NUMEL 256  /* elements per tensor */
+#define COAL_N 64      /* tensors in the coalesced case */
+#define COAL_NUMEL 256 /* elements per tensor */
 #define MAX_VARIANTS 8
-#define MAX_TUNE 3      /* algorithms of one op besides auto */
-#define MAX_ROWS 3      /* rows one point makes (coalesced: three) */
+#define MAX_TUNE 3 /* algorithms of one op besides auto */
+#define MAX_ROWS 3 /* rows one point makes (coalesced: three) */
 
 /* ------------------------------------------------------------------ options (args.c) */
 
@@ -74,16 +74,16 @@ extern tcoll_comm_t *g_tc; /* tcoll's world */
 
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
-#define TC(call)                                                                           \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != TCOLL_SUCCESS)                                                              \
-      die("%s: %s: %s", #call, tcoll_status_string(rc_), tcoll_last_error());              \
+#define TC(call)                                                              \
+  do {                                                                        \
+    int rc_ = (call);                                                         \
+    if (rc_ != TCOLL_SUCCESS)                                                 \
+      die("%s: %s: %s", #call, tcoll_status_string(rc_), tcoll_last_error()); \
   } while (0)
-#define MP(call)                                                                           \
-  do {                                                                                     \
-    int rc_ = (call);                                                                      \
-    if (rc_ != MPI_SUCCESS) die("%s failed (MPI error %d)", #call, rc_);                   \
+#define MP(call)                                                         \
+  do {                                                                   \
+    int rc_ = (call);                                                    \
+    if (rc_ != MPI_SUCCESS) die("%s failed (MPI error %d)", #call, rc_); \
   } while (0)
 
 double now(void);
@@ -126,14 +126,14 @@ struct point {
   int vmemcpy;                  /* index of the memcpy variant; 0: none */
   char *cpy_src, *cpy_dst;      /* memcpy of the bytes each rank must move (S x busbw factor) */
   size_t cpy_bytes;
-  int vtune, ntune;             /* --tune: the variants forcing each algorithm */
+  int vtune, ntune; /* --tune: the variants forcing each algorithm */
   const char *tune_names[MAX_TUNE];
-  char *mone;                   /* coalesced: one contiguous buffer for one raw MPI_Iallreduce */
+  char *mone; /* coalesced: one contiguous buffer for one raw MPI_Iallreduce */
   tcoll_tensor_t cin[COAL_N], cout[COAL_N], sout[COAL_N];
   /* raw MPI side (host) */
   char *min, *mout, *mout2, *scratch; /* g_dt elements */
   char *mcin[COAL_N], *mcout[COAL_N], *msout[COAL_N];
-  MPI_Datatype vec, rvec; /* shard: the slab types of the input and the output */
+  MPI_Datatype vec, rvec;                /* shard: the slab types of the input and the output */
   int *ones, *slabs, *pcounts, *pdispls; /* shard: counts and displacements; permute: raw MPI's */
   int to, from;                          /* permute: this rank's destination and source */
   MPI_Request req, reqs[COAL_N];
@@ -169,10 +169,10 @@ typedef struct row {
   double extra2;
   const char *extra3_name; /* coalesced: / one raw MPI_Iallreduce; grad: / two plain all_reduces */
   double extra3;
-  double alloc_ratio; /* --alloc: allocated / preallocated outputs (paired); NaN: not measured */
-  const char *algo;   /* what tcoll chose (tcoll_last_algorithm) */
+  double alloc_ratio;    /* --alloc: allocated / preallocated outputs (paired); NaN: not measured */
+  const char *algo;      /* what tcoll chose (tcoll_last_algorithm) */
   double mcpy_t, mcpy_m; /* memcpy of the bytes each rank moves, in % of tcoll's / MPI's time */
-  int ntune;          /* --tune: each algorithm's time over raw MPI's (paired) */
+  int ntune;             /* --tune: each algorithm's time over raw MPI's (paired) */
   const char *tune_names[MAX_TUNE];
   double tune[MAX_TUNE];
 } row_t;
@@ -206,14 +206,14 @@ typedef struct op_desc {
   /* Sizes and buffers for about `elems` elements of S, and any variants after the first two;
    * false: the size does not apply. */
   bool (*setup)(point_t *p, int64_t elems);
-  void (*fill)(point_t *p);    /* the inputs; NULL: tin, min and tin0 with the pattern */
-  long (*check)(point_t *p);   /* this rank's differing elements; NULL: tout against mout */
-  row_spec_t rows[MAX_ROWS];   /* none named: one row under the op's name, variant 0 against 1 */
-  step_fn alloc_post;          /* --alloc: the call with an output tcoll allocates; NULL: none */
-  const tune_set_t *tune;      /* --tune: the algorithms to force; NULL: none */
-  int min_warmup;              /* warm-up rounds at the least */
-  bool one_size;               /* one point, whatever --min and --max say */
-  bool no_memcpy;              /* no memcpy variant: the point is several collectives */
+  void (*fill)(point_t *p);  /* the inputs; NULL: tin, min and tin0 with the pattern */
+  long (*check)(point_t *p); /* this rank's differing elements; NULL: tout against mout */
+  row_spec_t rows[MAX_ROWS]; /* none named: one row under the op's name, variant 0 against 1 */
+  step_fn alloc_post;        /* --alloc: the call with an output tcoll allocates; NULL: none */
+  const tune_set_t *tune;    /* --tune: the algorithms to force; NULL: none */
+  int min_warmup;            /* warm-up rounds at the least */
+  bool one_size;             /* one point, whatever --min and --max say */
+  bool no_memcpy;            /* no memcpy variant: the point is several collectives */
 } op_desc_t;
 
 /* The descriptors, one per op (ops-*.c). */

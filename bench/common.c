@@ -41,10 +41,13 @@ void *xmalloc(size_t n) {
 }
 
 const char *human(size_t b, char *buf, size_t len) {
-  if (b >= ((size_t)1 << 30) && b % ((size_t)1 << 30) == 0) snprintf(buf, len, "%zuG", b >> 30);
+  if (b >= ((size_t)1 << 30) && b % ((size_t)1 << 30) == 0)
+    snprintf(buf, len, "%zuG", b >> 30);
   else if (b >= ((size_t)1 << 20) && b % ((size_t)1 << 20) == 0)
     snprintf(buf, len, "%zuM", b >> 20);
-  else if (b >= 1024 && b % 1024 == 0) snprintf(buf, len, "%zuK", b >> 10);
-  else snprintf(buf, len, "%zu", b);
+  else if (b >= 1024 && b % 1024 == 0)
+    snprintf(buf, len, "%zuK", b >> 10);
+  else
+    snprintf(buf, len, "%zu", b);
   return buf;
 }

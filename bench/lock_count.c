@@ -44,9 +44,13 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *data) {
   return 1;
 }
 
-int bench_lock_watch(const char *name) { return dl_iterate_phdr(find_object, (void *)name) ? 0 : -1; }
+int bench_lock_watch(const char *name) {
+  return dl_iterate_phdr(find_object, (void *)name) ? 0 : -1;
+}
 
-unsigned long long bench_lock_count_watched(void) { return __atomic_load_n(&n_locks, __ATOMIC_RELAXED); }
+unsigned long long bench_lock_count_watched(void) {
+  return __atomic_load_n(&n_locks, __ATOMIC_RELAXED);
+}
 
 static inline void count_lock(const void *caller) {
   uintptr_t ra = (uintptr_t)caller;

@@ -76,8 +76,8 @@ static void fill_all_to_all_list(point_t *p) {
   int64_t per = p->count / g_size;
   fill_host(p->min, p->count);
   for (int i = 0; i < g_size; i++) {
-    tcoll_tensor_t h = tcoll_tensor_make(p->min + (size_t)(i * per) * g_dt.size, g_dt.tc, 1, &per,
-                                         TCOLL_HOST);
+    tcoll_tensor_t h =
+        tcoll_tensor_make(p->min + (size_t)(i * per) * g_dt.size, g_dt.tc, 1, &per, TCOLL_HOST);
     TC(tcoll_tensor_copy(&p->cin[i], &h));
   }
 }

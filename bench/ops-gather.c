@@ -107,8 +107,8 @@ const op_desc_t op_all_gather_dim1 = {
     .mpi = {m_allgather_d1_post, m_wait},
     .setup = setup_all_gather_dim1,
     .check = check_all_gather_dim1,
-    .rows = {{"all_gather_dim1", 0, 1,
-              {{"dim1/dim0", 0, 2}, {"mpi_contig+interleave/dim0", 3, 2}}}},
+    .rows =
+        {{"all_gather_dim1", 0, 1, {{"dim1/dim0", 0, 2}, {"mpi_contig+interleave/dim0", 3, 2}}}},
     .alloc_post = t_allgather_alloc_post,
 };
 
@@ -124,8 +124,8 @@ static void t_rs_d0_post(point_t *p) {
   TC(tcoll_reduce_scatter(&p->tin0, TCOLL_SUM, 0, g_tc, &p->tout0));
 }
 static void m_rs_post(point_t *p) {
-  MP(MPI_Ireduce_scatter_block(p->min, p->mout, (int)(p->count / g_size), g_dt.mpi, MPI_SUM,
-                               g_mpi, &p->req));
+  MP(MPI_Ireduce_scatter_block(p->min, p->mout, (int)(p->count / g_size), g_dt.mpi, MPI_SUM, g_mpi,
+                               &p->req));
 }
 /* MPI's reductions take no strided datatypes: pack [R, n*Cs] rank-major first, as a user must. */
 static void m_rs_d1_post(point_t *p) {

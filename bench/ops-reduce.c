@@ -131,7 +131,7 @@ const op_desc_t op_grad_all_reduce = {
     .mpi = {m_allreduce_post, m_wait},
     .setup = setup_grad,
     .check = check_grad,
-    .rows = {{"grad_all_reduce", 0, 1,
-              {{"grad/plain", 0, 2}, {NULL, 0, 0}, {"grad/two_plain", 0, 3}}}},
+    .rows =
+        {{"grad_all_reduce", 0, 1, {{"grad/plain", 0, 2}, {NULL, 0, 0}, {"grad/two_plain", 0, 3}}}},
     .no_memcpy = true,
 };

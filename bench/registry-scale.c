@@ -28,7 +28,8 @@
 
 static void check(int rc, const char *what) {
   if (rc == TCOLL_SUCCESS) return;
-  fprintf(stderr, "registry-scale: %s: %s: %s\n", what, tcoll_status_string(rc), tcoll_last_error());
+  fprintf(stderr, "registry-scale: %s: %s: %s\n", what, tcoll_status_string(rc),
+          tcoll_last_error());
   MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
@@ -91,12 +92,17 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--counts")) {
       ncounts = 0;
-      for (char *s = argv[i + 1]; *s && ncounts < MAX_COUNTS; s += *s == ',') counts[ncounts++] = strtol(s, &s, 10);
-    } else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--batches")) batches = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
+      for (char *s = argv[i + 1]; *s && ncounts < MAX_COUNTS; s += *s == ',')
+        counts[ncounts++] = strtol(s, &s, 10);
+    } else if (!strcmp(argv[i], "--reps"))
+      reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--batches"))
+      batches = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--iters"))
+      iters = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "usage: registry-scale [--counts N,N,...] [--reps N] [--batches N] [--iters N]\n");
+      fprintf(stderr,
+              "usage: registry-scale [--counts N,N,...] [--reps N] [--batches N] [--iters N]\n");
       return 2;
     }
   }
@@ -120,12 +126,15 @@ int main(int argc, char **argv) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0) {
-    printf("# registry-scale: post + wait of one 8-byte host all_reduce among N pending, %d repetitions of "
-           "%d x %d calls\n# %8s %12s %12s %12s %10s\n",
-           reps, batches, iters, "N", "median us", "min us", "max us", "vs first");
+    printf(
+        "# registry-scale: post + wait of one 8-byte host all_reduce among N pending, %d "
+        "repetitions of "
+        "%d x %d calls\n# %8s %12s %12s %12s %10s\n",
+        reps, batches, iters, "N", "median us", "min us", "max us", "vs first");
     double first = 0;
     for (int c = 0; c < ncounts; c++) {
-      double *v = &us[c * reps], m = median(v, reps); /* sorts v: v[0] lowest, v[reps - 1] highest */
+      double *v = &us[c * reps],
+             m = median(v, reps); /* sorts v: v[0] lowest, v[reps - 1] highest */
       if (c == 0) first = m;
       printf("  %8ld %12.3f %12.3f %12.3f %9.2fx\n", counts[c], m, v[0], v[reps - 1], m / first);
     }

@@ -37,19 +37,22 @@ void rows_free(void) { free(g_rows); }
 /* ------------------------------------------------------------------ the table */
 
 void print_header(void) {
-  printf("%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s %-14s"
-         "  %s\n",
-         "op", "size", "count", "iters", "tcoll_us", "mpi_us", "ratio", "ovh_us", "algbw", "busbw",
-         "mpi_bus", "mcp_t", "mcp_m", "ovl_t", "ovl_m", "alloc_t", "alloc_m", "own", "wrong",
-         "algorithm", "note");
+  printf(
+      "%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s %-14s"
+      "  %s\n",
+      "op", "size", "count", "iters", "tcoll_us", "mpi_us", "ratio", "ovh_us", "algbw", "busbw",
+      "mpi_bus", "mcp_t", "mcp_m", "ovl_t", "ovl_m", "alloc_t", "alloc_m", "own", "wrong",
+      "algorithm", "note");
   printf("%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s %-14s\n",
          "", "(B)", "(elems)", "", "(med)", "(med)", "t/m", "t-m", "(GB/s)", "(GB/s)", "(GB/s)",
          "(%)", "(%)", "(%)", "(%)", "(/call)", "(/call)", "", "", "(tcoll)");
 }
 
 static const char *pct(double v, char *buf, size_t len) {
-  if (isnan(v)) snprintf(buf, len, "-");
-  else snprintf(buf, len, "%.0f", v);
+  if (isnan(v))
+    snprintf(buf, len, "-");
+  else
+    snprintf(buf, len, "%.0f", v);
   return buf;
 }
 
@@ -68,8 +71,8 @@ static void appendf(char *buf, size_t len, const char *fmt, ...) {
 static void format_tune(const row_t *r, char *tune, size_t len) {
   tune[0] = '\0';
   for (int k = 0, off = 0; k < r->ntune && off < (int)len; k++)
-    off += snprintf(tune + off, len - (size_t)off, "%s%s %.3f", k ? " " : "tune/mpi: ",
-                    r->tune_names[k], r->tune[k]);
+    off += snprintf(tune + off, len - (size_t)off, "%s%s %.3f",
+                    k ? " " : "tune/mpi: ", r->tune_names[k], r->tune[k]);
 }
 
 static void format_note(const row_t *r, const char *tune, char *note, size_t len) {
@@ -100,13 +103,13 @@ static bandwidths_t bandwidths_of(const row_t *r) {
 static void print_row(const row_t *r, const char *note) {
   char sz[32], ot[16], om[16], ct[16], cm[16];
   bandwidths_t bw = bandwidths_of(r);
-  printf("%-20s %7s %9lld %5d %10.2f %10.2f %6.3f %8.2f %8.3f %8.3f %8.3f %5s %5s %5s %5s %7.2f "
-         "%7.2f %5.2f %5ld %-14s  %s\n",
-         r->op, human(r->bytes, sz, sizeof sz), (long long)r->count, r->iters, r->t * 1e6,
-         r->m * 1e6, r->ratio, (r->t - r->m) * 1e6, bw.alg, bw.bus, bw.mpi_bus,
-         pct(r->mcpy_t, ct, sizeof ct), pct(r->mcpy_m, cm, sizeof cm), pct(r->ovl_t, ot, sizeof ot),
-         pct(r->ovl_m, om, sizeof om), r->alloc_t, r->alloc_m, r->own_t, r->wrong,
-         r->algo ? r->algo : "-", note);
+  printf(
+      "%-20s %7s %9lld %5d %10.2f %10.2f %6.3f %8.2f %8.3f %8.3f %8.3f %5s %5s %5s %5s %7.2f "
+      "%7.2f %5.2f %5ld %-14s  %s\n",
+      r->op, human(r->bytes, sz, sizeof sz), (long long)r->count, r->iters, r->t * 1e6, r->m * 1e6,
+      r->ratio, (r->t - r->m) * 1e6, bw.alg, bw.bus, bw.mpi_bus, pct(r->mcpy_t, ct, sizeof ct),
+      pct(r->mcpy_m, cm, sizeof cm), pct(r->ovl_t, ot, sizeof ot), pct(r->ovl_m, om, sizeof om),
+      r->alloc_t, r->alloc_m, r->own_t, r->wrong, r->algo ? r->algo : "-", note);
   fflush(stdout);
 }
 
@@ -115,11 +118,12 @@ static void print_row(const row_t *r, const char *note) {
 void csv_open(const char *path) {
   csv = fopen(path, "w");
   if (!csv) die("cannot write %s: %s", path, strerror(errno));
-  fprintf(csv, "op,bytes,count,ranks,device,iters,tcoll_us,mpi_us,ratio,ratio_of_medians,"
-               "overhead_us,tcoll_algbw_GBps,tcoll_busbw_GBps,mpi_algbw_GBps,mpi_busbw_GBps,"
-               "tcoll_overlap_pct,mpi_overlap_pct,tcoll_allocs_per_call,mpi_allocs_per_call,"
-               "tcoll_own_allocs_per_call,wrong,extra_name,extra,extra2_name,extra2,extra3_name,"
-               "extra3,alloc_ratio,algorithm,memcpy_pct_of_tcoll,memcpy_pct_of_mpi,tune\n");
+  fprintf(csv,
+          "op,bytes,count,ranks,device,iters,tcoll_us,mpi_us,ratio,ratio_of_medians,"
+          "overhead_us,tcoll_algbw_GBps,tcoll_busbw_GBps,mpi_algbw_GBps,mpi_busbw_GBps,"
+          "tcoll_overlap_pct,mpi_overlap_pct,tcoll_allocs_per_call,mpi_allocs_per_call,"
+          "tcoll_own_allocs_per_call,wrong,extra_name,extra,extra2_name,extra2,extra3_name,"
+          "extra3,alloc_ratio,algorithm,memcpy_pct_of_tcoll,memcpy_pct_of_mpi,tune\n");
 }
 
 void csv_close(void) {
@@ -128,15 +132,16 @@ void csv_close(void) {
 
 static void csv_row(const row_t *r, const char *tune) {
   bandwidths_t bw = bandwidths_of(r);
-  fprintf(csv, "%s,%zu,%lld,%d,%s,%d,%.4f,%.4f,%.5f,%.5f,%.4f,%.5f,%.5f,%.5f,%.5f,%.1f,%.1f,%.3f,"
-               "%.3f,%.3f,%ld,%s,%.4f,%s,%.4f,%s,%.4f,%.4f",
+  fprintf(csv,
+          "%s,%zu,%lld,%d,%s,%d,%.4f,%.4f,%.5f,%.5f,%.4f,%.5f,%.5f,%.5f,%.5f,%.1f,%.1f,%.3f,"
+          "%.3f,%.3f,%ld,%s,%.4f,%s,%.4f,%s,%.4f,%.4f",
           r->op, r->bytes, (long long)r->count, g_size,
-          opt.device ? tcoll_device_backend() : "host", r->iters, r->t * 1e6, r->m * 1e6,
-          r->ratio, r->t / r->m, (r->t - r->m) * 1e6, bw.alg, bw.bus, bw.mpi_alg, bw.mpi_bus,
-          r->ovl_t, r->ovl_m, r->alloc_t, r->alloc_m, r->own_t, r->wrong,
-          r->extra_name ? r->extra_name : "", r->extra_name ? r->extra : 0.0,
-          r->extra2_name ? r->extra2_name : "", r->extra2_name ? r->extra2 : 0.0,
-          r->extra3_name ? r->extra3_name : "", r->extra3_name ? r->extra3 : 0.0, r->alloc_ratio);
+          opt.device ? tcoll_device_backend() : "host", r->iters, r->t * 1e6, r->m * 1e6, r->ratio,
+          r->t / r->m, (r->t - r->m) * 1e6, bw.alg, bw.bus, bw.mpi_alg, bw.mpi_bus, r->ovl_t,
+          r->ovl_m, r->alloc_t, r->alloc_m, r->own_t, r->wrong, r->extra_name ? r->extra_name : "",
+          r->extra_name ? r->extra : 0.0, r->extra2_name ? r->extra2_name : "",
+          r->extra2_name ? r->extra2 : 0.0, r->extra3_name ? r->extra3_name : "",
+          r->extra3_name ? r->extra3 : 0.0, r->alloc_ratio);
   fprintf(csv, ",%s,%.2f,%.2f,\"%s\"\n", r->algo ? r->algo : "-", r->mcpy_t, r->mcpy_m, tune);
   fflush(csv);
 }
@@ -184,8 +189,9 @@ static void report_tune_op(int op) {
 /* --tune: per op, the sizes where each algorithm was fastest, as table rows. */
 void report_tune(void) {
   if (g_rank != 0) return;
-  printf("# --tune: best algorithm by size, %d ranks (ratios: time over raw MPI's; a composed "
-         "algorithm must beat mpi by 5%%, another algorithm the previous size's by 5%%)\n",
-         g_size);
+  printf(
+      "# --tune: best algorithm by size, %d ranks (ratios: time over raw MPI's; a composed "
+      "algorithm must beat mpi by 5%%, another algorithm the previous size's by 5%%)\n",
+      g_size);
   for (int op = 0; op < NUM_OPS; op++) report_tune_op(op);
 }

@@ -107,10 +107,10 @@ static void sweep(void) {
 /* ------------------------------------------------------------------ --repeat */
 
 /* The median over the n sweeps of field f of row i (NaN stays NaN: not measured). */
-#define MEDIAN_OF(f)                                                                        \
-  do {                                                                                      \
-    for (int k = 0; k < n; k++) v[k] = sweeps[k][i].f;                                      \
-    r.f = isnan(v[0]) ? v[0] : median(v, n);                                                \
+#define MEDIAN_OF(f)                                   \
+  do {                                                 \
+    for (int k = 0; k < n; k++) v[k] = sweeps[k][i].f; \
+    r.f = isnan(v[0]) ? v[0] : median(v, n);           \
   } while (0)
 
 /* Row i with every measured column the median over the sweeps. */
@@ -173,6 +173,8 @@ static void repeated_sweeps(void) {
 }
 
 void run_sweeps(void) {
-  if (opt.repeat > 1) repeated_sweeps();
-  else sweep();
+  if (opt.repeat > 1)
+    repeated_sweeps();
+  else
+    sweep();
 }

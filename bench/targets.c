@@ -208,13 +208,16 @@ static void device_target(void) {
 
 void report_targets(void) {
   if (g_rank == 0)
-    printf("\n# targets (doc/guide.md, Performance; stated for 2 ranks, host buffers; this run: "
-           "%d ranks, %s)\n",
-           g_size, opt.device ? "device buffers" : "host buffers");
+    printf(
+        "\n# targets (doc/guide.md, Performance; stated for 2 ranks, host buffers; this run: "
+        "%d ranks, %s)\n",
+        g_size, opt.device ? "device buffers" : "host buffers");
   if (g_size != 2 && g_rank == 0)
     printf("  (the targets are defined at 2 ranks: read these as indications)\n");
-  if (opt.device) device_target();
-  else host_targets();
+  if (opt.device)
+    device_target();
+  else
+    host_targets();
   long wrong = rows_wrong();
   if (opt.check) verdict(wrong == 0, "results equal raw MPI's: %ld differing elements", wrong);
 }

@@ -89,9 +89,10 @@ static void print_transport(void) {
   printf("# MPI: %s\n# transport settings:", version);
   extern char **environ;
   static const char *const prefixes[] = {
-      "OMPI_MCA_btl", "OMPI_MCA_pml", "OMPI_MCA_mtl", "OMPI_MCA_coll", "OMPI_MCA_mpi_",
-      "OMPI_MCA_rmaps_base_oversubscribe", "OMPI_MCA_osc", "MPIR_CVAR_", "MPICH_", "UCX_", "FI_",
-      "TCOLL_"};
+      "OMPI_MCA_btl",  "OMPI_MCA_pml",  "OMPI_MCA_mtl",
+      "OMPI_MCA_coll", "OMPI_MCA_mpi_", "OMPI_MCA_rmaps_base_oversubscribe",
+      "OMPI_MCA_osc",  "MPIR_CVAR_",    "MPICH_",
+      "UCX_",          "FI_",           "TCOLL_"};
   bool single_copy_set = false;
   for (char **e = environ; *e; e++)
     for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++)
@@ -110,28 +111,34 @@ static void print_preamble(const tcoll_config_t *cfg, bool watching) {
   int thread_level = tcoll_mpi_thread_level();
   if (g_rank != 0) return;
   int v = tcoll_version(); /* MAJOR * 10000 + MINOR * 100 + PATCH */
-  printf("# tcoll-bench: tcoll %d.%d.%d%s, %d ranks, %s sum, %s buffers%s%s; raw MPI on host "
-         "buffers\n",
-         v / 10000, v / 100 % 100, v % 100, tcoll_version_suffix(), g_size, g_dt.name,
-         opt.device ? "device" : "host", opt.device ? " on backend " : "",
-         opt.device ? tcoll_device_backend() : "");
+  printf(
+      "# tcoll-bench: tcoll %d.%d.%d%s, %d ranks, %s sum, %s buffers%s%s; raw MPI on host "
+      "buffers\n",
+      v / 10000, v / 100 % 100, v % 100, tcoll_version_suffix(), g_size, g_dt.name,
+      opt.device ? "device" : "host", opt.device ? " on backend " : "",
+      opt.device ? tcoll_device_backend() : "");
   print_transport();
-  printf("# TCOLL_PROGRESS=%s, MPI thread level %d; times: median over iterations of the slowest "
-         "rank; tcoll and MPI iterations alternate\n",
-         cfg->progress_thread ? "thread" : "none", thread_level);
-  printf("# ratio: median over iterations of tcoll time / time of the adjacent raw-MPI iteration; "
-         "ovh_us: difference of the medians\n");
-  printf("# size: nccl-tests' S (all_gather: gathered output; reduce_scatter: input); busbw = "
-         "algbw x 2(n-1)/n all_reduce, (n-1)/n all_gather/reduce_scatter/all_to_all, 1 "
-         "broadcast\n");
-  printf("# ovl: OSU-style overlap of post / compute / wait; alloc_t / alloc_m: heap allocations "
-         "per call, whole process (MPI's included); own: those made by libtcoll's own code\n");
+  printf(
+      "# TCOLL_PROGRESS=%s, MPI thread level %d; times: median over iterations of the slowest "
+      "rank; tcoll and MPI iterations alternate\n",
+      cfg->progress_thread ? "thread" : "none", thread_level);
+  printf(
+      "# ratio: median over iterations of tcoll time / time of the adjacent raw-MPI iteration; "
+      "ovh_us: difference of the medians\n");
+  printf(
+      "# size: nccl-tests' S (all_gather: gathered output; reduce_scatter: input); busbw = "
+      "algbw x 2(n-1)/n all_reduce, (n-1)/n all_gather/reduce_scatter/all_to_all, 1 "
+      "broadcast\n");
+  printf(
+      "# ovl: OSU-style overlap of post / compute / wait; alloc_t / alloc_m: heap allocations "
+      "per call, whole process (MPI's included); own: those made by libtcoll's own code\n");
   if (!watching)
     printf("# (libtcoll not found among the loaded objects: the own column stays 0)\n");
   if (opt.repeat > 1)
-    printf("# --repeat %d: every column is the median over %d sweeps of that point (own: the "
-           "largest; iters and wrong: the sum)\n",
-           opt.repeat, opt.repeat);
+    printf(
+        "# --repeat %d: every column is the median over %d sweeps of that point (own: the "
+        "largest; iters and wrong: the sum)\n",
+        opt.repeat, opt.repeat);
   print_header();
 }
 

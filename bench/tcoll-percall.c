@@ -84,7 +84,8 @@ static void one_empty(void) {
 
 static void one_raw(void) {
   MPI_Request r;
-  MPI_Iallreduce(raw_in, raw_out, (int)(nbytes / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r);
+  MPI_Iallreduce(raw_in, raw_out, (int)(nbytes / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                 &r);
   MPI_Wait(&r, MPI_STATUS_IGNORE);
 }
 
@@ -135,13 +136,19 @@ static void teardown(void) {
 int main(int argc, char **argv) {
   check(tcoll_init(&argc, &argv), "tcoll_init");
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--case")) case_name = argv[i + 1];
-    else if (!strcmp(argv[i], "--bytes")) nbytes = strtoull(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--case"))
+      case_name = argv[i + 1];
+    else if (!strcmp(argv[i], "--bytes"))
+      nbytes = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--iters"))
+      iters = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--warmup"))
+      warmup = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "usage: tcoll-percall [--case all_reduce|all_reduce_alloc|grad_all_reduce|coalesced|raw|empty] "
-                      "[--bytes N] [--iters N] [--warmup N]\n");
+      fprintf(stderr,
+              "usage: tcoll-percall [--case "
+              "all_reduce|all_reduce_alloc|grad_all_reduce|coalesced|raw|empty] "
+              "[--bytes N] [--iters N] [--warmup N]\n");
       return 2;
     }
   }
@@ -165,19 +172,23 @@ int main(int argc, char **argv) {
   setup();
   run_calls(one, warmup);
   MPI_Barrier(MPI_COMM_WORLD);
-  unsigned long long l0 = bench_lock_count_watched(), a0 = bench_alloc_count_watched(), p0 = bench_alloc_count();
+  unsigned long long l0 = bench_lock_count_watched(), a0 = bench_alloc_count_watched(),
+                     p0 = bench_alloc_count();
   double t0 = now();
   percall_loop(one, iters);
   double t1 = now();
-  unsigned long long locks = bench_lock_count_watched() - l0, allocs = bench_alloc_count_watched() - a0,
-                     all = bench_alloc_count() - p0;
+  unsigned long long locks = bench_lock_count_watched() - l0,
+                     allocs = bench_alloc_count_watched() - a0, all = bench_alloc_count() - p0;
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0)
-    printf("case %s, %zu bytes, %d calls: %.2f lock calls by libtcoll per call, %.2f heap allocations by libtcoll "
-           "per call (%.2f by the whole process), %.3f us per call%s\n",
-           case_name, nbytes, iters, (double)locks / iters, (double)allocs / iters, (double)all / iters,
-           1e6 * (t1 - t0) / iters, watching ? "" : " (libtcoll not found: counts are 0)");
+    printf(
+        "case %s, %zu bytes, %d calls: %.2f lock calls by libtcoll per call, %.2f heap allocations "
+        "by libtcoll "
+        "per call (%.2f by the whole process), %.3f us per call%s\n",
+        case_name, nbytes, iters, (double)locks / iters, (double)allocs / iters,
+        (double)all / iters, 1e6 * (t1 - t0) / iters,
+        watching ? "" : " (libtcoll not found: counts are 0)");
   teardown();
   return tcoll_finalize() == TCOLL_SUCCESS ? 0 : 1;
 }

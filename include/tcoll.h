@@ -39,10 +39,10 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version and status */
 
-#define TCOLL_VERSION_MAJOR 0 /* major version of this header */
-#define TCOLL_VERSION_MINOR 1 /* minor version */
-#define TCOLL_VERSION_PATCH 0 /* patch version */
-#define TCOLL_VERSION_CODE(a, b, c) ((a) * 10000 + (b) * 100 + (c)) /* as tcoll_version() gives */
+#define TCOLL_VERSION_MAJOR 0                                   /* major version of this header */
+#define TCOLL_VERSION_MINOR 1                                   /* minor version */
+#define TCOLL_VERSION_PATCH 0                                   /* patch version */
+#define TCOLL_VERSION_CODE(a, b, c) ((a)*10000 + (b)*100 + (c)) /* as tcoll_version() gives */
 
 /* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked. */
 TCOLL_API int tcoll_version(void);
@@ -97,11 +97,11 @@ TCOLL_API const char *tcoll_dtype_name(tcoll_dtype_t dtype);
 typedef int tcoll_redop_t;
 enum {
   TCOLL_SUM,
-  TCOLL_AVG,     /* sum, then divided by the group size; floating dtypes only */
+  TCOLL_AVG, /* sum, then divided by the group size; floating dtypes only */
   TCOLL_PRODUCT,
   TCOLL_MIN,
   TCOLL_MAX,
-  TCOLL_BAND,    /* bitwise ops: integer and bool dtypes only */
+  TCOLL_BAND, /* bitwise ops: integer and bool dtypes only */
   TCOLL_BOR,
   TCOLL_BXOR
 };
@@ -122,7 +122,7 @@ TCOLL_API int tcoll_redop_destroy(tcoll_redop_t op);
 /* ---------------------------------------------------------------- tensors */
 
 #define TCOLL_MAX_DIMS 8 /* most dims a tensor has */
-#define TCOLL_HOST (-1) /* the device value of host memory */
+#define TCOLL_HOST (-1)  /* the device value of host memory */
 
 /* A contiguous row-major tensor. ndim == 0 is a scalar (one element). The struct does not own
  * its data unless it came from tcoll_tensor_alloc or an output tcoll allocated. */
@@ -173,26 +173,26 @@ typedef enum { TCOLL_LOG_WARN = 0, TCOLL_LOG_INFO = 1, TCOLL_LOG_DETAIL = 2 } tc
 
 /* Mirrors the TCOLL_* environment variables (read by tcoll_init). */
 typedef struct tcoll_config {
-  tcoll_log_level_t debug;   /* TCOLL_DEBUG */
-  double timeout;            /* TCOLL_TIMEOUT, seconds; 0 = none */
-  int abort_on_timeout;      /* TCOLL_ON_TIMEOUT=abort */
-  int64_t max_count;         /* TCOLL_MAX_COUNT: largest int count per MPI call (above it: one
-                                MPI-4 _c call where MPI has them, else split) */
-  size_t staging_chunk;      /* TCOLL_STAGING_CHUNK, bytes (default 4 MiB; same on every rank) */
-  int cuda_aware;            /* TCOLL_CUDA_AWARE: -1 auto, 0, 1 */
-  int fake_devices;          /* TCOLL_FAKE_DEVICES */
-  int progress_thread;       /* TCOLL_PROGRESS=thread */
-  char trace_path[512];      /* TCOLL_TRACE; "" = off */
-  char algo[256];            /* TCOLL_ALGO: "auto" (default), "mpi" (the literal one-to-one MPI
-                                mapping everywhere) or "op:algorithm,..." (e.g.
-                                "all_reduce:ring,reduce_scatter:mpi"); same on every rank */
-  int wait_yield;            /* TCOLL_WAIT=yield: waits poll MPI and give the core up between polls */
-  size_t cache_bytes;        /* TCOLL_CACHE_BYTES: most bytes of free storage the cache keeps */
+  tcoll_log_level_t debug; /* TCOLL_DEBUG */
+  double timeout;          /* TCOLL_TIMEOUT, seconds; 0 = none */
+  int abort_on_timeout;    /* TCOLL_ON_TIMEOUT=abort */
+  int64_t max_count;       /* TCOLL_MAX_COUNT: largest int count per MPI call (above it: one
+                              MPI-4 _c call where MPI has them, else split) */
+  size_t staging_chunk;    /* TCOLL_STAGING_CHUNK, bytes (default 4 MiB; same on every rank) */
+  int cuda_aware;          /* TCOLL_CUDA_AWARE: -1 auto, 0, 1 */
+  int fake_devices;        /* TCOLL_FAKE_DEVICES */
+  int progress_thread;     /* TCOLL_PROGRESS=thread */
+  char trace_path[512];    /* TCOLL_TRACE; "" = off */
+  char algo[256];          /* TCOLL_ALGO: "auto" (default), "mpi" (the literal one-to-one MPI
+                              mapping everywhere) or "op:algorithm,..." (e.g.
+                              "all_reduce:ring,reduce_scatter:mpi"); same on every rank */
+  int wait_yield;          /* TCOLL_WAIT=yield: waits poll MPI and give the core up between polls */
+  size_t cache_bytes;      /* TCOLL_CACHE_BYTES: most bytes of free storage the cache keeps */
 } tcoll_config_t;
 
 /* The algorithm that ran this thread's last posted collective: "mpi" (the literal one-to-one
- * MPI call), "ring", "alltoall", "ring_allgather", "scattered", "cma" (see doc/guide.md, "Algorithms").
- * A literal. */
+ * MPI call), "ring", "alltoall", "ring_allgather", "scattered", "cma" (see doc/guide.md,
+ * "Algorithms"). A literal. */
 TCOLL_API const char *tcoll_last_algorithm(void);
 
 /* The configuration in force. */
@@ -215,16 +215,16 @@ TCOLL_API int tcoll_set_config(const tcoll_config_t *config);
 
 /* What the cache holds now, and what it did since tcoll was loaded. */
 typedef struct tcoll_cache_info {
-  size_t limit;          /* TCOLL_CACHE_BYTES in force */
-  size_t cached;         /* bytes of free blocks kept for reuse: host, pinned and device */
-  size_t cached_host;    /* of which pageable host memory */
-  size_t cached_pinned;  /* of which page-locked host memory (staging) */
-  size_t cached_device;  /* of which device memory, every device */
-  size_t in_use;         /* bytes of blocks handed out and not freed yet */
-  size_t peak;           /* the largest in_use + cached seen */
-  uint64_t reused;       /* allocations served by a cached block */
-  uint64_t allocated;    /* blocks allocated from the system (the cache grew) */
-  uint64_t freed;        /* blocks given back to the system (beyond the limit, or released) */
+  size_t limit;         /* TCOLL_CACHE_BYTES in force */
+  size_t cached;        /* bytes of free blocks kept for reuse: host, pinned and device */
+  size_t cached_host;   /* of which pageable host memory */
+  size_t cached_pinned; /* of which page-locked host memory (staging) */
+  size_t cached_device; /* of which device memory, every device */
+  size_t in_use;        /* bytes of blocks handed out and not freed yet */
+  size_t peak;          /* the largest in_use + cached seen */
+  uint64_t reused;      /* allocations served by a cached block */
+  uint64_t allocated;   /* blocks allocated from the system (the cache grew) */
+  uint64_t freed;       /* blocks given back to the system (beyond the limit, or released) */
 } tcoll_cache_info_t;
 
 /* Gives every free block of the cache back to the system (like torch.cuda.empty_cache), and
@@ -260,8 +260,8 @@ TCOLL_API int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_c
 /* Called by the listed ranks of parent only (in parent's numbering, no duplicates); the new
  * ranks follow the list order. Cached per parent + ranks + tag: calling again returns the same
  * communicator (each call must be matched by one tcoll_comm_free). */
-TCOLL_API int tcoll_comm_from_ranks(tcoll_comm_t *parent, const int *ranks, int n,
-                                    const char *tag, tcoll_comm_t **out);
+TCOLL_API int tcoll_comm_from_ranks(tcoll_comm_t *parent, const int *ranks, int n, const char *tag,
+                                    tcoll_comm_t **out);
 /* A 2-D rank list, ngroups rows of group_size ranks (MPMD): every listed rank calls and gets
  * the communicator of its row. Cached like tcoll_comm_from_ranks. */
 TCOLL_API int tcoll_comm_from_rank_groups(tcoll_comm_t *parent, const int *ranks, int ngroups,
@@ -325,8 +325,8 @@ TCOLL_API int tcoll_get_unique_id(tcoll_unique_id_t *id);
  * nranks outside [1, world size], members disagreeing on nranks, two members with the same
  * rank, more members than nranks, and (with TCOLL_TIMEOUT set) a rendezvous still incomplete
  * after that many seconds. Members that arrive after the rendezvous failed get the same error. */
-TCOLL_API int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id,
-                                   size_t id_len, int rank);
+TCOLL_API int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t id_len,
+                                   int rank);
 
 /* ---------------------------------------------------------------- functional collectives */
 
@@ -367,8 +367,8 @@ TCOLL_API int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_di
 
 /* List and rooted forms (used by the gradient module; one tensor per rank of comm). */
 /* out is written on dst; on other ranks out is registered but left unchanged. */
-TCOLL_API int tcoll_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op,
-                           tcoll_comm_t *comm, tcoll_tensor_t *out);
+TCOLL_API int tcoll_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_comm_t *comm,
+                           tcoll_tensor_t *out);
 /* outs (size entries, each shaped like in) is written on dst. On the other ranks outs is not
  * used (NULL is fine) and the work is registered under in->data: wait on that. */
 TCOLL_API int tcoll_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm,
@@ -386,15 +386,14 @@ TCOLL_API int tcoll_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t
                                         tcoll_comm_t *comm, tcoll_tensor_t *out);
 /* ins[j] goes to rank j, outs[i] comes from rank i; shapes may differ per peer but dtypes
  * match. outs[i] must be given (with data or with data == NULL and a shape). */
-TCOLL_API int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm,
-                               tcoll_tensor_t *outs);
+TCOLL_API int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, tcoll_tensor_t *outs);
 
 /* Shape rules without communicating (the "meta" functions); shape receives in->ndim entries. */
 TCOLL_API int tcoll_all_gather_shape(const tcoll_tensor_t *in, int gather_dim, int group_size,
                                      int64_t *shape);
 /* The shape reduce_scatter would give (the dim must be a multiple of group_size). */
-TCOLL_API int tcoll_reduce_scatter_shape(const tcoll_tensor_t *in, int scatter_dim,
-                                         int group_size, int64_t *shape);
+TCOLL_API int tcoll_reduce_scatter_shape(const tcoll_tensor_t *in, int scatter_dim, int group_size,
+                                         int64_t *shape);
 
 /* ---------------------------------------------------------------- the work registry */
 
@@ -457,8 +456,8 @@ TCOLL_API int tcoll_grad_gather(const tcoll_tensor_t *x, int dst, tcoll_comm_t *
 TCOLL_API int tcoll_grad_scatter(const tcoll_tensor_t *xs, int src, tcoll_comm_t *comm,
                                  tcoll_tensor_t *y, tcoll_grad_node_t **node);
 /* backward: reduce_scatter SUM of the size grads. */
-TCOLL_API int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm,
-                                    tcoll_tensor_t *ys, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm, tcoll_tensor_t *ys,
+                                    tcoll_grad_node_t **node);
 /* Any gather_dim. backward: reduce_scatter SUM along gather_dim. */
 TCOLL_API int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim,
                                                 tcoll_comm_t *comm, tcoll_tensor_t *y,
@@ -486,9 +485,8 @@ TCOLL_API int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x,
  * sum of the grads goes to the ranks holding the extremum, split evenly among ties; PRODUCT:
  * (sum of the grads) * (product of the other ranks' x), exact when x has zeros; bitwise:
  * TCOLL_ERR_UNSUPPORTED. */
-TCOLL_API int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op,
-                                    tcoll_comm_t *comm, tcoll_tensor_t *y,
-                                    tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op, tcoll_comm_t *comm,
+                                    tcoll_tensor_t *y, tcoll_grad_node_t **node);
 
 /* Differentiable single-process multi-device ops (torch.nn.parallel's Broadcast,
  * ReduceAddCoalesced, Scatter and Gather Functions). Forward: exactly the plain tcoll_local_*
@@ -512,25 +510,22 @@ TCOLL_API int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op,
  * distinct input device). */
 TCOLL_API int tcoll_grad_local_broadcast_coalesced(const tcoll_tensor_t *in, int n,
                                                    const int *devices, int n_devices,
-                                                   tcoll_tensor_t *out,
-                                                   tcoll_grad_node_t **node);
+                                                   tcoll_tensor_t *out, tcoll_grad_node_t **node);
 /* backward: grad_in[d * n + i] = grad_out[i], broadcast onto group d's device
  * (tcoll_local_broadcast_coalesced). */
-TCOLL_API int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices,
-                                                    int n, int destination,
-                                                    tcoll_tensor_t *out,
+TCOLL_API int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, int n,
+                                                    int destination, tcoll_tensor_t *out,
                                                     tcoll_grad_node_t **node);
 /* backward: grad_in = the n_devices grads concatenated along dim on in's device
  * (tcoll_local_gather). */
-TCOLL_API int tcoll_grad_local_scatter(const tcoll_tensor_t *in, const int *devices,
-                                       int n_devices, const int64_t *chunk_sizes, int dim,
-                                       tcoll_tensor_t *out, tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devices,
+                                       const int64_t *chunk_sizes, int dim, tcoll_tensor_t *out,
+                                       tcoll_grad_node_t **node);
 /* Scalars along dim 0 are gathered as a vector, with the plain op's warning. backward: the grad
  * split along dim into the inputs' sizes, grad_in[i] on in[i]'s device (tcoll_local_scatter);
  * for gathered scalars each grad_in is a scalar again. */
-TCOLL_API int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim,
-                                      int target_device, tcoll_tensor_t *out,
-                                      tcoll_grad_node_t **node);
+TCOLL_API int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_device,
+                                      tcoll_tensor_t *out, tcoll_grad_node_t **node);
 /* Posts the backward of node's forward (asynchronous: wait on each grad_input). */
 TCOLL_API int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outputs,
                                   int n_grad_outputs, tcoll_tensor_t *grad_inputs,
@@ -598,8 +593,7 @@ TCOLL_API int tcoll_device_synchronize(int device);
  * src's device); same dtype and numel. Pending tcoll work on either buffer is waited first.
  * Host memory involved must stay valid until the stream reaches the copy. Host to host: a
  * plain synchronous copy. */
-TCOLL_API int tcoll_tensor_copy_async(tcoll_tensor_t *dst, const tcoll_tensor_t *src,
-                                      void *stream);
+TCOLL_API int tcoll_tensor_copy_async(tcoll_tensor_t *dst, const tcoll_tensor_t *src, void *stream);
 
 /* ---------------------------------------------------------------- single-process multi-device
  *
@@ -686,21 +680,19 @@ TCOLL_API int tcoll_multi_all_reduce_v(const tcoll_tensor_t *in, int n_in, tcoll
                                        int n_streams, tcoll_comm_t *const *comms, int n_comms);
 /* tcoll_multi_reduce with list lengths. */
 TCOLL_API int tcoll_multi_reduce_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
-                                   int root, tcoll_redop_t op, void *const *streams,
-                                   int n_streams, tcoll_comm_t *const *comms, int n_comms);
+                                   int root, tcoll_redop_t op, void *const *streams, int n_streams,
+                                   tcoll_comm_t *const *comms, int n_comms);
 /* tcoll_multi_broadcast with list lengths. */
-TCOLL_API int tcoll_multi_broadcast_v(tcoll_tensor_t *inout, int n, int root,
-                                      void *const *streams, int n_streams,
-                                      tcoll_comm_t *const *comms, int n_comms);
+TCOLL_API int tcoll_multi_broadcast_v(tcoll_tensor_t *inout, int n, int root, void *const *streams,
+                                      int n_streams, tcoll_comm_t *const *comms, int n_comms);
 /* tcoll_multi_all_gather with list lengths. */
 TCOLL_API int tcoll_multi_all_gather_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
                                        int n_out, void *const *streams, int n_streams,
                                        tcoll_comm_t *const *comms, int n_comms);
 /* tcoll_multi_reduce_scatter with list lengths. */
-TCOLL_API int tcoll_multi_reduce_scatter_v(const tcoll_tensor_t *in, int n_in,
-                                           tcoll_tensor_t *out, int n_out, tcoll_redop_t op,
-                                           void *const *streams, int n_streams,
-                                           tcoll_comm_t *const *comms, int n_comms);
+TCOLL_API int tcoll_multi_reduce_scatter_v(const tcoll_tensor_t *in, int n_in, tcoll_tensor_t *out,
+                                           int n_out, tcoll_redop_t op, void *const *streams,
+                                           int n_streams, tcoll_comm_t *const *comms, int n_comms);
 
 #ifdef __cplusplus
 }

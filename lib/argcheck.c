@@ -18,21 +18,26 @@ int tc_check_tensor(const tcoll_tensor_t *t, const char *name) {
   int rc = tc_check_tensor_desc(t, name);
   if (rc) return rc;
   if (!t->data && tcoll_tensor_numel(t) > 0)
-    return INVALID("%s->data is NULL with %lld elements (expected a buffer)", name, (long long)tcoll_tensor_numel(t));
+    return INVALID("%s->data is NULL with %lld elements (expected a buffer)", name,
+                   (long long)tcoll_tensor_numel(t));
   return tc_dev_check_pointer(t->data, t->device, name);
 }
 
-int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
-                    int device) {
-  if (!out) return INVALID("%s is NULL (expected a tensor, with data == NULL to have tcoll allocate it)", name);
+int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dtype, int ndim,
+                    const int64_t *shape, int device) {
+  if (!out)
+    return INVALID("%s is NULL (expected a tensor, with data == NULL to have tcoll allocate it)",
+                   name);
   if (!out->data) return tc_dev_check(device, name);
   int rc = tc_check_tensor_desc(out, name);
   if (rc) return rc;
   if (out->dtype != dtype)
-    return INVALID("%s->dtype is %s (expected %s)", name, tcoll_dtype_name(out->dtype), tcoll_dtype_name(dtype));
+    return INVALID("%s->dtype is %s (expected %s)", name, tcoll_dtype_name(out->dtype),
+                   tcoll_dtype_name(dtype));
   if (!tc_same_shape(out->ndim, out->shape, ndim, shape)) {
     char got[128], want[128];
-    return INVALID("%s->shape is %s (expected %s)", name, tc_shape_str(got, sizeof got, out->ndim, out->shape),
+    return INVALID("%s->shape is %s (expected %s)", name,
+                   tc_shape_str(got, sizeof got, out->ndim, out->shape),
                    tc_shape_str(want, sizeof want, ndim, shape));
   }
   if (out->device != device)
@@ -42,7 +47,8 @@ int tc_check_output(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t d
 
 int tc_check_dim(int dim, int ndim, const char *name, int *norm) {
   if (ndim < 1) return INVALID("%s needs a tensor with at least 1 dim, got a 0-dim tensor", name);
-  if (dim < -ndim || dim >= ndim) return INVALID("%s is %d (expected -%d..%d)", name, dim, ndim, ndim - 1);
+  if (dim < -ndim || dim >= ndim)
+    return INVALID("%s is %d (expected -%d..%d)", name, dim, ndim, ndim - 1);
   *norm = dim < 0 ? dim + ndim : dim;
   return TCOLL_SUCCESS;
 }
@@ -53,15 +59,16 @@ int tc_check_rank(int rank, const tcoll_comm_t *comm, const char *name) {
   return TCOLL_SUCCESS;
 }
 
-int tc_check_disjoint(const tcoll_tensor_t *out, const char *oname, const tcoll_tensor_t *in, const char *iname,
-                      bool same_ok) {
+int tc_check_disjoint(const tcoll_tensor_t *out, const char *oname, const tcoll_tensor_t *in,
+                      const char *iname, bool same_ok) {
   if (!out->data || !in->data) return TCOLL_SUCCESS;
   uintptr_t ob = (uintptr_t)out->data, oe = ob + tc_nbytes(out);
   uintptr_t ib = (uintptr_t)in->data, ie = ib + tc_nbytes(in);
   if (same_ok && ob == ib && oe == ie) return TCOLL_SUCCESS;
   if (ob < ie && ib < oe)
-    return INVALID("%s (%p) overlaps %s (%p) (expected %s)", oname, out->data, iname, in->data,
-                   same_ok ? "the same buffer for in place, or disjoint buffers" : "disjoint buffers");
+    return INVALID(
+        "%s (%p) overlaps %s (%p) (expected %s)", oname, out->data, iname, in->data,
+        same_ok ? "the same buffer for in place, or disjoint buffers" : "disjoint buffers");
   return TCOLL_SUCCESS;
 }
 
@@ -76,7 +83,8 @@ static int check_array(const void *p, int n, const char *name) {
 }
 
 static int check_same_device(const tcoll_tensor_t *t, const char *name, int device) {
-  if (t->device != device) return INVALID("%s->device is %d (expected %d, the input's device)", name, t->device, device);
+  if (t->device != device)
+    return INVALID("%s->device is %d (expected %d, the input's device)", name, t->device, device);
   return TCOLL_SUCCESS;
 }
 
@@ -116,7 +124,8 @@ static void sort_spans(span_t *v, int m, span_t *tmp) {
   while (a < h) v[o++] = tmp[a++];
 }
 
-static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t *in, int j, bool same_ok) {
+static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t *in, int j,
+                          bool same_ok) {
   char oname[32], iname[32];
   snprintf(oname, sizeof oname, "out[%d]", i);
   snprintf(iname, sizeof iname, "in[%d]", j);
@@ -127,7 +136,8 @@ static int report_overlap(const tcoll_tensor_t *out, int i, const tcoll_tensor_t
 static int sorted_spans(const tcoll_tensor_t *t, int n, span_t *v, span_t *tmp) {
   int m = 0;
   for (int i = 0; i < n; i++)
-    if (t[i].data) v[m++] = (span_t){(uintptr_t)t[i].data, (uintptr_t)t[i].data + tc_nbytes(&t[i]), i};
+    if (t[i].data)
+      v[m++] = (span_t){(uintptr_t)t[i].data, (uintptr_t)t[i].data + tc_nbytes(&t[i]), i};
   sort_spans(v, m, tmp);
   return m;
 }
@@ -138,7 +148,8 @@ static int sorted_spans(const tcoll_tensor_t *t, int n, span_t *v, span_t *tmp) 
  * overlaps the input if it starts before the input's end, and so does any later one that starts
  * before that end (outputs overlapping one another are refused later, by the registry: the
  * first one reported is still a true overlap). */
-static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n, bool same_ok) {
+static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t *in, int n,
+                                bool same_ok) {
   span_t small[3 * 64], *v = n <= 64 ? small : malloc((size_t)3 * (size_t)n * sizeof *v);
   if (!v) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d spans", n);
   span_t *outs = v, *ins = v + n, *tmp = v + 2 * n; /* the sort's scratch: n / 2 spans */
@@ -147,7 +158,8 @@ static int check_lists_disjoint(const tcoll_tensor_t *out, const tcoll_tensor_t 
   for (int j = 0; j < mi && !rc; j++) {
     while (k < mo && outs[k].e <= ins[j].b) k++;
     for (int q = k; q < mo && outs[q].b < ins[j].e && !rc; q++) {
-      bool own = same_ok && outs[q].idx == ins[j].idx && outs[q].b == ins[j].b && outs[q].e == ins[j].e;
+      bool own =
+          same_ok && outs[q].idx == ins[j].idx && outs[q].b == ins[j].b && outs[q].e == ins[j].e;
       if (!own) rc = report_overlap(out, outs[q].idx, in, ins[j].idx, same_ok);
     }
   }
@@ -160,11 +172,11 @@ int tc_check_copy(const tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
   if (!rc) rc = tc_check_tensor(dst, "dst");
   if (rc) return rc;
   if (dst->dtype != src->dtype)
-    return INVALID("dst->dtype is %s but src->dtype is %s (expected the same)", tcoll_dtype_name(dst->dtype),
-                   tcoll_dtype_name(src->dtype));
+    return INVALID("dst->dtype is %s but src->dtype is %s (expected the same)",
+                   tcoll_dtype_name(dst->dtype), tcoll_dtype_name(src->dtype));
   if (tcoll_tensor_numel(dst) != tcoll_tensor_numel(src))
-    return INVALID("dst has %lld elements but src has %lld (expected the same)", (long long)tcoll_tensor_numel(dst),
-                   (long long)tcoll_tensor_numel(src));
+    return INVALID("dst has %lld elements but src has %lld (expected the same)",
+                   (long long)tcoll_tensor_numel(dst), (long long)tcoll_tensor_numel(src));
   return TCOLL_SUCCESS;
 }
 
@@ -173,7 +185,8 @@ int tc_check_copy(const tcoll_tensor_t *dst, const tcoll_tensor_t *src) {
 int tc_all_gather_shape(const tcoll_tensor_t *in, int dim, int group_size, int64_t *shape) {
   int64_t gathered;
   if (tc_mul_overflows(in->shape[dim], group_size, &gathered)) /* shape is left untouched */
-    return INVALID("gathered dim %d (%lld x %d) overflows", dim, (long long)in->shape[dim], group_size);
+    return INVALID("gathered dim %d (%lld x %d) overflows", dim, (long long)in->shape[dim],
+                   group_size);
   memcpy(shape, in->shape, (size_t)in->ndim * sizeof *shape);
   shape[dim] = gathered;
   return TCOLL_SUCCESS;
@@ -181,8 +194,8 @@ int tc_all_gather_shape(const tcoll_tensor_t *in, int dim, int group_size, int64
 
 int tc_reduce_scatter_shape(const tcoll_tensor_t *in, int dim, int group_size, int64_t *shape) {
   if (in->shape[dim] % group_size != 0)
-    return INVALID("input dimension %d (%lld) must be a multiple of group_size %d", dim, (long long)in->shape[dim],
-                   group_size);
+    return INVALID("input dimension %d (%lld) must be a multiple of group_size %d", dim,
+                   (long long)in->shape[dim], group_size);
   memcpy(shape, in->shape, (size_t)in->ndim * sizeof *shape);
   shape[dim] /= group_size;
   return TCOLL_SUCCESS;
@@ -207,20 +220,25 @@ static inline bool quick_desc(const tcoll_tensor_t *t, const int64_t *like, size
     empty |= s == 0;
     over |= __builtin_mul_overflow(n, (uint64_t)s, &n);
   }
-  if (empty) n = 0;
-  else if (over || n > (uint64_t)INT64_MAX) return false; /* an empty tensor's other dims may be anything */
+  if (empty)
+    n = 0;
+  else if (over || n > (uint64_t)INT64_MAX)
+    return false; /* an empty tensor's other dims may be anything */
   if (!t->data && n > 0) return false;
   if (t->device != TCOLL_HOST && (t->device < 0 || t->device >= tc_dev_count())) return false;
   *nbytes = (size_t)n;
   return true;
 }
 
-static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) { return quick_desc(t, NULL, nbytes); }
+static bool quick_tensor(const tcoll_tensor_t *t, size_t *nbytes) {
+  return quick_desc(t, NULL, nbytes);
+}
 
 /* Whether out is to be allocated, or has exactly in's dtype, shape and device. */
 static bool quick_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in) {
-  return out && (!out->data || (out->dtype == in->dtype && out->ndim == in->ndim && out->device == in->device &&
-                                tc_same_shape(out->ndim, out->shape, in->ndim, in->shape)));
+  return out && (!out->data ||
+                 (out->dtype == in->dtype && out->ndim == in->ndim && out->device == in->device &&
+                  tc_same_shape(out->ndim, out->shape, in->ndim, in->shape)));
 }
 
 /* Both at once, in one pass over the shape: what quick_tensor(in) and quick_like(out, in) say
@@ -228,14 +246,17 @@ static bool quick_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in) {
 static bool quick_in_out(const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t *nbytes) {
   if (!in || !out) return false;
   bool compare = out->data != NULL; /* an output to allocate has no shape of its own yet */
-  if (compare && (out->dtype != in->dtype || out->ndim != in->ndim || out->device != in->device)) return false;
+  if (compare && (out->dtype != in->dtype || out->ndim != in->ndim || out->device != in->device))
+    return false;
   return quick_desc(in, compare ? out->shape : NULL, nbytes);
 }
 
 /* The rest of check_out_like, for an output that passed quick_like. */
-static inline int check_like_out(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
+static inline int check_like_out(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb,
+                                 bool same_ok) {
   if (!out->data || !in->data) return TCOLL_SUCCESS; /* to allocate: on in's device, checked */
-  int rc = tc_dev_check_pointer(out->data, out->device, "out"); /* the device field is not trusted */
+  int rc =
+      tc_dev_check_pointer(out->data, out->device, "out"); /* the device field is not trusted */
   if (rc) return rc;
   uintptr_t ob = (uintptr_t)out->data, ib = (uintptr_t)in->data;
   if ((same_ok && ob == ib) || ob >= ib + nb || ib >= ob + nb) return TCOLL_SUCCESS;
@@ -244,7 +265,8 @@ static inline int check_like_out(const tcoll_tensor_t *out, const tcoll_tensor_t
 
 /* An output exactly like the checked input in (of nb bytes), disjoint from it unless the same
  * buffer and same_ok. */
-static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb, bool same_ok) {
+static int check_out_like(const tcoll_tensor_t *out, const tcoll_tensor_t *in, size_t nb,
+                          bool same_ok) {
   if (!quick_like(out, in)) {
     int rc = tc_check_output(out, "out", in->dtype, in->ndim, in->shape, in->device);
     return rc ? rc : tc_check_disjoint(out, "out", in, "in", same_ok);
@@ -262,21 +284,22 @@ static int check_input(const tcoll_tensor_t *in, size_t *nb) {
 
 /* ------------------------------------------------------------------ per collective */
 
-int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm, const tcoll_tensor_t *out,
-                        tcoll_comm_t **c, tc_redop_t *rop) {
+int tc_check_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm,
+                        const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
   int rc;
   size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   /* In the order of the messages: in, op, out (quick: in and out valid, pointers unchecked). */
   bool quick = quick_in_out(in, out, &nb);
-  if ((rc = quick ? tc_dev_check_pointer(in->data, in->device, "in") : check_input(in, &nb))) return rc;
+  if ((rc = quick ? tc_dev_check_pointer(in->data, in->device, "in") : check_input(in, &nb)))
+    return rc;
   if ((rc = tc_redop_resolve(op, in->dtype, "op", rop))) return rc;
   return quick ? check_like_out(out, in, nb, true) : check_out_like(out, in, nb, true);
 }
 
 /* Entry i of a coalesced all_reduce; in/out name its tensors in messages. */
-static int ar_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, tcoll_redop_t op, tc_redop_t *rop,
-                    const char *iname, const char *oname) {
+static int ar_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, tcoll_redop_t op,
+                    tc_redop_t *rop, const char *iname, const char *oname) {
   int rc;
   if ((rc = tc_check_tensor(&in[i], iname))) return rc;
   if ((rc = check_same_device(&in[i], iname, in[0].device))) return rc;
@@ -285,8 +308,8 @@ static int ar_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, 
 }
 
 /* Entry i's pointer queries, for entries that passed the quick checks. */
-static int pointers_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, const char *iname,
-                          const char *oname) {
+static int pointers_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i,
+                          const char *iname, const char *oname) {
   int rc = tc_dev_check_pointer(in[i].data, in[i].device, iname);
   if (!rc && out[i].data) rc = tc_dev_check_pointer(out[i].data, out[i].device, oname);
   return rc;
@@ -295,33 +318,37 @@ static int pointers_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, i
 /* Runs an entry check with placeholder names, and again with real ones ("in[3]") only when it
  * fails, so that a call with many tensors formats nothing. A failure that does not happen twice
  * (a device query that failed once) keeps the first one's status and message. */
-#define CHECK_ENTRIES(n, CALL)                                                                   \
-  for (int i_ = 0; i_ < (n); i_++) {                                                             \
-    const char *iname = "in[i]", *oname = "out[i]";                                              \
-    if ((rc = CALL)) {                                                                           \
-      char ibuf[32], obuf[32], first[1024];                                                      \
-      snprintf(first, sizeof first, "%s", tcoll_last_error());                                   \
-      snprintf(ibuf, sizeof ibuf, "in[%d]", i_);                                                 \
-      snprintf(obuf, sizeof obuf, "out[%d]", i_);                                                \
-      iname = ibuf;                                                                              \
-      oname = obuf;                                                                              \
-      int again_ = CALL;                                                                         \
-      if (!again_) tc_restore_error(first);                                                      \
-      return again_ ? again_ : rc;                                                               \
-    }                                                                                            \
+#define CHECK_ENTRIES(n, CALL)                                 \
+  for (int i_ = 0; i_ < (n); i_++) {                           \
+    const char *iname = "in[i]", *oname = "out[i]";            \
+    if ((rc = CALL)) {                                         \
+      char ibuf[32], obuf[32], first[1024];                    \
+      snprintf(first, sizeof first, "%s", tcoll_last_error()); \
+      snprintf(ibuf, sizeof ibuf, "in[%d]", i_);               \
+      snprintf(obuf, sizeof obuf, "out[%d]", i_);              \
+      iname = ibuf;                                            \
+      oname = obuf;                                            \
+      int again_ = CALL;                                       \
+      if (!again_) tc_restore_error(first);                    \
+      return again_ ? again_ : rc;                             \
+    }                                                          \
   }
 
-int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, tcoll_comm_t *comm,
-                                  const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop) {
+int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op,
+                                  tcoll_comm_t *comm, const tcoll_tensor_t *out, tcoll_comm_t **c,
+                                  tc_redop_t *rop) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
+  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) ||
+      (rc = check_array(out, n, "out")))
+    return rc;
   if (n == 0) return tc_redop_lookup(op, "op", rop);
   /* Entries that pass the quick checks are done; the first that does not gets the detailed ones
    * (from it on: they name what is wrong, with its index). */
   int i = 0;
   for (size_t nb; i < n; i++)
-    if (!quick_tensor(&in[i], &nb) || in[i].device != in[0].device || !quick_like(&out[i], &in[i]) ||
+    if (!quick_tensor(&in[i], &nb) || in[i].device != in[0].device ||
+        !quick_like(&out[i], &in[i]) ||
         tc_redop_resolve(op, in[i].dtype, "op", rop) != TCOLL_SUCCESS)
       break;
   if (i < n) {
@@ -332,8 +359,8 @@ int tc_check_all_reduce_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t
   return check_lists_disjoint(out, in, n, true);
 }
 
-int tc_check_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm, const tcoll_tensor_t *out,
-                        tcoll_comm_t **c, int *dim, bool *inplace) {
+int tc_check_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm,
+                        const tcoll_tensor_t *out, tcoll_comm_t **c, int *dim, bool *inplace) {
   int rc;
   int64_t shape[TCOLL_MAX_DIMS];
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
@@ -348,8 +375,8 @@ int tc_check_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *
   return *inplace ? TCOLL_SUCCESS : tc_check_disjoint(out, "out", in, "in", false);
 }
 
-static int ag_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, int size, const char *iname,
-                    const char *oname) {
+static int ag_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, int size,
+                    const char *iname, const char *oname) {
   int rc, dim;
   int64_t shape[TCOLL_MAX_DIMS];
   if ((rc = tc_check_tensor(&in[i], iname))) return rc;
@@ -359,18 +386,21 @@ static int ag_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, 
   return tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device);
 }
 
-int tc_check_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_comm_t *comm, const tcoll_tensor_t *out,
-                                  tcoll_comm_t **c) {
+int tc_check_all_gather_coalesced(const tcoll_tensor_t *in, int n, tcoll_comm_t *comm,
+                                  const tcoll_tensor_t *out, tcoll_comm_t **c) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out"))) return rc;
+  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) ||
+      (rc = check_array(out, n, "out")))
+    return rc;
   int size = (*c)->size;
   CHECK_ENTRIES(n, ag_entry(in, out, i_, size, iname, oname))
   return check_lists_disjoint(out, in, n, false);
 }
 
-int tc_check_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim, tcoll_comm_t *comm,
-                            const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop, int *dim) {
+int tc_check_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scatter_dim,
+                            tcoll_comm_t *comm, const tcoll_tensor_t *out, tcoll_comm_t **c,
+                            tc_redop_t *rop, int *dim) {
   int rc;
   int64_t shape[TCOLL_MAX_DIMS];
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
@@ -383,8 +413,8 @@ int tc_check_reduce_scatter(const tcoll_tensor_t *in, tcoll_redop_t op, int scat
 }
 
 static int rs_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, tcoll_redop_t op,
-                    const int *scatter_dims, int size, tc_redop_t *rop, int *dims, const char *iname,
-                    const char *oname) {
+                    const int *scatter_dims, int size, tc_redop_t *rop, int *dims,
+                    const char *iname, const char *oname) {
   int rc;
   int64_t shape[TCOLL_MAX_DIMS];
   char dname[32];
@@ -397,19 +427,21 @@ static int rs_entry(const tcoll_tensor_t *in, const tcoll_tensor_t *out, int i, 
   }
   dims[i] = scatter_dims[i] < 0 ? scatter_dims[i] + in[i].ndim : scatter_dims[i];
   if (in[i].shape[dims[i]] % size != 0)
-    return INVALID("input dimension %d (%lld) must be a multiple of group_size %d for tensor at index %d", dims[i],
-                   (long long)in[i].shape[dims[i]], size, i);
+    return INVALID(
+        "input dimension %d (%lld) must be a multiple of group_size %d for tensor at index %d",
+        dims[i], (long long)in[i].shape[dims[i]], size, i);
   if ((rc = tc_reduce_scatter_shape(&in[i], dims[i], size, shape))) return rc;
   return tc_check_output(&out[i], oname, in[i].dtype, in[i].ndim, shape, in[i].device);
 }
 
-int tc_check_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op, const int *scatter_dims,
-                                      tcoll_comm_t *comm, const tcoll_tensor_t *out, tcoll_comm_t **c,
-                                      tc_redop_t *rop, int *dims) {
+int tc_check_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_redop_t op,
+                                      const int *scatter_dims, tcoll_comm_t *comm,
+                                      const tcoll_tensor_t *out, tcoll_comm_t **c, tc_redop_t *rop,
+                                      int *dims) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
-  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) || (rc = check_array(out, n, "out")) ||
-      (rc = check_array(scatter_dims, n, "scatter_dims")))
+  if ((rc = check_n(n, "n")) || (rc = check_array(in, n, "in")) ||
+      (rc = check_array(out, n, "out")) || (rc = check_array(scatter_dims, n, "scatter_dims")))
     return rc;
   if (n == 0) return tc_redop_lookup(op, "op", rop);
   int size = (*c)->size;
@@ -420,35 +452,43 @@ int tc_check_reduce_scatter_coalesced(const tcoll_tensor_t *in, int n, tcoll_red
 static int check_splits(const int64_t *splits, int n, const char *name, int64_t *sum) {
   *sum = 0;
   for (int i = 0; i < n; i++) {
-    if (splits[i] < 0) return INVALID("%s[%d] is %lld (expected >= 0)", name, i, (long long)splits[i]);
+    if (splits[i] < 0)
+      return INVALID("%s[%d] is %lld (expected >= 0)", name, i, (long long)splits[i]);
     if (__builtin_add_overflow(*sum, splits[i], sum))
-      return INVALID("%s sum to more than 2^63 rows (%s[%d] is %lld)", name, name, i, (long long)splits[i]);
+      return INVALID("%s sum to more than 2^63 rows (%s[%d] is %lld)", name, name, i,
+                     (long long)splits[i]);
   }
   return TCOLL_SUCCESS;
 }
 
 int tc_check_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_split_sizes,
-                               const int64_t *input_split_sizes, tcoll_comm_t *comm, const tcoll_tensor_t *out,
-                               tcoll_comm_t **c, int64_t *out_rows) {
+                               const int64_t *input_split_sizes, tcoll_comm_t *comm,
+                               const tcoll_tensor_t *out, tcoll_comm_t **c, int64_t *out_rows) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = tc_check_tensor(in, "in"))) return rc;
-  if (in->ndim < 1) return INVALID("in is a 0-dim tensor (expected at least 1 dim: splits are rows of dim 0)");
+  if (in->ndim < 1)
+    return INVALID("in is a 0-dim tensor (expected at least 1 dim: splits are rows of dim 0)");
   int size = (*c)->size;
   if (!output_split_sizes != !input_split_sizes)
-    return INVALID("output_split_sizes and input_split_sizes must either be specified together or both set to NULL");
+    return INVALID(
+        "output_split_sizes and input_split_sizes must either be specified together or both set to "
+        "NULL");
   if (!input_split_sizes) {
     if (in->shape[0] % size != 0)
-      return INVALID("in->shape[0] is %lld, not a multiple of the group size %d (expected even splits with NULL "
-                     "split sizes)",
-                     (long long)in->shape[0], size);
+      return INVALID(
+          "in->shape[0] is %lld, not a multiple of the group size %d (expected even splits with "
+          "NULL "
+          "split sizes)",
+          (long long)in->shape[0], size);
     *out_rows = in->shape[0];
   } else {
     int64_t isum, osum;
     if ((rc = check_splits(input_split_sizes, size, "input_split_sizes", &isum))) return rc;
     if ((rc = check_splits(output_split_sizes, size, "output_split_sizes", &osum))) return rc;
     if (isum != in->shape[0])
-      return INVALID("input_split_sizes sum to %lld rows but input has %lld", (long long)isum, (long long)in->shape[0]);
+      return INVALID("input_split_sizes sum to %lld rows but input has %lld", (long long)isum,
+                     (long long)in->shape[0]);
     *out_rows = osum;
   }
   int64_t shape[TCOLL_MAX_DIMS];
@@ -457,13 +497,14 @@ int tc_check_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_s
   /* The rows come from the caller: the output they describe must be representable. */
   tcoll_tensor_t want = tcoll_tensor_make(NULL, in->dtype, in->ndim, shape, in->device);
   if (tc_check_tensor_desc(&want, "out") != TCOLL_SUCCESS)
-    return INVALID("output_split_sizes sum to %lld rows: out would have more than 2^63 bytes", (long long)*out_rows);
+    return INVALID("output_split_sizes sum to %lld rows: out would have more than 2^63 bytes",
+                   (long long)*out_rows);
   if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
   return tc_check_disjoint(out, "out", in, "in", false);
 }
 
-int tc_check_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm, const tcoll_tensor_t *out,
-                       tcoll_comm_t **c) {
+int tc_check_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm,
+                       const tcoll_tensor_t *out, tcoll_comm_t **c) {
   int rc;
   size_t nb;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
@@ -472,24 +513,28 @@ int tc_check_broadcast(const tcoll_tensor_t *in, int src, tcoll_comm_t *comm, co
   return check_out_like(out, in, nb, true);
 }
 
-int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm, const tcoll_tensor_t *out,
-                     tcoll_comm_t **c) {
+int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm,
+                     const tcoll_tensor_t *out, tcoll_comm_t **c) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = tc_check_tensor(in, "in"))) return rc;
   int size = (*c)->size;
   if (!src_dst) return INVALID("src_dst is NULL (expected %d destinations)", size);
   /* On the stack for the usual group sizes: a call allocates nothing on the host path. */
-  int on_stack[64], *from = size <= (int)TC_ARRAY_LEN(on_stack) ? on_stack : malloc((size_t)size * sizeof *from);
+  int on_stack[64],
+      *from = size <= (int)TC_ARRAY_LEN(on_stack) ? on_stack : malloc((size_t)size * sizeof *from);
   if (!from) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d entries", size);
   for (int i = 0; i < size; i++) from[i] = -1;
   rc = TCOLL_SUCCESS;
   for (int m = 0; m < size && !rc; m++) {
     int d = src_dst[m];
-    if (d < 0 || d >= size) rc = INVALID("src_dst[%d] is %d (expected a rank in [0, %d))", m, d, size);
+    if (d < 0 || d >= size)
+      rc = INVALID("src_dst[%d] is %d (expected a rank in [0, %d))", m, d, size);
     else if (from[d] >= 0)
-      rc = INVALID("src_dst is not a permutation: rank %d is the destination of both %d and %d", d, from[d], m);
-    else from[d] = m;
+      rc = INVALID("src_dst is not a permutation: rank %d is the destination of both %d and %d", d,
+                   from[d], m);
+    else
+      from[d] = m;
   }
   if (from != on_stack) free(from);
   if (rc) return rc;
@@ -497,8 +542,9 @@ int tc_check_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t 
   return tc_check_disjoint(out, "out", in, "in", false);
 }
 
-int tc_check_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim, tcoll_comm_t *comm,
-                                  const tcoll_tensor_t *out, tcoll_comm_t **c, int *gdim, int *sdim) {
+int tc_check_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim,
+                                  tcoll_comm_t *comm, const tcoll_tensor_t *out, tcoll_comm_t **c,
+                                  int *gdim, int *sdim) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = tc_check_tensor(in, "in"))) return rc;
@@ -508,7 +554,8 @@ int tc_check_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int 
   if ((rc = tc_reduce_scatter_shape(in, *sdim, (*c)->size, shape))) return rc;
   int64_t gathered;
   if (tc_mul_overflows(shape[*gdim], (*c)->size, &gathered))
-    return INVALID("gathered dim %d (%lld x %d) overflows", *gdim, (long long)shape[*gdim], (*c)->size);
+    return INVALID("gathered dim %d (%lld x %d) overflows", *gdim, (long long)shape[*gdim],
+                   (*c)->size);
   shape[*gdim] = gathered;
   if ((rc = tc_check_output(out, "out", in->dtype, in->ndim, shape, in->device))) return rc;
   return tc_check_disjoint(out, "out", in, "in", false);
@@ -526,8 +573,8 @@ int tc_check_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_c
 }
 
 /* n tensors all shaped and typed like ref (outputs: data may be NULL). */
-static int check_list_like(const tcoll_tensor_t *list, int n, const char *name, const tcoll_tensor_t *ref,
-                           bool outputs) {
+static int check_list_like(const tcoll_tensor_t *list, int n, const char *name,
+                           const tcoll_tensor_t *ref, bool outputs) {
   char ename[48];
   int rc;
   for (int i = 0; i < n; i++) {
@@ -535,8 +582,11 @@ static int check_list_like(const tcoll_tensor_t *list, int n, const char *name, 
     rc = outputs ? tc_check_output(&list[i], ename, ref->dtype, ref->ndim, ref->shape, ref->device)
                  : tc_check_tensor(&list[i], ename);
     if (rc) return rc;
-    if (!outputs && (list[i].dtype != ref->dtype || !tc_same_shape(list[i].ndim, list[i].shape, ref->ndim, ref->shape)))
-      return INVALID("%s differs from %s[0] in dtype or shape (expected one dtype and shape for the list)", ename, name);
+    if (!outputs && (list[i].dtype != ref->dtype ||
+                     !tc_same_shape(list[i].ndim, list[i].shape, ref->ndim, ref->shape)))
+      return INVALID(
+          "%s differs from %s[0] in dtype or shape (expected one dtype and shape for the list)",
+          ename, name);
     if (!outputs && (rc = check_same_device(&list[i], ename, ref->device))) return rc;
   }
   return TCOLL_SUCCESS;
@@ -559,8 +609,8 @@ static int check_list_disjoint(const tcoll_tensor_t *outs, int nout, const char 
   return TCOLL_SUCCESS;
 }
 
-int tc_check_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, const tcoll_tensor_t *outs,
-                    tcoll_comm_t **c) {
+int tc_check_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm,
+                    const tcoll_tensor_t *outs, tcoll_comm_t **c) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = tc_check_tensor(in, "in"))) return rc;
@@ -571,23 +621,27 @@ int tc_check_gather(const tcoll_tensor_t *in, int dst, tcoll_comm_t *comm, const
   return check_list_disjoint(outs, (*c)->size, "outs", true, in, 1, "in", false);
 }
 
-int tc_check_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm, const tcoll_tensor_t *out,
-                     tcoll_comm_t **c) {
+int tc_check_scatter(const tcoll_tensor_t *ins, int src, tcoll_comm_t *comm,
+                     const tcoll_tensor_t *out, tcoll_comm_t **c) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = tc_check_rank(src, *c, "src"))) return rc;
-  if ((rc = tc_check_tensor_desc(out, "out"))) return rc; /* *out describes the piece, also with data NULL */
+  if ((rc = tc_check_tensor_desc(out, "out")))
+    return rc; /* *out describes the piece, also with data NULL */
   if ((*c)->rank != src) return TCOLL_SUCCESS;
   if (!ins) return INVALID("ins is NULL on src (expected %d tensors)", (*c)->size);
   if ((rc = check_list_like(ins, (*c)->size, "ins", &ins[0], false))) return rc;
-  if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device))) return rc;
-  if (out->dtype != ins[0].dtype || !tc_same_shape(out->ndim, out->shape, ins[0].ndim, ins[0].shape))
-    return INVALID("out describes a different piece than ins[0] (expected the same dtype and shape)");
+  if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device)))
+    return rc;
+  if (out->dtype != ins[0].dtype ||
+      !tc_same_shape(out->ndim, out->shape, ins[0].ndim, ins[0].shape))
+    return INVALID(
+        "out describes a different piece than ins[0] (expected the same dtype and shape)");
   return check_list_disjoint(out, 1, "out", false, ins, (*c)->size, "ins", true);
 }
 
-int tc_check_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm, const tcoll_tensor_t *outs,
-                             tcoll_comm_t **c) {
+int tc_check_all_gather_list(const tcoll_tensor_t *in, tcoll_comm_t *comm,
+                             const tcoll_tensor_t *outs, tcoll_comm_t **c) {
   int rc;
   if ((rc = tc_comm_resolve(comm, "comm", c))) return rc;
   if ((rc = tc_check_tensor(in, "in"))) return rc;
@@ -604,7 +658,8 @@ int tc_check_reduce_scatter_list(const tcoll_tensor_t *ins, tcoll_redop_t op, tc
   if ((rc = tc_check_tensor(&ins[0], "ins[0]"))) return rc;
   if ((rc = check_list_like(ins, (*c)->size, "ins", &ins[0], false))) return rc;
   if ((rc = tc_redop_resolve(op, ins[0].dtype, "op", rop))) return rc;
-  if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device))) return rc;
+  if ((rc = tc_check_output(out, "out", ins[0].dtype, ins[0].ndim, ins[0].shape, ins[0].device)))
+    return rc;
   return check_list_disjoint(out, 1, "out", false, ins, (*c)->size, "ins", true);
 }
 
@@ -620,14 +675,16 @@ int tc_check_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, const tco
     snprintf(name, sizeof name, "ins[%d]", i);
     if ((rc = tc_check_tensor(&ins[i], name))) return rc;
     if (ins[i].dtype != ins[0].dtype)
-      return INVALID("%s->dtype is %s (expected %s, as ins[0])", name, tcoll_dtype_name(ins[i].dtype),
-                     tcoll_dtype_name(ins[0].dtype));
+      return INVALID("%s->dtype is %s (expected %s, as ins[0])", name,
+                     tcoll_dtype_name(ins[i].dtype), tcoll_dtype_name(ins[0].dtype));
     if ((rc = check_same_device(&ins[i], name, ins[0].device))) return rc;
   }
   for (int i = 0; i < size; i++) {
     snprintf(name, sizeof name, "outs[%d]", i);
     if ((rc = tc_check_tensor_desc(&outs[i], name))) return rc; /* describes what rank i sends */
-    if ((rc = tc_check_output(&outs[i], name, ins[0].dtype, outs[i].ndim, outs[i].shape, ins[0].device))) return rc;
+    if ((rc = tc_check_output(&outs[i], name, ins[0].dtype, outs[i].ndim, outs[i].shape,
+                              ins[0].device)))
+      return rc;
   }
   return check_list_disjoint(outs, size, "outs", true, ins, size, "ins", true);
 }

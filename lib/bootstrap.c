@@ -28,8 +28,15 @@
 #define ID_VERSION 1u
 #define NONCE 24
 /* byte offsets in the 128-byte id */
-enum { OFF_MAGIC = 0, OFF_VERSION = 8, OFF_CREATOR = 12, OFF_WSIZE = 16, OFF_NONCE = 20, OFF_CHECK = 44,
-       ID_USED = 52 };
+enum {
+  OFF_MAGIC = 0,
+  OFF_VERSION = 8,
+  OFF_CREATOR = 12,
+  OFF_WSIZE = 16,
+  OFF_NONCE = 20,
+  OFF_CHECK = 44,
+  ID_USED = 52
+};
 
 static uint64_t fnv1a(const unsigned char *p, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -37,7 +44,9 @@ static uint64_t fnv1a(const unsigned char *p, size_t n) {
   return h;
 }
 
-static unsigned nonce_hash(const unsigned char *nonce) { return (unsigned)(fnv1a(nonce, NONCE) >> 17); }
+static unsigned nonce_hash(const unsigned char *nonce) {
+  return (unsigned)(fnv1a(nonce, NONCE) >> 17);
+}
 
 typedef struct id_info {
   int creator, world_size;
@@ -45,7 +54,8 @@ typedef struct id_info {
 } id_info_t;
 
 static int parse_id(const void *id, size_t id_len, id_info_t *out) {
-  if (!id) return INVALID("id is NULL (expected the %d bytes of a unique id)", TCOLL_UNIQUE_ID_BYTES);
+  if (!id)
+    return INVALID("id is NULL (expected the %d bytes of a unique id)", TCOLL_UNIQUE_ID_BYTES);
   if (id_len != TCOLL_UNIQUE_ID_BYTES)
     return INVALID("invalid unique_id (expected %d bytes, got %zu)", TCOLL_UNIQUE_ID_BYTES, id_len);
   const unsigned char *b = id;
@@ -55,14 +65,16 @@ static int parse_id(const void *id, size_t id_len, id_info_t *out) {
   memcpy(&check, b + OFF_CHECK, 8);
   bool tail_zero = true;
   for (int i = ID_USED; i < TCOLL_UNIQUE_ID_BYTES; i++) tail_zero = tail_zero && b[i] == 0;
-  if (memcmp(b + OFF_MAGIC, ID_MAGIC, 8) != 0 || version != ID_VERSION || check != fnv1a(b, OFF_CHECK) || !tail_zero)
-    return INVALID("invalid unique_id (these %d bytes were not made by tcoll_get_unique_id)", TCOLL_UNIQUE_ID_BYTES);
+  if (memcmp(b + OFF_MAGIC, ID_MAGIC, 8) != 0 || version != ID_VERSION ||
+      check != fnv1a(b, OFF_CHECK) || !tail_zero)
+    return INVALID("invalid unique_id (these %d bytes were not made by tcoll_get_unique_id)",
+                   TCOLL_UNIQUE_ID_BYTES);
   int32_t creator, wsize;
   memcpy(&creator, b + OFF_CREATOR, 4);
   memcpy(&wsize, b + OFF_WSIZE, 4);
   if (wsize != tc_g.world_size || creator < 0 || creator >= wsize)
-    return INVALID("invalid unique_id (made by world rank %d of %d, but this job has %d ranks)", creator, wsize,
-                   tc_g.world_size);
+    return INVALID("invalid unique_id (made by world rank %d of %d, but this job has %d ranks)",
+                   creator, wsize, tc_g.world_size);
   out->creator = creator;
   out->world_size = wsize;
   memcpy(out->nonce, b + OFF_NONCE, NONCE);
@@ -71,7 +83,13 @@ static int parse_id(const void *id, size_t id_len, id_info_t *out) {
 
 /* ------------------------------------------------------------------ messages */
 
-enum { TAG_REGISTER = 7701, TAG_REPLY = 8000, TAG_REPLY_SPAN = 4096, TAG_GROUP = 20000, TAG_GROUP_SPAN = 9000 };
+enum {
+  TAG_REGISTER = 7701,
+  TAG_REPLY = 8000,
+  TAG_REPLY_SPAN = 4096,
+  TAG_GROUP = 20000,
+  TAG_GROUP_SPAN = 9000
+};
 enum { REG_OK = 0, REG_BAD_RANK = 1, REG_BAD_NRANKS = 2, REG_BAD_COMM = 3 };
 
 typedef struct reg_msg {
@@ -113,7 +131,8 @@ static reg_msg_t srv_msg;
 static pthread_t srv_thread;
 static bool srv_running, srv_stop;
 
-static void reply(const unsigned char *nonce, int dest, int status, const char *err, const int *ranks, int n) {
+static void reply(const unsigned char *nonce, int dest, int status, const char *err,
+                  const int *ranks, int n) {
   size_t bytes = sizeof(reply_hdr_t) + (size_t)(status ? 0 : n) * sizeof(int32_t);
   reply_hdr_t *h = calloc(1, bytes);
   if (!h) return;
@@ -123,7 +142,8 @@ static void reply(const unsigned char *nonce, int dest, int status, const char *
   snprintf(h->err, sizeof h->err, "%s", err ? err : "");
   int32_t *r = (int32_t *)(h + 1);
   for (int i = 0; i < h->n; i++) r[i] = ranks[i];
-  MPI_Send(h, (int)bytes, MPI_BYTE, dest, TAG_REPLY + (int)(nonce_hash(nonce) % TAG_REPLY_SPAN), boot);
+  MPI_Send(h, (int)bytes, MPI_BYTE, dest, TAG_REPLY + (int)(nonce_hash(nonce) % TAG_REPLY_SPAN),
+           boot);
   free(h);
 }
 
@@ -135,7 +155,8 @@ static void fail_id(boot_id_t *b, const char *fmt, ...) {
   va_end(ap);
   b->state = ID_FAILED;
   b->t_closed = tc_now();
-  for (int i = 0; i < b->nmem; i++) reply(b->nonce, b->members[i], TCOLL_ERR_INVALID_ARGUMENT, b->err, NULL, 0);
+  for (int i = 0; i < b->nmem; i++)
+    reply(b->nonce, b->members[i], TCOLL_ERR_INVALID_ARGUMENT, b->err, NULL, 0);
 }
 
 static void handle(const reg_msg_t *m, int src) {
@@ -146,7 +167,8 @@ static void handle(const reg_msg_t *m, int src) {
   bool waits = m->flags == REG_OK;
   if (!b) {
     char err[ERR_LEN];
-    snprintf(err, sizeof err, "invalid unique_id (world rank %d, named as its creator, did not make it)",
+    snprintf(err, sizeof err,
+             "invalid unique_id (world rank %d, named as its creator, did not make it)",
              tc_g.world_rank);
     if (waits) reply(m->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, err, NULL, 0);
     return;
@@ -160,7 +182,8 @@ static void handle(const reg_msg_t *m, int src) {
   if (b->state == ID_DONE) {
     char err[ERR_LEN];
     snprintf(err, sizeof err,
-             "the unique id was already used: its %d ranks all joined, and world rank %d came as one more (rank %d)",
+             "the unique id was already used: its %d ranks all joined, and world rank %d came as "
+             "one more (rank %d)",
              b->nranks, src, m->rank);
     reply(b->nonce, src, TCOLL_ERR_INVALID_ARGUMENT, err, NULL, 0);
     return;
@@ -178,19 +201,23 @@ static void handle(const reg_msg_t *m, int src) {
   if (b->nmem == 0 && b->state == ID_OPEN) b->t_first = tc_now();
   b->arrived++;
   if (!b->expect && m->nranks >= 1 && m->nranks <= tc_g.world_size) b->expect = m->nranks;
-  if (m->flags == REG_OK) b->members[b->nmem++] = src; /* a member with bad arguments waits for no answer */
+  if (m->flags == REG_OK)
+    b->members[b->nmem++] = src; /* a member with bad arguments waits for no answer */
   if (m->flags == REG_BAD_NRANKS) {
-    fail_id(b, "world rank %d called tcoll_comm_init_rank with nranks %d (expected 1..%d)", src, m->nranks,
-            tc_g.world_size);
+    fail_id(b, "world rank %d called tcoll_comm_init_rank with nranks %d (expected 1..%d)", src,
+            m->nranks, tc_g.world_size);
     return;
   }
   if (m->flags == REG_BAD_COMM) {
-    fail_id(b, "world rank %d called tcoll_comm_init_rank with comm NULL (rank %d of %d)", src, m->rank, m->nranks);
+    fail_id(b, "world rank %d called tcoll_comm_init_rank with comm NULL (rank %d of %d)", src,
+            m->rank, m->nranks);
     return;
   }
   if (m->flags == REG_BAD_RANK) {
-    fail_id(b, "world rank %d called tcoll_comm_init_rank with rank %d for nranks %d (expected a rank in [0, %d))", src,
-            m->rank, m->nranks, m->nranks);
+    fail_id(b,
+            "world rank %d called tcoll_comm_init_rank with rank %d for nranks %d (expected a rank "
+            "in [0, %d))",
+            src, m->rank, m->nranks, m->nranks);
     return;
   }
   if (!b->world_of) {
@@ -204,20 +231,23 @@ static void handle(const reg_msg_t *m, int src) {
     for (int i = 0; i < m->nranks; i++) b->world_of[i] = -1;
   }
   if (m->nranks != b->nranks) {
-    fail_id(b, "members disagree on nranks: world rank %d passed %d, world rank %d passed %d", b->first_member,
-            b->nranks, src, m->nranks);
+    fail_id(b, "members disagree on nranks: world rank %d passed %d, world rank %d passed %d",
+            b->first_member, b->nranks, src, m->nranks);
     return;
   }
   if (b->world_of[m->rank] >= 0) {
-    fail_id(b, "duplicate rank %d: world ranks %d and %d both passed it (expected each rank in [0, %d) once)", m->rank,
-            b->world_of[m->rank], src, b->nranks);
+    fail_id(b,
+            "duplicate rank %d: world ranks %d and %d both passed it (expected each rank in [0, "
+            "%d) once)",
+            m->rank, b->world_of[m->rank], src, b->nranks);
     return;
   }
   b->world_of[m->rank] = src;
   if (++b->count == b->nranks) {
     b->state = ID_DONE;
     b->t_closed = tc_now();
-    for (int i = 0; i < b->nmem; i++) reply(b->nonce, b->members[i], TCOLL_SUCCESS, NULL, b->world_of, b->nranks);
+    for (int i = 0; i < b->nmem; i++)
+      reply(b->nonce, b->members[i], TCOLL_SUCCESS, NULL, b->world_of, b->nranks);
   }
 }
 
@@ -229,9 +259,10 @@ static void check_timeouts(void) {
     char missing[160] = "";
     size_t off = 0;
     for (int r = 0; b->world_of && r < b->nranks && off < sizeof missing - 16; r++)
-      if (b->world_of[r] < 0) off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", off ? ", " : "", r);
-    fail_id(b, "rendezvous timed out after %g s: %d of %d ranks joined (missing: %s)", tc_cfg.timeout, b->count,
-            b->nranks, missing);
+      if (b->world_of[r] < 0)
+        off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", off ? ", " : "", r);
+    fail_id(b, "rendezvous timed out after %g s: %d of %d ranks joined (missing: %s)",
+            tc_cfg.timeout, b->count, b->nranks, missing);
   }
 }
 
@@ -241,7 +272,8 @@ static bool srv_step(void) {
   pthread_mutex_lock(&srv_mu);
   if (boot != MPI_COMM_NULL) {
     if (srv_req == MPI_REQUEST_NULL)
-      MPI_Irecv(&srv_msg, (int)sizeof srv_msg, MPI_BYTE, MPI_ANY_SOURCE, TAG_REGISTER, boot, &srv_req);
+      MPI_Irecv(&srv_msg, (int)sizeof srv_msg, MPI_BYTE, MPI_ANY_SOURCE, TAG_REGISTER, boot,
+                &srv_req);
     int flag = 0;
     MPI_Status st;
     if (srv_req != MPI_REQUEST_NULL && MPI_Test(&srv_req, &flag, &st) == MPI_SUCCESS && flag) {
@@ -263,7 +295,8 @@ static bool settled(const unsigned char *nonce) {
   pthread_mutex_lock(&srv_mu);
   boot_id_t *b = ids;
   while (b && memcmp(b->nonce, nonce, NONCE) != 0) b = b->next;
-  bool done = !b || (b->state != ID_OPEN && (b->arrived >= b->expect || tc_now() - b->t_closed > SETTLE_GRACE));
+  bool done = !b || (b->state != ID_OPEN &&
+                     (b->arrived >= b->expect || tc_now() - b->t_closed > SETTLE_GRACE));
   pthread_mutex_unlock(&srv_mu);
   return done;
 }
@@ -299,8 +332,10 @@ static int srv_ensure_thread(void) {
   int rc = TCOLL_SUCCESS;
   if (!srv_running) {
     srv_stop = false;
-    if (pthread_create(&srv_thread, NULL, srv_main, NULL) == 0) srv_running = true;
-    else rc = tc_error(TCOLL_ERR_INTERNAL, "cannot start the bootstrap thread");
+    if (pthread_create(&srv_thread, NULL, srv_main, NULL) == 0)
+      srv_running = true;
+    else
+      rc = tc_error(TCOLL_ERR_INTERNAL, "cannot start the bootstrap thread");
   }
   pthread_mutex_unlock(&srv_mu);
   return rc;
@@ -351,7 +386,8 @@ static void random_bytes(unsigned char *p, size_t n) {
     got += (size_t)k;
   }
   if (got < n) { /* no entropy source: time, pid and address bits, mixed */
-    uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)p ^ (uint64_t)(tc_now() * 1e9);
+    uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)p ^
+                 (uint64_t)(tc_now() * 1e9);
     for (size_t i = got; i < n; i++) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       p[i] = (unsigned char)x;
@@ -393,7 +429,8 @@ int tcoll_get_unique_id(tcoll_unique_id_t *id) {
 }
 
 /* Builds the members' communicator from the world ranks ordered by rank. */
-static int build_comm(const int32_t *world_of, int nranks, const unsigned char *nonce, int rank, tcoll_comm_t **out) {
+static int build_comm(const int32_t *world_of, int nranks, const unsigned char *nonce, int rank,
+                      tcoll_comm_t **out) {
   MPI_Group wg, g;
   int *ranks = malloc((size_t)nranks * sizeof *ranks);
   if (!ranks) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d ranks", nranks);
@@ -411,7 +448,8 @@ static int build_comm(const int32_t *world_of, int nranks, const unsigned char *
   MPI_Comm_rank(newc, &me);
   if (me != rank) {
     MPI_Comm_free(&newc);
-    return tc_error(TCOLL_ERR_INTERNAL, "the new communicator gives rank %d, expected %d", me, rank);
+    return tc_error(TCOLL_ERR_INTERNAL, "the new communicator gives rank %d, expected %d", me,
+                    rank);
   }
   rc = tc_comm_wrap(newc, TC_COMM_USER, out);
   if (rc) MPI_Comm_free(&newc);
@@ -459,9 +497,10 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
   reply_hdr_t *h = calloc(1, cap);
   if (!h) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the rendezvous reply");
   MPI_Request req;
-  rc = MPI_Irecv(h, (int)cap, MPI_BYTE, info.creator, TAG_REPLY + (int)(nonce_hash(info.nonce) % TAG_REPLY_SPAN), boot,
-                 &req);
-  if (rc == MPI_SUCCESS) rc = MPI_Send(&m, (int)sizeof m, MPI_BYTE, info.creator, TAG_REGISTER, boot);
+  rc = MPI_Irecv(h, (int)cap, MPI_BYTE, info.creator,
+                 TAG_REPLY + (int)(nonce_hash(info.nonce) % TAG_REPLY_SPAN), boot, &req);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Send(&m, (int)sizeof m, MPI_BYTE, info.creator, TAG_REGISTER, boot);
   if (rc != MPI_SUCCESS) {
     free(h);
     return tc_mpi_error(rc, "sending the registration to the rendezvous root");
@@ -488,7 +527,8 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
       MPI_Wait(&req, MPI_STATUS_IGNORE);
       free(h);
       return tc_error(TCOLL_ERR_TIMEOUT,
-                      "no answer from the rendezvous root (world rank %d) within %g s (is it running tcoll, and with "
+                      "no answer from the rendezvous root (world rank %d) within %g s (is it "
+                      "running tcoll, and with "
                       "MPI_THREAD_MULTIPLE or as a member?)",
                       info.creator, tc_cfg.timeout);
     }

@@ -23,7 +23,8 @@ void tc_comms_unlock(void) { pthread_mutex_unlock(&comms_lock); }
 tcoll_comm_t *tc_comms_first(void) { return comms_head; }
 
 static bool is_live(const tcoll_comm_t *c) {
-  if (c == recent_comm && recent_generation == __atomic_load_n(&comms_generation, __ATOMIC_ACQUIRE)) return true;
+  if (c == recent_comm && recent_generation == __atomic_load_n(&comms_generation, __ATOMIC_ACQUIRE))
+    return true;
   tc_comms_lock();
   bool live = tc_ptrmap_get(&comms_live, (uintptr_t)c) != NULL;
   if (live) {
@@ -41,7 +42,8 @@ int tc_comm_resolve_any(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **
     return TCOLL_SUCCESS;
   }
   if (!is_live(comm) || comm->magic != TC_COMM_MAGIC)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s %p is not a live tcoll communicator", argname, (void *)comm);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s %p is not a live tcoll communicator", argname,
+                    (void *)comm);
   *out = comm;
   return TCOLL_SUCCESS;
 }
@@ -114,8 +116,10 @@ const char *tc_comm_label_of(uint32_t id, char *buf, size_t len) {
     if (c->id == id) name = c->name;
   for (size_t i = ngone; i-- > 0 && !name;)
     if (gone[i].id == id) name = gone[i].name;
-  if (name && name[0]) snprintf(buf, len, "'%s'", name);
-  else snprintf(buf, len, "#%u", id);
+  if (name && name[0])
+    snprintf(buf, len, "'%s'", name);
+  else
+    snprintf(buf, len, "#%u", id);
   tc_comms_unlock();
   return buf;
 }
@@ -170,11 +174,15 @@ void tc_comms_destroy_all(void) {
   tc_comms_unlock();
 }
 
-uint64_t tc_comm_next_seq(tcoll_comm_t *comm) { return __atomic_add_fetch(&comm->seq, 1, __ATOMIC_RELAXED); }
+uint64_t tc_comm_next_seq(tcoll_comm_t *comm) {
+  return __atomic_add_fetch(&comm->seq, 1, __ATOMIC_RELAXED);
+}
 
 const char *tc_comm_label(const tcoll_comm_t *c, char *buf, size_t len) {
-  if (c->name[0]) snprintf(buf, len, "'%s'", c->name);
-  else snprintf(buf, len, "#%u", c->id);
+  if (c->name[0])
+    snprintf(buf, len, "'%s'", c->name);
+  else
+    snprintf(buf, len, "#%u", c->id);
   return buf;
 }
 
@@ -186,11 +194,14 @@ int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out) {
   if (rc) return rc;
   if (!out) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "out is NULL (expected a pointer)");
   if (comm == MPI_COMM_NULL)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL (expected a valid communicator)");
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "comm is MPI_COMM_NULL (expected a valid communicator)");
   int inter = 0;
   rc = MPI_Comm_test_inter(comm, &inter);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_test_inter");
-  if (inter) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "comm is an intercommunicator (expected an intracommunicator)");
+  if (inter)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "comm is an intercommunicator (expected an intracommunicator)");
   MPI_Comm dup;
   rc = tc_rendezvous(comm);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Ibarrier (before MPI_Comm_dup)");
@@ -202,11 +213,17 @@ int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out) {
 }
 
 /* NULL is the world, as in every collective (none before tcoll_init). */
-static const tcoll_comm_t *or_world(const tcoll_comm_t *comm) { return comm ? comm : tcoll_comm_world(); }
-MPI_Comm tcoll_comm_mpi(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->mpi : MPI_COMM_NULL; }
+static const tcoll_comm_t *or_world(const tcoll_comm_t *comm) {
+  return comm ? comm : tcoll_comm_world();
+}
+MPI_Comm tcoll_comm_mpi(const tcoll_comm_t *comm) {
+  return or_world(comm) ? or_world(comm)->mpi : MPI_COMM_NULL;
+}
 int tcoll_comm_rank(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->rank : -1; }
 int tcoll_comm_size(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->size : -1; }
-const char *tcoll_comm_name(const tcoll_comm_t *comm) { return or_world(comm) ? or_world(comm)->name : ""; }
+const char *tcoll_comm_name(const tcoll_comm_t *comm) {
+  return or_world(comm) ? or_world(comm)->name : "";
+}
 
 int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_comm_t **out) {
   TC_ENTER("tcoll_comm_split");
@@ -233,15 +250,18 @@ int tcoll_comm_set_name(tcoll_comm_t *comm, const char *name) {
   if (rc) return rc;
   if (!name) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "name is NULL (expected a string)");
   if (strlen(name) >= TC_COMM_NAME_LEN)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "name \"%s\" is %zu bytes long (expected at most %d)", name,
-                    strlen(name), TC_COMM_NAME_LEN - 1);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "name \"%s\" is %zu bytes long (expected at most %d)", name, strlen(name),
+                    TC_COMM_NAME_LEN - 1);
   rc = TCOLL_SUCCESS;
   tc_comms_lock();
   for (tcoll_comm_t *it = comms_head; it; it = it->next)
     if (it != c && name[0] && !strcmp(it->name, name)) rc = TCOLL_ERR_INVALID_ARGUMENT;
   if (!rc) snprintf(c->name, sizeof c->name, "%s", name);
   tc_comms_unlock();
-  if (rc) return tc_error(rc, "name \"%s\" is already used by another communicator (expected a unique name)", name);
+  if (rc)
+    return tc_error(
+        rc, "name \"%s\" is already used by another communicator (expected a unique name)", name);
   MPI_Comm_set_name(c->mpi, c->name);
   return TCOLL_SUCCESS;
 }
@@ -258,15 +278,19 @@ tcoll_comm_t *tcoll_comm_lookup(const char *name) {
 
 int tcoll_comm_free(tcoll_comm_t **comm) {
   TC_ENTER("tcoll_comm_free");
-  if (!comm) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "comm is NULL (expected the address of a communicator)");
+  if (!comm)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "comm is NULL (expected the address of a communicator)");
   if (!*comm) return TCOLL_SUCCESS;
   tcoll_comm_t *c;
   int rc = tc_comm_resolve(*comm, "*comm", &c);
   if (rc) return rc;
   if (c->kind == TC_COMM_WORLD)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "*comm is the world communicator (owned by tcoll, expected one you created)");
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "*comm is the world communicator (owned by tcoll, expected one you created)");
   if (c->kind == TC_COMM_MESH)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "*comm is a mesh slice (free the mesh with tcoll_mesh_free)");
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "*comm is a mesh slice (free the mesh with tcoll_mesh_free)");
   *comm = NULL;
   if (c->kind == TC_COMM_CACHED) {
     tc_comms_lock();

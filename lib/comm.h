@@ -17,16 +17,17 @@ typedef enum {
 struct tcoll_comm {
   uint32_t magic;
   tc_comm_kind_t kind;
-  MPI_Comm mpi;  /* collectives; MPI_ERRORS_RETURN */
-  MPI_Comm ctrl; /* control traffic (checks, rendezvous), kept off the collective stream */
+  MPI_Comm mpi;   /* collectives; MPI_ERRORS_RETURN */
+  MPI_Comm ctrl;  /* control traffic (checks, rendezvous), kept off the collective stream */
   MPI_Comm sched; /* the schedule engine's messages and late-posted collectives (sched/) */
   int rank, size;
-  uint32_t id;   /* process-local, for logs */
+  uint32_t id; /* process-local, for logs */
   char name[TC_COMM_NAME_LEN];
-  uint64_t seq;  /* collectives posted on this communicator (atomic) */
-  uint64_t detail_timed_out; /* the seq of a collective whose DETAIL check timed out (atomic; 0: none) */
-  int cma;       /* whether every rank may read every other's memory with process_vm_readv
-                    (mpi/cma.h): 0 not probed yet, 1 yes, -1 no */
+  uint64_t seq; /* collectives posted on this communicator (atomic) */
+  /* the seq of a collective whose DETAIL check timed out (atomic; 0: none) */
+  uint64_t detail_timed_out;
+  int cma; /* whether every rank may read every other's memory with process_vm_readv
+              (mpi/cma.h): 0 not probed yet, 1 yes, -1 no */
   /* TC_COMM_CACHED: the request it answers, and how many holders it has. */
   const tcoll_comm_t *key_parent;
   int *key_ranks;

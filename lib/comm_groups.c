@@ -8,18 +8,21 @@
 #include <string.h>
 
 static int check_rank_list(const tcoll_comm_t *p, const int *ranks, int n, const char *what) {
-  if (!ranks) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is NULL (expected %d ranks)", what, n);
+  if (!ranks)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is NULL (expected %d ranks)", what, n);
   for (int i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= p->size)
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s[%d] is %d (expected a rank of parent in [0, %d))", what, i,
-                      ranks[i], p->size);
+      return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                      "%s[%d] is %d (expected a rank of parent in [0, %d))", what, i, ranks[i],
+                      p->size);
   }
   return TCOLL_SUCCESS;
 }
 
 /* Duplicates across all rows: a quadratic scan would be fine for small groups, but a 512-rank
  * job passes 512 entries, so mark them in a table instead. */
-static int check_distinct(const tcoll_comm_t *p, const int *const *rows, const int *sizes, int nrows) {
+static int check_distinct(const tcoll_comm_t *p, const int *const *rows, const int *sizes,
+                          int nrows) {
   int *seen = malloc((size_t)p->size * 2 * sizeof *seen);
   if (!seen) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d entries", p->size);
   for (int i = 0; i < 2 * p->size; i++) seen[i] = -1;
@@ -29,12 +32,14 @@ static int check_distinct(const tcoll_comm_t *p, const int *const *rows, const i
       int k = rows[r][i];
       if (seen[2 * k] >= 0) {
         if (nrows == 1)
-          rc = tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ranks lists rank %d twice (entries %d and %d; expected distinct ranks)",
-                        k, seen[2 * k + 1], i);
+          rc = tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                        "ranks lists rank %d twice (entries %d and %d; expected distinct ranks)", k,
+                        seen[2 * k + 1], i);
         else
           rc = tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                        "ranks lists rank %d twice (row %d entry %d and row %d entry %d; expected distinct ranks)", k,
-                        seen[2 * k], seen[2 * k + 1], r, i);
+                        "ranks lists rank %d twice (row %d entry %d and row %d entry %d; expected "
+                        "distinct ranks)",
+                        k, seen[2 * k], seen[2 * k + 1], r, i);
       }
       seen[2 * k] = r;
       seen[2 * k + 1] = i;
@@ -48,8 +53,8 @@ static tcoll_comm_t *cache_find(const tcoll_comm_t *p, const int *ranks, int n, 
   tcoll_comm_t *hit = NULL;
   tc_comms_lock();
   for (tcoll_comm_t *c = tc_comms_first(); c && !hit; c = c->next) {
-    if (c->kind == TC_COMM_CACHED && c->key_parent == p && c->key_n == n && !strcmp(c->key_tag, tag) &&
-        !memcmp(c->key_ranks, ranks, (size_t)n * sizeof *ranks)) {
+    if (c->kind == TC_COMM_CACHED && c->key_parent == p && c->key_n == n &&
+        !strcmp(c->key_tag, tag) && !memcmp(c->key_ranks, ranks, (size_t)n * sizeof *ranks)) {
       c->refcount++;
       hit = c;
     }
@@ -83,8 +88,10 @@ static int group_rendezvous(tcoll_comm_t *p, const int *ranks, int n, int tag) {
   for (int k = 1; k < n; k *= 2) {
     MPI_Request req[2];
     int rc = MPI_Irecv(NULL, 0, MPI_BYTE, ranks[(me - k + n) % n], tag, p->ctrl, &req[0]);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(NULL, 0, MPI_BYTE, ranks[(me + k) % n], tag, p->ctrl, &req[1]);
-    else req[1] = MPI_REQUEST_NULL;
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Isend(NULL, 0, MPI_BYTE, ranks[(me + k) % n], tag, p->ctrl, &req[1]);
+    else
+      req[1] = MPI_REQUEST_NULL;
     for (int i = 0; i < 2; i++) {
       int w = req[i] == MPI_REQUEST_NULL ? MPI_SUCCESS : tc_wait_driving(&req[i], 0.0);
       if (rc == MPI_SUCCESS) rc = w;
@@ -94,7 +101,8 @@ static int group_rendezvous(tcoll_comm_t *p, const int *ranks, int n, int tag) {
   return MPI_SUCCESS;
 }
 
-static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *tag, tcoll_comm_t **out) {
+static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *tag,
+                         tcoll_comm_t **out) {
   tcoll_comm_t *hit = cache_find(p, ranks, n, tag);
   if (hit) {
     *out = hit;
@@ -105,7 +113,8 @@ static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *t
   /* The group comes from the communicator the new one is created on: a group of another one
    * with the same members (p->mpi) is legal, but MPICH 4.0 crashes on it. */
   int rc = group_rendezvous(p, ranks, n, group_tag(ranks, n, tag));
-  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "the members' rendezvous before MPI_Comm_create_group");
+  if (rc != MPI_SUCCESS)
+    return tc_mpi_error(rc, "the members' rendezvous before MPI_Comm_create_group");
   rc = MPI_Comm_group(p->ctrl, &pg);
   if (rc == MPI_SUCCESS) {
     rc = MPI_Group_incl(pg, n, ranks, &g);
@@ -141,20 +150,23 @@ static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *t
   return TCOLL_SUCCESS;
 }
 
-int tcoll_comm_from_ranks(tcoll_comm_t *parent, const int *ranks, int n, const char *tag, tcoll_comm_t **out) {
+int tcoll_comm_from_ranks(tcoll_comm_t *parent, const int *ranks, int n, const char *tag,
+                          tcoll_comm_t **out) {
   TC_ENTER("tcoll_comm_from_ranks");
   tcoll_comm_t *p;
   int rc = tc_comm_resolve(parent, "parent", &p);
   if (rc) return rc;
   if (!out) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "out is NULL (expected a pointer)");
   if (n < 1 || n > p->size)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "n is %d (expected 1..%d, the parent's size)", n, p->size);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "n is %d (expected 1..%d, the parent's size)", n,
+                    p->size);
   if ((rc = check_rank_list(p, ranks, n, "ranks"))) return rc;
   if ((rc = check_distinct(p, &ranks, &n, 1))) return rc;
   bool member = false;
   for (int i = 0; i < n; i++) member |= ranks[i] == p->rank;
   if (!member)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "this process (rank %d of parent) is not in ranks (only members call)",
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "this process (rank %d of parent) is not in ranks (only members call)",
                     p->rank);
   return create_cached(p, ranks, n, tag ? tag : "", out);
 }
@@ -166,19 +178,22 @@ static int from_rows(tcoll_comm_t *parent, const int *const *rows, const int *ro
   if (rc) return rc;
   if (!out) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "out is NULL (expected a pointer)");
   if (!rows || !row_sizes)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is NULL (expected %d rows)", rows ? "row_sizes" : "rows", nrows);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is NULL (expected %d rows)",
+                    rows ? "row_sizes" : "rows", nrows);
   if (nrows < 1 || nrows > p->size)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "nrows is %d (expected 1..%d)", nrows, p->size);
   for (int r = 0; r < nrows; r++) {
     if (row_sizes[r] < 1)
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "row_sizes[%d] is %d (expected >= 1)", r, row_sizes[r]);
-    if (row_sizes[r] != row_sizes[0])
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group sizes must be identical found %d and %d", row_sizes[0],
+      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "row_sizes[%d] is %d (expected >= 1)", r,
                       row_sizes[r]);
+    if (row_sizes[r] != row_sizes[0])
+      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group sizes must be identical found %d and %d",
+                      row_sizes[0], row_sizes[r]);
   }
   if ((int64_t)nrows * row_sizes[0] > p->size)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%d rows of %d ranks list more ranks than the parent's %d", nrows,
-                    row_sizes[0], p->size);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "%d rows of %d ranks list more ranks than the parent's %d", nrows, row_sizes[0],
+                    p->size);
   char what[32];
   for (int r = 0; r < nrows; r++) {
     snprintf(what, sizeof what, "rows[%d]", r);
@@ -187,24 +202,29 @@ static int from_rows(tcoll_comm_t *parent, const int *const *rows, const int *ro
   if ((rc = check_distinct(p, rows, row_sizes, nrows))) return rc;
   for (int r = 0; r < nrows; r++)
     for (int i = 0; i < row_sizes[r]; i++)
-      if (rows[r][i] == p->rank) return create_cached(p, rows[r], row_sizes[r], tag ? tag : "", out);
-  return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "this process (rank %d of parent) is in no row (only listed ranks call)",
+      if (rows[r][i] == p->rank)
+        return create_cached(p, rows[r], row_sizes[r], tag ? tag : "", out);
+  return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                  "this process (rank %d of parent) is in no row (only listed ranks call)",
                   p->rank);
 }
 
-int tcoll_comm_from_rank_lists(tcoll_comm_t *parent, const int *const *rows, const int *row_sizes, int nrows,
-                               const char *tag, tcoll_comm_t **out) {
+int tcoll_comm_from_rank_lists(tcoll_comm_t *parent, const int *const *rows, const int *row_sizes,
+                               int nrows, const char *tag, tcoll_comm_t **out) {
   TC_ENTER("tcoll_comm_from_rank_lists");
   return from_rows(parent, rows, row_sizes, nrows, tag, out);
 }
 
-int tcoll_comm_from_rank_groups(tcoll_comm_t *parent, const int *ranks, int ngroups, int group_size, const char *tag,
-                                tcoll_comm_t **out) {
+int tcoll_comm_from_rank_groups(tcoll_comm_t *parent, const int *ranks, int ngroups, int group_size,
+                                const char *tag, tcoll_comm_t **out) {
   TC_ENTER("tcoll_comm_from_rank_groups");
-  if (!ranks) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ranks is NULL (expected ngroups x group_size ranks)");
+  if (!ranks)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "ranks is NULL (expected ngroups x group_size ranks)");
   if (ngroups < 1 || ngroups > 65536)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ngroups is %d (expected >= 1)", ngroups);
-  if (group_size < 1) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group_size is %d (expected >= 1)", group_size);
+  if (group_size < 1)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group_size is %d (expected >= 1)", group_size);
   const int **rows = malloc((size_t)ngroups * sizeof *rows);
   int *sizes = malloc((size_t)ngroups * sizeof *sizes);
   if (!rows || !sizes) {

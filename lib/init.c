@@ -39,7 +39,9 @@ static int finalize_keyval = MPI_KEYVAL_INVALID;
  * tcoll_init finds MPI initialized but still owns it. */
 static int mpi_started_here;
 
-int tcoll_version(void) { return TCOLL_VERSION_CODE(TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH); }
+int tcoll_version(void) {
+  return TCOLL_VERSION_CODE(TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH);
+}
 const char *tcoll_version_suffix(void) { return TCOLL_VERSION_SUFFIX; }
 
 /* Everything but MPI itself; runs from tcoll_finalize or, if the host program finalizes MPI
@@ -48,7 +50,7 @@ static void teardown(void) {
   tc_progress_stop();
   tc_registry_report_unwaited();
   tc_wait_everything(0.0); /* finalize completes everything, however long */
-  tc_registry_flush();      /* works of the last waits go back to the pool now, before the pools go */
+  tc_registry_flush(); /* works of the last waits go back to the pool now, before the pools go */
   tc_trace_dump("finalize");
   tc_detail_fini();
   tc_bootstrap_fini();
@@ -90,7 +92,9 @@ static int start_mpi(int *argc, char ***argv) {
   int inited = 0, fin = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&fin);
-  if (fin) return tc_error(TCOLL_ERR_STATE, "MPI is already finalized (tcoll cannot start after MPI_Finalize)");
+  if (fin)
+    return tc_error(TCOLL_ERR_STATE,
+                    "MPI is already finalized (tcoll cannot start after MPI_Finalize)");
   if (inited) {
     tc_g.mpi_owned = mpi_started_here;
     MPI_Query_thread(&tc_g.thread_level);
@@ -106,7 +110,8 @@ static int start_mpi(int *argc, char ***argv) {
 static void log_devices(void) {
   if (tc_cfg.debug < TCOLL_LOG_INFO) return;
   char dev[512], mpi[256];
-  tc_info("devices: %s; %s", tc_dev_describe(dev, sizeof dev), tc_placement_describe(mpi, sizeof mpi));
+  tc_info("devices: %s; %s", tc_dev_describe(dev, sizeof dev),
+          tc_placement_describe(mpi, sizeof mpi));
 }
 
 static int start_library(void) {
@@ -116,8 +121,10 @@ static int start_library(void) {
   if (!rc) rc = tc_config_load();
   if (rc) return rc;
   if (tc_g.thread_level < MPI_THREAD_MULTIPLE)
-    tc_info("MPI provides thread level %d (not MPI_THREAD_MULTIPLE): call tcoll from one thread at a time",
-            tc_g.thread_level);
+    tc_info(
+        "MPI provides thread level %d (not MPI_THREAD_MULTIPLE): call tcoll from one thread at a "
+        "time",
+        tc_g.thread_level);
   if ((rc = tc_mpi_glue_init())) return rc;
   tc_mpi_errors_init();
   if ((rc = tc_dev_init(HARDWARE_BACKEND))) return rc;
@@ -164,7 +171,8 @@ int tcoll_finalize(void) {
   pthread_mutex_lock(&init_mu);
   if (tc_g.init_count <= 0) {
     pthread_mutex_unlock(&init_mu);
-    return tc_error(TCOLL_ERR_STATE, "tcoll is not initialized (tcoll_finalize without tcoll_init)");
+    return tc_error(TCOLL_ERR_STATE,
+                    "tcoll is not initialized (tcoll_finalize without tcoll_init)");
   }
   if (--tc_g.init_count > 0) {
     pthread_mutex_unlock(&init_mu);

@@ -61,18 +61,20 @@ int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims, tcoll_mes
   if (rc) return rc;
   if (!out) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "out is NULL (expected a pointer)");
   if (ndim < 1 || ndim > TCOLL_MAX_DIMS)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ndim is %d (expected 1..%d)", ndim, TCOLL_MAX_DIMS);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ndim is %d (expected 1..%d)", ndim,
+                    TCOLL_MAX_DIMS);
   if (!dims) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dims is NULL (expected %d sizes)", ndim);
   int64_t prod = 1;
   for (int d = 0; d < ndim; d++) {
-    if (dims[d] < 1) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dims[%d] is %d (expected >= 1)", d, dims[d]);
+    if (dims[d] < 1)
+      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "dims[%d] is %d (expected >= 1)", d, dims[d]);
     prod *= dims[d];
     if (prod > p->size) break;
   }
   if (prod != p->size)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                    "mesh dims multiply to %lld but the parent has %d ranks (expected equal)", (long long)prod,
-                    p->size);
+                    "mesh dims multiply to %lld but the parent has %d ranks (expected equal)",
+                    (long long)prod, p->size);
   tcoll_mesh_t *m = calloc(1, sizeof *m);
   if (!m) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a mesh");
   m->ndim = ndim;
@@ -113,7 +115,9 @@ int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims, tcoll_mes
   return TCOLL_SUCCESS;
 }
 
-static bool dim_ok(const tcoll_mesh_t *mesh, int dim) { return mesh_live(mesh) && dim >= 0 && dim < mesh->ndim; }
+static bool dim_ok(const tcoll_mesh_t *mesh, int dim) {
+  return mesh_live(mesh) && dim >= 0 && dim < mesh->ndim;
+}
 
 tcoll_comm_t *tcoll_mesh_comm(const tcoll_mesh_t *mesh, int dim) {
   TC_ENTER("tcoll_mesh_comm");
@@ -122,7 +126,8 @@ tcoll_comm_t *tcoll_mesh_comm(const tcoll_mesh_t *mesh, int dim) {
     return NULL;
   }
   if (!mesh_live(mesh)) {
-    tc_error(TCOLL_ERR_INVALID_ARGUMENT, "mesh %p is not a live tcoll mesh (freed, or not from tcoll_mesh_create)",
+    tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+             "mesh %p is not a live tcoll mesh (freed, or not from tcoll_mesh_create)",
              (const void *)mesh);
     return NULL;
   }
@@ -133,17 +138,21 @@ tcoll_comm_t *tcoll_mesh_comm(const tcoll_mesh_t *mesh, int dim) {
   return mesh->slices[dim];
 }
 
-int tcoll_mesh_coord(const tcoll_mesh_t *mesh, int dim) { return dim_ok(mesh, dim) ? mesh->coords[dim] : -1; }
+int tcoll_mesh_coord(const tcoll_mesh_t *mesh, int dim) {
+  return dim_ok(mesh, dim) ? mesh->coords[dim] : -1;
+}
 int tcoll_mesh_ndim(const tcoll_mesh_t *mesh) { return mesh_live(mesh) ? mesh->ndim : 0; }
 
 int tcoll_mesh_free(tcoll_mesh_t **mesh) {
   TC_ENTER("tcoll_mesh_free");
-  if (!mesh) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "mesh is NULL (expected the address of a mesh)");
+  if (!mesh)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "mesh is NULL (expected the address of a mesh)");
   if (!*mesh) return TCOLL_SUCCESS;
   int rc = tc_require_init();
   if (rc) return rc;
   if (!mesh_unlink(*mesh))
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "mesh %p is not a live tcoll mesh (freed, or not from tcoll_mesh_create)",
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "mesh %p is not a live tcoll mesh (freed, or not from tcoll_mesh_create)",
                     (void *)*mesh);
   (*mesh)->magic = 0;
   free_slices(*mesh);

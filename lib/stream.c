@@ -6,15 +6,17 @@ static int check_device(int device, const char *argname) {
   int rc = tc_require_init();
   if (rc) return rc;
   if (device == TCOLL_HOST)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is TCOLL_HOST (expected a device ordinal: the host has no streams)",
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "%s is TCOLL_HOST (expected a device ordinal: the host has no streams)",
                     argname);
   int n = tc_dev_count();
   if (device < 0 || device >= n) {
     if (n == 0)
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is %d but no device exists (backend %s)", argname, device,
-                      tc_dev()->name);
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is %d but device %d does not exist (expected a device in [0, %d))",
-                    argname, device, device, n);
+      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s is %d but no device exists (backend %s)",
+                      argname, device, tc_dev()->name);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "%s is %d but device %d does not exist (expected a device in [0, %d))", argname,
+                    device, device, n);
   }
   return TCOLL_SUCCESS;
 }
@@ -36,7 +38,9 @@ int tcoll_stream_create(int device, void **stream) {
   TC_ENTER("tcoll_stream_create");
   int rc = check_device(device, "device");
   if (rc) return rc;
-  if (!stream) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "stream is NULL (expected where to store the stream)");
+  if (!stream)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "stream is NULL (expected where to store the stream)");
   return tc_dev()->stream_create(device, stream);
 }
 

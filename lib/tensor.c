@@ -1,5 +1,5 @@
-/* Tensor descriptors, their validity and tcoll-owned storage, from the storage cache (freeing and copying, which
- * wait for pending work, are in work/release.c). */
+/* Tensor descriptors, their validity and tcoll-owned storage, from the storage cache (freeing and
+ * copying, which wait for pending work, are in work/release.c). */
 #include "tensor.h"
 #include "base/dtype.h"
 
@@ -54,16 +54,19 @@ size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t) {
 int tc_check_tensor_desc(const tcoll_tensor_t *t, const char *name) {
   if (!t) return INVALID("%s is NULL (expected a tensor)", name);
   if (!tc_dtype_valid(t->dtype))
-    return INVALID("%s->dtype is %d (expected a tcoll_dtype_t, 0..%d)", name, (int)t->dtype, TCOLL_NUM_DTYPES - 1);
+    return INVALID("%s->dtype is %d (expected a tcoll_dtype_t, 0..%d)", name, (int)t->dtype,
+                   TCOLL_NUM_DTYPES - 1);
   if (t->ndim < 0 || t->ndim > TCOLL_MAX_DIMS)
     return INVALID("%s->ndim is %d (expected 0..%d)", name, t->ndim, TCOLL_MAX_DIMS);
   int64_t bytes = (int64_t)tc_dtype_size(t->dtype);
   bool empty = false;
   for (int i = 0; i < t->ndim; i++) {
-    if (t->shape[i] < 0) return INVALID("%s->shape[%d] is %lld (expected >= 0)", name, i, (long long)t->shape[i]);
+    if (t->shape[i] < 0)
+      return INVALID("%s->shape[%d] is %lld (expected >= 0)", name, i, (long long)t->shape[i]);
     empty = empty || t->shape[i] == 0;
   }
-  for (int i = 0; i < t->ndim && !empty; i++) { /* an empty tensor has 0 bytes, whatever its other dims */
+  for (int i = 0; i < t->ndim && !empty;
+       i++) { /* an empty tensor has 0 bytes, whatever its other dims */
     if (tc_mul_overflows(bytes, t->shape[i], &bytes))
       return INVALID("%s has more than 2^63 bytes (shape too large)", name);
   }
@@ -86,9 +89,12 @@ int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim, const i
   TC_ENTER("tcoll_tensor_alloc");
   if (!t) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "t is NULL (expected a tensor to fill in)");
   if (ndim > 0 && !shape)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL with ndim %d (expected %d sizes)", ndim, ndim);
-  if (ndim < 0 || ndim > TCOLL_MAX_DIMS) /* before reading shape: it need not have that many sizes */
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ndim is %d (expected 0..%d)", ndim, TCOLL_MAX_DIMS);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL with ndim %d (expected %d sizes)",
+                    ndim, ndim);
+  if (ndim < 0 ||
+      ndim > TCOLL_MAX_DIMS) /* before reading shape: it need not have that many sizes */
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "ndim is %d (expected 0..%d)", ndim,
+                    TCOLL_MAX_DIMS);
   tcoll_tensor_t tmp = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
   int rc = tc_check_tensor_desc(&tmp, "t");
   if (rc) return rc;
@@ -99,6 +105,7 @@ int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim, const i
 }
 
 void tc_tensor_release(tcoll_tensor_t *t) {
-  if (!tc_cache_free(t->data)) tc_warn("tcoll_tensor_free: %p was not allocated by tcoll; not freed", t->data);
+  if (!tc_cache_free(t->data))
+    tc_warn("tcoll_tensor_free: %p was not allocated by tcoll; not freed", t->data);
   t->data = NULL;
 }

@@ -17,7 +17,9 @@ static inline int64_t tc_shape_prod(const int64_t *shape, int from, int to) {
 
 /* Elements of a tensor that passed the argument checks: tcoll_tensor_numel without its
  * validity checks (an empty tensor's product may overflow before its 0: 0 all the same). */
-static inline int64_t tc_numel(const tcoll_tensor_t *t) { return tc_shape_prod(t->shape, 0, t->ndim); }
+static inline int64_t tc_numel(const tcoll_tensor_t *t) {
+  return tc_shape_prod(t->shape, 0, t->ndim);
+}
 
 /* Bytes of a tensor that passed the argument checks (no overflow or validity checks). */
 static inline size_t tc_nbytes(const tcoll_tensor_t *t) {

@@ -14,11 +14,12 @@ __global__ void spin(long long cycles) {
 }
 
 __global__ void fill(float *x, int64_t n, float scale) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     x[i] = scale * (float)(i % 7 + 1);
 }
 
-}  // namespace
+} // namespace
 
 extern "C" int t_cuda_usable(void) {
   int n = 0;

@@ -14,9 +14,12 @@ int main(int argc, char **argv) {
   }
   int rank = tcoll_comm_rank(tcoll_comm_world());
   if (rank == 0)
-    printf("tcoll-devinfo: tcoll %d.%d.%d%s, backend %s, %d device(s), device buffers of nonblocking collectives "
-           "%s\n",
-           TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH, tcoll_version_suffix(),
-           tcoll_device_backend(), tcoll_device_count(), tcoll_mpi_device_direct(1) ? "go to MPI directly" : "are staged");
+    printf(
+        "tcoll-devinfo: tcoll %d.%d.%d%s, backend %s, %d device(s), device buffers of nonblocking "
+        "collectives "
+        "%s\n",
+        TCOLL_VERSION_MAJOR, TCOLL_VERSION_MINOR, TCOLL_VERSION_PATCH, tcoll_version_suffix(),
+        tcoll_device_backend(), tcoll_device_count(),
+        tcoll_mpi_device_direct(1) ? "go to MPI directly" : "are staged");
   return tcoll_finalize() == TCOLL_SUCCESS ? 0 : 1;
 }

@@ -18,7 +18,9 @@
 #define T_HAVE_CUDA 0
 #endif
 
-static inline bool t_gpu_wanted(void) { return getenv("T_GPU") != NULL || getenv("T_NEEDS_GPU") != NULL; }
+static inline bool t_gpu_wanted(void) {
+  return getenv("T_GPU") != NULL || getenv("T_NEEDS_GPU") != NULL;
+}
 
 /* Call before tcoll_init (and before MPI_Init: it may run nvidia-smi). Returns whether a GPU is
  * visible to this process, when one is wanted. */
@@ -43,8 +45,10 @@ static inline bool t_gpu_prepare(void) {
 static inline int t_gpu_verdict(const char *backend, bool visible, int rank) {
   if (!t_gpu_wanted() || strcmp(backend, "cuda") == 0) return 0;
   if (T_HAVE_CUDA && visible) {
-    fprintf(stderr, "[rank %d] a GPU is visible and tcoll was built with CUDA, but the device backend is %s\n", rank,
-            backend);
+    fprintf(
+        stderr,
+        "[rank %d] a GPU is visible and tcoll was built with CUDA, but the device backend is %s\n",
+        rank, backend);
     return 1;
   }
   if (rank == 0) printf("no CUDA device: skipped\n");

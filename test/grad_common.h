@@ -41,9 +41,11 @@ static inline void g_fill_const(tcoll_tensor_t *t, double v) { t_set_all(t, g_co
 /* Local <a, b> (same numel) in float64. */
 static inline double g_dot(const tcoll_tensor_t *a, const tcoll_tensor_t *b) {
   int64_t n = tcoll_tensor_numel(a);
-  T_EXPECT(n == tcoll_tensor_numel(b), "dot of %lld and %lld elements", (long long)n, (long long)tcoll_tensor_numel(b));
+  T_EXPECT(n == tcoll_tensor_numel(b), "dot of %lld and %lld elements", (long long)n,
+           (long long)tcoll_tensor_numel(b));
   if (n != tcoll_tensor_numel(b)) return NAN;
-  double *va = malloc((size_t)(n ? n : 1) * sizeof *va), *vb = malloc((size_t)(n ? n : 1) * sizeof *vb);
+  double *va = malloc((size_t)(n ? n : 1) * sizeof *va),
+         *vb = malloc((size_t)(n ? n : 1) * sizeof *vb);
   t_read(a, va);
   t_read(b, vb);
   double s = 0;
@@ -66,11 +68,12 @@ static inline bool g_close(double a, double b, double tol) {
 }
 
 /* Checks the adjoint identity sum_r <A x, y> == sum_r <x, A^T y> from the local parts. */
-#define G_EXPECT_ADJOINT(what, local_fwd, local_bwd, tol)                                              \
-  do {                                                                                                 \
-    double g_l_ = g_allsum(local_fwd), g_r_ = g_allsum(local_bwd);                                     \
-    T_EXPECT(g_close(g_l_, g_r_, tol), "%s: sum <Ax, y> = %.17g but sum <x, A^T y> = %.17g (diff %.3g)", \
-             what, g_l_, g_r_, g_l_ - g_r_);                                                           \
+#define G_EXPECT_ADJOINT(what, local_fwd, local_bwd, tol)                                        \
+  do {                                                                                           \
+    double g_l_ = g_allsum(local_fwd), g_r_ = g_allsum(local_bwd);                               \
+    T_EXPECT(g_close(g_l_, g_r_, tol),                                                           \
+             "%s: sum <Ax, y> = %.17g but sum <x, A^T y> = %.17g (diff %.3g)", what, g_l_, g_r_, \
+             g_l_ - g_r_);                                                                       \
   } while (0)
 
 static inline tcoll_tensor_t g_t1(tcoll_dtype_t dt, int64_t n0) { return t_alloc(dt, 1, &n0); }
@@ -86,7 +89,8 @@ static inline tcoll_tensor_t g_t3(tcoll_dtype_t dt, int64_t n0, int64_t n1, int6
 /* A list of n tensors shaped like proto (allocated, or empty descriptors). */
 static inline tcoll_tensor_t *g_list(int n, const tcoll_tensor_t *proto, bool alloc) {
   tcoll_tensor_t *l = calloc(n > 0 ? (size_t)n : 1, sizeof *l);
-  for (int i = 0; i < n; i++) l[i] = alloc ? t_alloc(proto->dtype, proto->ndim, proto->shape) : t_empty();
+  for (int i = 0; i < n; i++)
+    l[i] = alloc ? t_alloc(proto->dtype, proto->ndim, proto->shape) : t_empty();
   return l;
 }
 static inline void g_list_free(tcoll_tensor_t *l, int n) {

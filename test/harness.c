@@ -10,7 +10,9 @@ int t_rank = -1, t_size = 0;
 static int failures;
 static int reported;
 
-bool t_contains(const char *haystack, const char *needle) { return haystack && strstr(haystack, needle) != NULL; }
+bool t_contains(const char *haystack, const char *needle) {
+  return haystack && strstr(haystack, needle) != NULL;
+}
 int t_local_failures(void) { return failures; }
 
 void t_fail_at(const char *file, int line, const char *fmt, ...) {
@@ -38,8 +40,9 @@ void t_teardown(void) {
   int local = failures, global = 0, first_bad = -1, bad_rank = local ? t_rank : t_size;
   MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(&bad_rank, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  ck_assert_msg(global == 0, "%d failed expectation(s) over %d ranks (first on rank %d; see stderr)", global, t_size,
-                first_bad);
+  ck_assert_msg(global == 0,
+                "%d failed expectation(s) over %d ranks (first on rank %d; see stderr)", global,
+                t_size, first_bad);
 }
 
 TCase *t_tcase(const char *name) {
@@ -68,8 +71,12 @@ static tcoll_tensor_t alloc_on(tcoll_dtype_t dt, int ndim, const int64_t *shape,
   return t;
 }
 
-tcoll_tensor_t t_host(tcoll_dtype_t dt, int ndim, const int64_t *shape) { return alloc_on(dt, ndim, shape, TCOLL_HOST); }
-tcoll_tensor_t t_alloc(tcoll_dtype_t dt, int ndim, const int64_t *shape) { return alloc_on(dt, ndim, shape, t_device()); }
+tcoll_tensor_t t_host(tcoll_dtype_t dt, int ndim, const int64_t *shape) {
+  return alloc_on(dt, ndim, shape, TCOLL_HOST);
+}
+tcoll_tensor_t t_alloc(tcoll_dtype_t dt, int ndim, const int64_t *shape) {
+  return alloc_on(dt, ndim, shape, t_device());
+}
 
 /* Host mirror of t (t itself when on the host). */
 static tcoll_tensor_t mirror(const tcoll_tensor_t *t) {
@@ -83,7 +90,8 @@ static void store(void *buf, tcoll_dtype_t d, int64_t i, double v);
 static double load(const void *buf, tcoll_dtype_t d, int64_t i);
 
 void t_set_all(tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx), void *ctx) {
-  tcoll_tensor_t h = t->device == TCOLL_HOST ? *t : alloc_on(t->dtype, t->ndim, t->shape, TCOLL_HOST);
+  tcoll_tensor_t h =
+      t->device == TCOLL_HOST ? *t : alloc_on(t->dtype, t->ndim, t->shape, TCOLL_HOST);
   int64_t n = tcoll_tensor_numel(t);
   for (int64_t i = 0; i < n; i++) store(h.data, t->dtype, i, f(i, ctx));
   if (t->device != TCOLL_HOST) {
@@ -106,7 +114,8 @@ double t_get(const tcoll_tensor_t *t, int64_t i) {
   return v;
 }
 
-int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx), void *ctx, double tol) {
+int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx),
+                void *ctx, double tol) {
   tcoll_tensor_t h = mirror(t);
   int64_t n = tcoll_tensor_numel(t);
   int bad = 0;
@@ -114,8 +123,8 @@ int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i
     double got = load(h.data, t->dtype, i), want = f(i, ctx);
     bool ok = tol > 0 ? fabs(got - want) <= tol * fmax(1.0, fabs(want)) : got == want;
     if (!ok && bad++ < 3)
-      t_fail_at(__FILE__, __LINE__, "%s (%s): element %lld is %.17g, expected %.17g", what, tcoll_dtype_name(t->dtype),
-                (long long)i, got, want);
+      t_fail_at(__FILE__, __LINE__, "%s (%s): element %lld is %.17g, expected %.17g", what,
+                tcoll_dtype_name(t->dtype), (long long)i, got, want);
   }
   if (bad > 3) t_fail_at(__FILE__, __LINE__, "%s: %d elements differ in all", what, bad);
   if (h.data != t->data) tcoll_tensor_free(&h);
@@ -190,8 +199,11 @@ static double load(const void *buf, tcoll_dtype_t d, int64_t i) {
 void t_heap_report(const char *suite) {
   if (t_heap_measurable()) return;
   const char *checker = t_heap_checker();
-  T_EXPECT(checker != NULL, "%s: the heap counter (test/heap_count.c) does not see this thread's allocations, so the "
-           "heap checks could not fail", suite);
+  T_EXPECT(
+      checker != NULL,
+      "%s: the heap counter (test/heap_count.c) does not see this thread's allocations, so the "
+      "heap checks could not fail",
+      suite);
   if (checker && t_rank == 0) printf("%s: heap checks skipped: %s\n", suite, checker);
 }
 
@@ -215,7 +227,8 @@ void t_pending_ring_done(t_pending_t *pr, const char *what) {
   int size = (int)(tcoll_tensor_numel(&pr->x) / 3000), rank = t_rank;
   for (int64_t i = 0; i < 3000 && pr->y.data; i++)
     T_EXPECT(((float *)pr->y.data)[i] == (float)(((int64_t)rank * 3000 + i) % 7 * size),
-             "%s: the pending reduce_scatter's element %lld is %g", what, (long long)i, ((float *)pr->y.data)[i]);
+             "%s: the pending reduce_scatter's element %lld is %g", what, (long long)i,
+             ((float *)pr->y.data)[i]);
   tcoll_tensor_free(&pr->x);
   tcoll_tensor_free(&pr->y);
   T_OK(tcoll_set_config(&pr->old));

@@ -24,26 +24,27 @@ extern int t_rank, t_size; /* in MPI_COMM_WORLD */
 /* The suite a test program defines. */
 Suite *t_suite(void);
 
-void t_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-#define T_EXPECT(cond, ...)                                                                      \
-  do {                                                                                           \
-    if (!(cond)) t_fail_at(__FILE__, __LINE__, __VA_ARGS__);                                     \
+void t_fail_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define T_EXPECT(cond, ...)                                  \
+  do {                                                       \
+    if (!(cond)) t_fail_at(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 /* A tcoll call that must succeed. */
-#define T_OK(call)                                                                               \
-  do {                                                                                           \
-    int t_rc_ = (call);                                                                          \
-    T_EXPECT(t_rc_ == TCOLL_SUCCESS, "%s returned %s: %s", #call, tcoll_status_string(t_rc_),     \
-             tcoll_last_error());                                                                \
+#define T_OK(call)                                                                            \
+  do {                                                                                        \
+    int t_rc_ = (call);                                                                       \
+    T_EXPECT(t_rc_ == TCOLL_SUCCESS, "%s returned %s: %s", #call, tcoll_status_string(t_rc_), \
+             tcoll_last_error());                                                             \
   } while (0)
 /* A tcoll call that must fail with `status` and a message containing `needle`. */
-#define T_FAILS(call, status, needle)                                                            \
-  do {                                                                                           \
-    int t_rc_ = (call);                                                                          \
-    T_EXPECT(t_rc_ == (status), "%s returned %s (expected %s): %s", #call,                       \
-             tcoll_status_string(t_rc_), tcoll_status_string(status), tcoll_last_error());       \
-    T_EXPECT(t_contains(tcoll_last_error(), needle), "%s: message \"%s\" lacks \"%s\"", #call,    \
-             tcoll_last_error(), needle);                                                        \
+#define T_FAILS(call, status, needle)                                                          \
+  do {                                                                                         \
+    int t_rc_ = (call);                                                                        \
+    T_EXPECT(t_rc_ == (status), "%s returned %s (expected %s): %s", #call,                     \
+             tcoll_status_string(t_rc_), tcoll_status_string(status), tcoll_last_error());     \
+    T_EXPECT(t_contains(tcoll_last_error(), needle), "%s: message \"%s\" lacks \"%s\"", #call, \
+             tcoll_last_error(), needle);                                                      \
   } while (0)
 
 bool t_contains(const char *haystack, const char *needle);
@@ -70,8 +71,8 @@ void t_set_all(tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx), void *ctx);
 void t_read(const tcoll_tensor_t *t, double *vals);
 double t_get(const tcoll_tensor_t *t, int64_t i);
 /* Counts elements where t differs from f(i) (exactly, or within tol); reports the first ones. */
-int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx), void *ctx,
-                double tol);
+int t_check_all(const char *what, const tcoll_tensor_t *t, double (*f)(int64_t i, void *ctx),
+                void *ctx, double tol);
 /* An unallocated descriptor (data NULL) for tcoll to fill in. */
 tcoll_tensor_t t_empty(void);
 

@@ -57,7 +57,9 @@ static __thread long long thread_bytes __attribute__((tls_model("initial-exec"))
  * allocations come from here and are never freed. */
 static _Alignas(16) char early[8192];
 static size_t early_used;
-static bool in_early(const void *p) { return (const char *)p >= early && (const char *)p < early + sizeof early; }
+static bool in_early(const void *p) {
+  return (const char *)p >= early && (const char *)p < early + sizeof early;
+}
 
 static void *early_alloc(size_t n) {
   size_t at = (__atomic_fetch_add(&early_used, (n + 15) & ~(size_t)15, __ATOMIC_RELAXED));
@@ -105,14 +107,17 @@ void free(void *p) {
 void *realloc(void *p, size_t n) {
   if (!resolve() || in_early(p)) { /* rare: move an early block to the real heap */
     void *q = resolve() ? malloc(n) : early_alloc(n);
-    size_t room = p ? (size_t)(early + sizeof early - (const char *)p) : 0; /* the block's size is unknown */
+    size_t room =
+        p ? (size_t)(early + sizeof early - (const char *)p) : 0; /* the block's size is unknown */
     if (q && p) memcpy(q, p, n < room ? n : room);
     return q;
   }
   long long before = p ? (long long)malloc_usable_size(p) : 0;
   void *q = next_realloc(p, n);
-  if (q) thread_bytes += (long long)malloc_usable_size(q) - before;
-  else if (n == 0) thread_bytes -= before; /* realloc(p, 0) freed p */
+  if (q)
+    thread_bytes += (long long)malloc_usable_size(q) - before;
+  else if (n == 0)
+    thread_bytes -= before; /* realloc(p, 0) freed p */
   return q;
 }
 
@@ -125,7 +130,9 @@ void *reallocarray(void *p, size_t n, size_t size) {
   return realloc(p, total);
 }
 
-void *memalign(size_t alignment, size_t n) { return resolve() ? counted(next_memalign(alignment, n)) : NULL; }
+void *memalign(size_t alignment, size_t n) {
+  return resolve() ? counted(next_memalign(alignment, n)) : NULL;
+}
 void *aligned_alloc(size_t alignment, size_t n) { return memalign(alignment, n); }
 void *valloc(size_t n) { return memalign((size_t)sysconf(_SC_PAGESIZE), n); }
 
@@ -159,7 +166,8 @@ size_t t_heap_in_use(void) {
 }
 
 const char *t_heap_checker(void) {
-  if (!T_HEAP_COUNTED) return "AddressSanitizer owns the heap (LeakSanitizer reports leaks at exit)";
+  if (!T_HEAP_COUNTED)
+    return "AddressSanitizer owns the heap (LeakSanitizer reports leaks at exit)";
   if (getenv("TCOLL_VALGRIND")) return "valgrind owns the heap (memcheck reports leaks at exit)";
   return NULL;
 }

@@ -15,12 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const tcoll_dtype_t mv_all_dtypes[] = {TCOLL_BOOL,    TCOLL_INT8,     TCOLL_UINT8,   TCOLL_INT16,
-                                              TCOLL_INT32,   TCOLL_INT64,    TCOLL_FLOAT16, TCOLL_BFLOAT16,
-                                              TCOLL_FLOAT32, TCOLL_FLOAT64};
+static const tcoll_dtype_t mv_all_dtypes[] = {
+    TCOLL_BOOL,  TCOLL_INT8,    TCOLL_UINT8,    TCOLL_INT16,   TCOLL_INT32,
+    TCOLL_INT64, TCOLL_FLOAT16, TCOLL_BFLOAT16, TCOLL_FLOAT32, TCOLL_FLOAT64};
 #define MV_NUM_DTYPES ((int)(sizeof mv_all_dtypes / sizeof mv_all_dtypes[0]))
 /* A smaller set with one dtype of each element size and the 16-bit floats. */
-static const tcoll_dtype_t mv_some_dtypes[] = {TCOLL_BOOL, TCOLL_FLOAT16, TCOLL_BFLOAT16, TCOLL_INT32, TCOLL_FLOAT64};
+static const tcoll_dtype_t mv_some_dtypes[] = {TCOLL_BOOL, TCOLL_FLOAT16, TCOLL_BFLOAT16,
+                                               TCOLL_INT32, TCOLL_FLOAT64};
 #define MV_SOME_DTYPES ((int)(sizeof mv_some_dtypes / sizeof mv_some_dtypes[0]))
 
 /* Exact in every dtype: wrapped into [lo, lo + m). */
@@ -31,7 +32,7 @@ static inline double mv_val(tcoll_dtype_t dt, int64_t tag, int64_t idx) {
   case TCOLL_BOOL: m = 2, lo = 0; break;
   case TCOLL_UINT8: m = 256, lo = 0; break;
   case TCOLL_INT8: m = 256, lo = -128; break;
-  case TCOLL_BFLOAT16: m = 256, lo = -128; break; /* bfloat16 holds integers up to 256 */
+  case TCOLL_BFLOAT16: m = 256, lo = -128; break;  /* bfloat16 holds integers up to 256 */
   case TCOLL_FLOAT16: m = 2048, lo = -1024; break; /* float16 holds integers up to 2048 */
   case TCOLL_INT16: m = 65536, lo = -32768; break;
   case TCOLL_FLOAT64: m = (int64_t)1 << 40, lo = -((int64_t)1 << 39); break;
@@ -66,7 +67,8 @@ static inline double mv_const_fn(int64_t i, void *c) {
 static inline void mv_fill_const(tcoll_tensor_t *t, double v) { t_set_all(t, mv_const_fn, &v); }
 
 /* Checks t[i] == mv_val(t->dtype, tag, off + i). */
-static inline int mv_check_fill(const char *what, const tcoll_tensor_t *t, int64_t tag, int64_t off) {
+static inline int mv_check_fill(const char *what, const tcoll_tensor_t *t, int64_t tag,
+                                int64_t off) {
   mv_fill_ctx c = {t->dtype, tag, off};
   return t_check_all(what, t, mv_fill_fn, &c, 0);
 }
@@ -103,17 +105,18 @@ static inline bool mv_same_shape(const tcoll_tensor_t *t, int ndim, const int64_
 /* "[2, 3]" for messages. */
 static inline const char *mv_shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, len, "[");
-  for (int d = 0; d < ndim && off < len; d++) off += (size_t)snprintf(buf + off, len - off, d ? ", %lld" : "%lld", (long long)shape[d]);
+  for (int d = 0; d < ndim && off < len; d++)
+    off += (size_t)snprintf(buf + off, len - off, d ? ", %lld" : "%lld", (long long)shape[d]);
   if (off < len) snprintf(buf + off, len - off, "]");
   return buf;
 }
 
-#define MV_EXPECT_SHAPE(tt_, nd_, sh_, what_)                                                     \
-  do {                                                                                           \
-    char mv_a_[96], mv_b_[96];                                                                   \
-    T_EXPECT(mv_same_shape((tt_), (nd_), (sh_)), "%s: shape %s (expected %s)", (what_),           \
-             mv_shape_str(mv_a_, sizeof mv_a_, (tt_)->ndim, (tt_)->shape),                        \
-             mv_shape_str(mv_b_, sizeof mv_b_, (nd_), (sh_)));                                    \
+#define MV_EXPECT_SHAPE(tt_, nd_, sh_, what_)                                           \
+  do {                                                                                  \
+    char mv_a_[96], mv_b_[96];                                                          \
+    T_EXPECT(mv_same_shape((tt_), (nd_), (sh_)), "%s: shape %s (expected %s)", (what_), \
+             mv_shape_str(mv_a_, sizeof mv_a_, (tt_)->ndim, (tt_)->shape),              \
+             mv_shape_str(mv_b_, sizeof mv_b_, (nd_), (sh_)));                          \
   } while (0)
 
 /* ---- the all_gather layout (also used by the large-count suite) ---- */
@@ -157,7 +160,8 @@ static inline double mv_a2a_expect(int64_t e, void *c) {
   mv_a2a_ctx *a = c;
   int64_t r = e / a->row, col = e % a->row, start = 0;
   int i = 0;
-  while (i < a->size - 1 && r >= start + a->S[i * a->size + a->me]) start += a->S[i++ * a->size + a->me];
+  while (i < a->size - 1 && r >= start + a->S[i * a->size + a->me])
+    start += a->S[i++ * a->size + a->me];
   int64_t src_row = r - start;
   for (int j = 0; j < a->me; j++) src_row += a->S[i * a->size + j];
   return mv_val(a->dt, a->tags ? a->tags[i] : i, src_row * a->row + col);
@@ -183,7 +187,7 @@ static inline double mv_shard_expect(int64_t e, void *c) {
   oshape[a->gdim] *= a->size;
   mv_unflatten(e, a->ndim, oshape, idx);
   int src = (int)(idx[a->gdim] / chunk[a->gdim]);
-  idx[a->gdim] %= chunk[a->gdim];          /* index inside the chunk */
+  idx[a->gdim] %= chunk[a->gdim];                  /* index inside the chunk */
   idx[a->sdim] += (int64_t)a->me * chunk[a->sdim]; /* chunk me of the source's input */
   return mv_val(a->dt, a->tags ? a->tags[src] : src, mv_flatten(a->ndim, a->ishape, idx));
 }

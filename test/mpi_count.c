@@ -17,7 +17,7 @@
 
 static long counts[T_MPI_NFN], service_calls;
 static _Thread_local long thread_calls;
-static MPI_Comm service;  /* the bootstrap service's communicator, once service_known */
+static MPI_Comm service; /* the bootstrap service's communicator, once service_known */
 static int service_known;
 
 static bool is_service(MPI_Comm c) {

@@ -18,19 +18,29 @@
 #include <string.h>
 
 /* Op kinds: the built-in tcoll_redop_t values, plus premul_sum. */
-enum { K_SUM = TCOLL_SUM, K_AVG = TCOLL_AVG, K_PROD = TCOLL_PRODUCT, K_MIN = TCOLL_MIN, K_MAX = TCOLL_MAX,
-       K_BAND = TCOLL_BAND, K_BOR = TCOLL_BOR, K_BXOR = TCOLL_BXOR, K_PREMUL, K_NKINDS };
+enum {
+  K_SUM = TCOLL_SUM,
+  K_AVG = TCOLL_AVG,
+  K_PROD = TCOLL_PRODUCT,
+  K_MIN = TCOLL_MIN,
+  K_MAX = TCOLL_MAX,
+  K_BAND = TCOLL_BAND,
+  K_BOR = TCOLL_BOR,
+  K_BXOR = TCOLL_BXOR,
+  K_PREMUL,
+  K_NKINDS
+};
 
 static const tcoll_dtype_t ALL_DTYPES[TCOLL_NUM_DTYPES] = {
-    TCOLL_BOOL, TCOLL_INT8, TCOLL_UINT8, TCOLL_INT16, TCOLL_INT32,
+    TCOLL_BOOL,  TCOLL_INT8,    TCOLL_UINT8,    TCOLL_INT16,   TCOLL_INT32,
     TCOLL_INT64, TCOLL_FLOAT16, TCOLL_BFLOAT16, TCOLL_FLOAT32, TCOLL_FLOAT64};
 
 #define T_MAX_G 64
 #define T_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 static inline const char *kname(int k) {
-  static const char *const names[K_NKINDS] = {"sum", "avg", "product", "min", "max", "band", "bor", "bxor",
-                                              "premul_sum"};
+  static const char *const names[K_NKINDS] = {"sum",  "avg", "product", "min",       "max",
+                                              "band", "bor", "bxor",    "premul_sum"};
   return k >= 0 && k < K_NKINDS ? names[k] : "?";
 }
 
@@ -47,7 +57,9 @@ static inline bool k_accepts(int k, tcoll_dtype_t d) {
 }
 
 /* The tcoll_redop_t of kind k (premul: the given handle). */
-static inline tcoll_redop_t kop(int k, tcoll_redop_t premul) { return k == K_PREMUL ? premul : (tcoll_redop_t)k; }
+static inline tcoll_redop_t kop(int k, tcoll_redop_t premul) {
+  return k == K_PREMUL ? premul : (tcoll_redop_t)k;
+}
 
 /* Rank `id`'s element i for op kind k. */
 static inline double rv(tcoll_dtype_t d, int k, int64_t i, int id, int G) {
@@ -79,8 +91,12 @@ static inline double rref(tcoll_dtype_t d, int k, double s, int64_t i, const int
       par ^= v;
     }
     switch (k) {
-    case K_SUM: case K_MAX: case K_BOR: return any;
-    case K_PROD: case K_MIN: case K_BAND: return all;
+    case K_SUM:
+    case K_MAX:
+    case K_BOR: return any;
+    case K_PROD:
+    case K_MIN:
+    case K_BAND: return all;
     case K_BXOR: return par;
     default: return NAN; /* AVG and premul_sum are refused on bool */
     }
@@ -91,7 +107,8 @@ static inline double rref(tcoll_dtype_t d, int k, double s, int64_t i, const int
   for (int r = 1; r < G; r++) {
     double v = rv(d, k, i, ids[r], G);
     switch (k) {
-    case K_SUM: case K_AVG: acc += v; break;
+    case K_SUM:
+    case K_AVG: acc += v; break;
     case K_PREMUL: acc += s * v; break;
     case K_PROD: acc *= v; break;
     case K_MIN: acc = fmin(acc, v); break;
@@ -111,11 +128,11 @@ static inline double rref(tcoll_dtype_t d, int k, double s, int64_t i, const int
 typedef struct rc {
   tcoll_dtype_t d;
   int k;
-  double s;           /* premul scalar */
-  int G;              /* group size */
-  int ids[T_MAX_G];   /* world ranks of the group, in the communicator's order */
-  int id;             /* the filling rank's id */
-  int64_t salt;       /* index offset (which tensor / which block) */
+  double s;         /* premul scalar */
+  int G;            /* group size */
+  int ids[T_MAX_G]; /* world ranks of the group, in the communicator's order */
+  int id;           /* the filling rank's id */
+  int64_t salt;     /* index offset (which tensor / which block) */
   /* reduce_scatter: output element j of local rank q is input element
    * ((o * len + q * (len / G) + l) * inner + n) for j = (o * (len / G) + l) * inner + n. */
   int64_t len, inner;
@@ -171,7 +188,8 @@ static inline double const_fill(int64_t i, void *p) {
   return *(const double *)p;
 }
 
-/* Sets rc up for reduce_scatter of a tensor of shape[ndim] along dim (normalized) on local rank q. */
+/* Sets rc up for reduce_scatter of a tensor of shape[ndim] along dim (normalized) on local rank q.
+ */
 static inline void rc_scatter(rc_t *c, const int64_t *shape, int ndim, int dim, int q) {
   c->scatter = true;
   c->len = shape[dim];
@@ -194,25 +212,28 @@ static inline bool t_has_word(const char *s, const char *word) {
 }
 
 /* An op / dtype refusal: INVALID_ARGUMENT naming both. */
-#define T_REFUSED(call, k, d)                                                                           \
-  do {                                                                                                  \
-    int t_rc2_ = (call);                                                                                \
-    T_EXPECT(t_rc2_ == TCOLL_ERR_INVALID_ARGUMENT, "%s on %s: %s returned %s (expected refusal): %s",   \
-             kname(k), tcoll_dtype_name(d), #call, tcoll_status_string(t_rc2_), tcoll_last_error());    \
-    T_EXPECT(t_has_word(tcoll_last_error(), kname(k)) && t_has_word(tcoll_last_error(), tcoll_dtype_name(d)), \
-             "refusal of %s on %s does not name both: \"%s\"", kname(k), tcoll_dtype_name(d),          \
-             tcoll_last_error());                                                                       \
+#define T_REFUSED(call, k, d)                                                                  \
+  do {                                                                                         \
+    int t_rc2_ = (call);                                                                       \
+    T_EXPECT(t_rc2_ == TCOLL_ERR_INVALID_ARGUMENT,                                             \
+             "%s on %s: %s returned %s (expected refusal): %s", kname(k), tcoll_dtype_name(d), \
+             #call, tcoll_status_string(t_rc2_), tcoll_last_error());                          \
+    T_EXPECT(t_has_word(tcoll_last_error(), kname(k)) &&                                       \
+                 t_has_word(tcoll_last_error(), tcoll_dtype_name(d)),                          \
+             "refusal of %s on %s does not name both: \"%s\"", kname(k), tcoll_dtype_name(d),  \
+             tcoll_last_error());                                                              \
   } while (0)
 
 /* Checks that an allocated output has the expected descriptor. */
-static inline void t_expect_desc(const char *what, const tcoll_tensor_t *t, tcoll_dtype_t d, int ndim,
-                                 const int64_t *shape, int device) {
+static inline void t_expect_desc(const char *what, const tcoll_tensor_t *t, tcoll_dtype_t d,
+                                 int ndim, const int64_t *shape, int device) {
   T_EXPECT(t->data != NULL, "%s: data is NULL", what);
-  T_EXPECT(t->dtype == d, "%s: dtype %s, expected %s", what, tcoll_dtype_name(t->dtype), tcoll_dtype_name(d));
+  T_EXPECT(t->dtype == d, "%s: dtype %s, expected %s", what, tcoll_dtype_name(t->dtype),
+           tcoll_dtype_name(d));
   T_EXPECT(t->ndim == ndim, "%s: ndim %d, expected %d", what, t->ndim, ndim);
   for (int i = 0; i < ndim && i < t->ndim; i++)
-    T_EXPECT(t->shape[i] == shape[i], "%s: shape[%d] %lld, expected %lld", what, i, (long long)t->shape[i],
-             (long long)shape[i]);
+    T_EXPECT(t->shape[i] == shape[i], "%s: shape[%d] %lld, expected %lld", what, i,
+             (long long)t->shape[i], (long long)shape[i]);
   T_EXPECT(t->device == device, "%s: device %d, expected %d", what, t->device, device);
 }
 

@@ -34,9 +34,9 @@ static inline void t_refusal_open(t_refusal_t *r, int flags) {
 }
 
 /* A failure reported at file:line (the call's, not this header's). */
-#define T_EXPECT_AT(file, line, cond, ...)                                                       \
-  do {                                                                                           \
-    if (!(cond)) t_fail_at(file, line, __VA_ARGS__);                                             \
+#define T_EXPECT_AT(file, line, cond, ...)           \
+  do {                                               \
+    if (!(cond)) t_fail_at(file, line, __VA_ARGS__); \
   } while (0)
 
 /* After `call` (its text, for messages; made at file:line) returned rc where `status` was
@@ -54,8 +54,7 @@ static inline void t_refusal_close(t_refusal_t *r, const char *file, int line, c
   size_t pending = tcoll_pending_count();
   T_EXPECT_AT(file, line, pending == r->pending, "%s left %ld buffer(s) pending", call,
               (long)pending - (long)r->pending);
-  if (r->flags & T_CK_MPI)
-    T_EXPECT_AT(file, line, mpi == 0, "%s made %ld MPI call(s)", call, mpi);
+  if (r->flags & T_CK_MPI) T_EXPECT_AT(file, line, mpi == 0, "%s made %ld MPI call(s)", call, mpi);
   if ((r->flags & T_CK_HEAP) && t_heap_measurable())
     T_EXPECT_AT(file, line, heap == r->heap, "%s: the heap in use changed by %ld bytes", call,
                 (long)heap - (long)r->heap);
@@ -63,12 +62,12 @@ static inline void t_refusal_close(t_refusal_t *r, const char *file, int line, c
 }
 
 /* One call that must return `status` with `needle` in the message; flags as above. */
-#define T_CALL_REFUSED(flags, status, call, needle)                                              \
-  do {                                                                                           \
-    t_refusal_t t_r_;                                                                            \
-    t_refusal_open(&t_r_, flags);                                                                \
-    int t_rc_ = (call);                                                                          \
-    t_refusal_close(&t_r_, __FILE__, __LINE__, #call, t_rc_, status, needle);                    \
+#define T_CALL_REFUSED(flags, status, call, needle)                           \
+  do {                                                                        \
+    t_refusal_t t_r_;                                                         \
+    t_refusal_open(&t_r_, flags);                                             \
+    int t_rc_ = (call);                                                       \
+    t_refusal_close(&t_r_, __FILE__, __LINE__, #call, t_rc_, status, needle); \
   } while (0)
 
 #endif

@@ -33,7 +33,8 @@ static int check_sum(const tcoll_tensor_t *y) {
   for (int i = 0; i < 1024; i++) {
     double want = (double)size * (size - 1) / 2 + (double)size * i;
     if (((double *)y->data)[i] != want) {
-      fprintf(stderr, "scenario rank %d: y[%d] = %g, expected %g\n", rank, i, ((double *)y->data)[i], want);
+      fprintf(stderr, "scenario rank %d: y[%d] = %g, expected %g\n", rank, i,
+              ((double *)y->data)[i], want);
       return 1;
     }
   }
@@ -60,7 +61,8 @@ static int never(void) {
   }
   if (post_sum(&x, &y)) return 1;
   int rc = tcoll_wait(y.data); /* TCOLL_TIMEOUT bounds it */
-  fprintf(stderr, "scenario rank %d: wait returned %s: %s\n", rank, tcoll_status_string(rc), tcoll_last_error());
+  fprintf(stderr, "scenario rank %d: wait returned %s: %s\n", rank, tcoll_status_string(rc),
+          tcoll_last_error());
   /* Reached only with TCOLL_ON_TIMEOUT=return: the work stays pending and cannot complete. */
   _exit(rc == TCOLL_ERR_TIMEOUT ? 42 : 1);
 }
@@ -78,7 +80,8 @@ static int mismatch(void) {
   int64_t shape[1] = {8};
   tcoll_tensor_t x, y = {0};
   if (tcoll_tensor_alloc(&x, TCOLL_FLOAT32, 1, shape, TCOLL_HOST)) return fail("alloc");
-  int rc = rank == 0 ? tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y) : tcoll_all_gather(&x, 0, NULL, &y);
+  int rc =
+      rank == 0 ? tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y) : tcoll_all_gather(&x, 0, NULL, &y);
   tcoll_tensor_free(&x);
   if (rc != TCOLL_ERR_MISMATCH) return fail("expected TCOLL_ERR_MISMATCH");
   printf("rank %d: %s\n", rank, tcoll_last_error());
@@ -115,12 +118,12 @@ int main(int argc, char **argv) {
   rank = tcoll_comm_rank(tcoll_comm_world());
   size = tcoll_comm_size(tcoll_comm_world());
   const char *s = argv[1];
-  int rc = !strcmp(s, "late") ? late()
-           : !strcmp(s, "never") ? never()
+  int rc = !strcmp(s, "late")         ? late()
+           : !strcmp(s, "never")      ? never()
            : !strcmp(s, "exit-early") ? exit_early()
-           : !strcmp(s, "mismatch") ? mismatch()
-           : !strcmp(s, "trace") ? trace()
-           : 2;
+           : !strcmp(s, "mismatch")   ? mismatch()
+           : !strcmp(s, "trace")      ? trace()
+                                      : 2;
   if (tcoll_finalize()) return fail("tcoll_finalize");
   return rc;
 }

@@ -54,13 +54,16 @@ enum { OP_AR, OP_RS, OP_A2A, OP_RD };
 static bool ran(int op, const char *algo, calls_t c) {
   bool one = t_size == 1;
   if (op == OP_AR) {
-    if (!strcmp(algo, "mpi")) return c.allreduce > 0 && !c.send && !c.allgatherv && !c.alltoall && !c.rsb;
+    if (!strcmp(algo, "mpi"))
+      return c.allreduce > 0 && !c.send && !c.allgatherv && !c.alltoall && !c.rsb;
     if (c.allreduce || c.alltoall || c.rsb || c.alltoallv) return false;
     if (!strcmp(algo, "ring")) return !c.allgatherv && (one ? !c.send : c.send > 0);
-    if (!strcmp(algo, "ring_allgather")) return one ? !c.send && !c.allgatherv : c.send > 0 && c.allgatherv > 0;
+    if (!strcmp(algo, "ring_allgather"))
+      return one ? !c.send && !c.allgatherv : c.send > 0 && c.allgatherv > 0;
     return false;
   }
-  if (!strcmp(algo, "mpi")) return (c.rsb > 0 || c.alltoallv > 0) && !c.send && !c.alltoall && !c.allreduce;
+  if (!strcmp(algo, "mpi"))
+    return (c.rsb > 0 || c.alltoallv > 0) && !c.send && !c.alltoall && !c.allreduce;
   if (c.rsb || c.alltoallv || c.allreduce || c.allgatherv) return false;
   if (!strcmp(algo, "ring")) return !c.alltoall && (one ? !c.send : c.send > 0);
   if (!strcmp(algo, "alltoall")) return c.alltoall > 0 && !c.send;
@@ -69,7 +72,8 @@ static bool ran(int op, const char *algo, calls_t c) {
 
 static void expect_ran(const char *what, int op, const char *algo, calls_t c) {
   T_EXPECT(ran(op, algo, c),
-           "%s: tcoll_last_algorithm() said \"%s\" but the MPI calls were Iallreduce %ld, Ireduce_scatter_block %ld, "
+           "%s: tcoll_last_algorithm() said \"%s\" but the MPI calls were Iallreduce %ld, "
+           "Ireduce_scatter_block %ld, "
            "Ialltoall %ld, Ialltoallv %ld, Iallgatherv %ld, Isend %ld",
            what, algo, c.allreduce, c.rsb, c.alltoall, c.alltoallv, c.allgatherv, c.send);
 }
@@ -92,10 +96,15 @@ static void expect_algo(const char *what, int op, const char *want) {
     return;
   }
   if (want)
-    T_EXPECT(!strcmp(got, want), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what, got, want);
+    T_EXPECT(!strcmp(got, want), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what,
+             got, want);
   else
-    T_EXPECT(offered(op, got), "%s: tcoll_last_algorithm() is \"%s\", which %s does not offer", what, got,
-             op == OP_AR ? "all_reduce" : op == OP_RS ? "reduce_scatter" : op == OP_A2A ? "all_to_all" : "reduce");
+    T_EXPECT(offered(op, got), "%s: tcoll_last_algorithm() is \"%s\", which %s does not offer",
+             what, got,
+             op == OP_AR    ? "all_reduce"
+             : op == OP_RS  ? "reduce_scatter"
+             : op == OP_A2A ? "all_to_all"
+                            : "reduce");
 }
 
 /* The settings tried, with the algorithm each forces on all_reduce and reduce_scatter (NULL:
@@ -126,21 +135,25 @@ static const struct {
   tcoll_dtype_t d;
   int k;
 } OPS[] = {
-    {TCOLL_FLOAT32, K_SUM},   {TCOLL_FLOAT32, K_AVG},   {TCOLL_FLOAT64, K_PREMUL}, {TCOLL_FLOAT32, K_PREMUL},
-    {TCOLL_FLOAT32, K_MAX},   {TCOLL_INT32, K_BAND},    {TCOLL_FLOAT16, K_SUM},    {TCOLL_BFLOAT16, K_SUM},
-    {TCOLL_FLOAT16, K_AVG},   {TCOLL_BFLOAT16, K_PREMUL}, {TCOLL_INT64, K_PROD},   {TCOLL_UINT8, K_MIN},
-    {TCOLL_INT16, K_BXOR},    {TCOLL_BOOL, K_BOR},
+    {TCOLL_FLOAT32, K_SUM},     {TCOLL_FLOAT32, K_AVG},  {TCOLL_FLOAT64, K_PREMUL},
+    {TCOLL_FLOAT32, K_PREMUL},  {TCOLL_FLOAT32, K_MAX},  {TCOLL_INT32, K_BAND},
+    {TCOLL_FLOAT16, K_SUM},     {TCOLL_BFLOAT16, K_SUM}, {TCOLL_FLOAT16, K_AVG},
+    {TCOLL_BFLOAT16, K_PREMUL}, {TCOLL_INT64, K_PROD},   {TCOLL_UINT8, K_MIN},
+    {TCOLL_INT16, K_BXOR},      {TCOLL_BOOL, K_BOR},
 };
 
 /* One all_reduce of n elements (out of place, in place or allocating), checked against the
  * closed form, its algorithm named `want` (NULL: any) and run. */
-static void ar_case(const char *spec, const char *want, tcoll_dtype_t d, int k, tcoll_redop_t op, double s,
-                    int variant, int ndim, const int64_t *shape) {
+static void ar_case(const char *spec, const char *want, tcoll_dtype_t d, int k, tcoll_redop_t op,
+                    double s, int variant, int ndim, const int64_t *shape) {
   char what[256];
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
-  snprintf(what, sizeof what, "algo \"%s\": all_reduce %s %s of %lld (%s)", spec, kname(k), tcoll_dtype_name(d),
-           (long long)n, variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating");
+  snprintf(what, sizeof what, "algo \"%s\": all_reduce %s %s of %lld (%s)", spec, kname(k),
+           tcoll_dtype_name(d), (long long)n,
+           variant == 0   ? "out of place"
+           : variant == 1 ? "in place"
+                          : "allocating");
   rc_t c = rc_world(d, k, s);
   c.salt = 3;
   tcoll_tensor_t in = t_alloc(d, ndim, shape);
@@ -163,13 +176,13 @@ static void ar_case(const char *spec, const char *want, tcoll_dtype_t d, int k, 
 
 /* One reduce_scatter along dim, checked likewise; `want` "mpi" where the composed algorithms do
  * not apply. */
-static void rs_case(const char *spec, const char *want, tcoll_dtype_t d, int k, tcoll_redop_t op, double s,
-                    bool alloc, int ndim, const int64_t *shape, int dim) {
+static void rs_case(const char *spec, const char *want, tcoll_dtype_t d, int k, tcoll_redop_t op,
+                    double s, bool alloc, int ndim, const int64_t *shape, int dim) {
   char what[256];
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
-  snprintf(what, sizeof what, "algo \"%s\": reduce_scatter %s %s of %lld along dim %d of %d", spec, kname(k),
-           tcoll_dtype_name(d), (long long)n, dim, ndim);
+  snprintf(what, sizeof what, "algo \"%s\": reduce_scatter %s %s of %lld along dim %d of %d", spec,
+           kname(k), tcoll_dtype_name(d), (long long)n, dim, ndim);
   rc_t c = rc_world(d, k, s);
   c.salt = 5;
   tcoll_tensor_t in = t_alloc(d, ndim, shape);
@@ -220,8 +233,10 @@ END_TEST
  * form, its algorithm named and run as said. */
 #define COAL_T 3
 static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scatter) {
-  const tcoll_dtype_t dt[COAL_T] = {TCOLL_FLOAT32, k == K_SUM ? TCOLL_INT32 : TCOLL_FLOAT64, TCOLL_FLOAT32};
-  int64_t shapes[COAL_T][2] = {{37 * (int64_t)t_size + 5, 1}, {2, 3 * (int64_t)t_size}, {3 * (int64_t)t_size, 2}};
+  const tcoll_dtype_t dt[COAL_T] = {TCOLL_FLOAT32, k == K_SUM ? TCOLL_INT32 : TCOLL_FLOAT64,
+                                    TCOLL_FLOAT32};
+  int64_t shapes[COAL_T][2] = {
+      {37 * (int64_t)t_size + 5, 1}, {2, 3 * (int64_t)t_size}, {3 * (int64_t)t_size, 2}};
   if (scatter) shapes[0][0] = 8 * (int64_t)t_size;
   const int dims[COAL_T] = {0, 1, 0};
   tcoll_tensor_t in[COAL_T], out[COAL_T];
@@ -234,11 +249,13 @@ static void coalesced_case(const forced_t *f, int k, tcoll_redop_t op, bool scat
     out[t] = t_empty();
   }
   t_mpi_window_t before = calls_open();
-  if (scatter) T_OK(tcoll_reduce_scatter_coalesced(in, COAL_T, op, dims, NULL, out));
-  else T_OK(tcoll_all_reduce_coalesced(in, COAL_T, op, NULL, out));
+  if (scatter)
+    T_OK(tcoll_reduce_scatter_coalesced(in, COAL_T, op, dims, NULL, out));
+  else
+    T_OK(tcoll_all_reduce_coalesced(in, COAL_T, op, NULL, out));
   char what[256];
-  snprintf(what, sizeof what, "algo \"%s\": %s_coalesced %s", f->spec, scatter ? "reduce_scatter" : "all_reduce",
-           kname(k));
+  snprintf(what, sizeof what, "algo \"%s\": %s_coalesced %s", f->spec,
+           scatter ? "reduce_scatter" : "all_reduce", kname(k));
   expect_algo(what, scatter ? OP_RS : OP_AR, scatter ? f->rs : f->ar);
   for (int t = 0; t < COAL_T; t++) T_OK(tcoll_wait(out[t].data));
   expect_ran(what, scatter ? OP_RS : OP_AR, tcoll_last_algorithm(), calls_since(&before));
@@ -277,7 +294,9 @@ typedef struct a2a_ctx {
   const int64_t *off; /* where each sender's rows start in the output */
 } a2a_ctx_t;
 /* Element j of row i of the block rank q sent to rank r: a value naming all four. */
-static double a2a_value(int q, int r, int64_t i, int j) { return 1000.0 * q + 100.0 * r + 3.0 * (double)i + j; }
+static double a2a_value(int q, int r, int64_t i, int j) {
+  return 1000.0 * q + 100.0 * r + 3.0 * (double)i + j;
+}
 static double a2a_in(int64_t e, void *p) {
   const a2a_ctx_t *c = p; /* c->r: this (sending) rank; c->off: its input offsets per receiver */
   int64_t row = e / 3;
@@ -295,7 +314,9 @@ static double a2a_out(int64_t e, void *p) {
 
 START_TEST(forced_all_to_all) {
   t_save_algo();
-  const char *specs[][2] = {{"all_to_all:scattered", "scattered"}, {"all_to_all:mpi", "mpi"}, {"mpi", "mpi"},
+  const char *specs[][2] = {{"all_to_all:scattered", "scattered"},
+                            {"all_to_all:mpi", "mpi"},
+                            {"mpi", "mpi"},
                             {"auto", NULL}};
   int64_t isz[T_MAX_G], osz[T_MAX_G], ioff[T_MAX_G + 1], ooff[T_MAX_G + 1];
   ioff[0] = ooff[0] = 0;
@@ -321,13 +342,14 @@ START_TEST(forced_all_to_all) {
     T_OK(tcoll_wait(out.data));
     calls_t c = calls_since(&before);
     if (!strcmp(got, "scattered"))
-      T_EXPECT(!c.alltoallv && c.send == (t_size > 1 ? t_size - 1 : 0), "%s: Ialltoallv %ld, Isend %ld", what,
-               c.alltoallv, c.send);
+      T_EXPECT(!c.alltoallv && c.send == (t_size > 1 ? t_size - 1 : 0),
+               "%s: Ialltoallv %ld, Isend %ld", what, c.alltoallv, c.send);
     else
-      T_EXPECT(c.alltoallv == 1 && !c.send, "%s: Ialltoallv %ld, Isend %ld (expected the literal call)", what,
-               c.alltoallv, c.send);
-    T_EXPECT(out.shape[0] == ooff[t_size], "%s: %lld rows (expected %lld)", what, (long long)out.shape[0],
-             (long long)ooff[t_size]);
+      T_EXPECT(c.alltoallv == 1 && !c.send,
+               "%s: Ialltoallv %ld, Isend %ld (expected the literal call)", what, c.alltoallv,
+               c.send);
+    T_EXPECT(out.shape[0] == ooff[t_size], "%s: %lld rows (expected %lld)", what,
+             (long long)out.shape[0], (long long)ooff[t_size]);
     t_check_all(what, &out, a2a_out, &co, 0);
     tcoll_tensor_free(&out);
     tcoll_tensor_free(&in);
@@ -337,21 +359,24 @@ START_TEST(forced_all_to_all) {
 END_TEST
 
 /* The calls of the all-to-all family under `got`: "scattered" exactly `sends` MPI_Isend and `recvs`
- * MPI_Irecv and no all-to-all call; "mpi" `literal` MPI_Ialltoallv calls (one, or none where nothing
- * moves) and no point-to-point message. */
-static void expect_a2a_calls(const char *what, const char *got, calls_t c, long sends, long recvs, long literal) {
+ * MPI_Irecv and no all-to-all call; "mpi" `literal` MPI_Ialltoallv calls (one, or none where
+ * nothing moves) and no point-to-point message. */
+static void expect_a2a_calls(const char *what, const char *got, calls_t c, long sends, long recvs,
+                             long literal) {
   if (!strcmp(got, "scattered"))
     T_EXPECT(!c.alltoallv && !c.alltoall && c.send == sends && c.recv == recvs,
-             "%s: Ialltoallv %ld, Isend %ld, Irecv %ld (expected 0, %ld, %ld)", what, c.alltoallv, c.send, c.recv,
-             sends, recvs);
+             "%s: Ialltoallv %ld, Isend %ld, Irecv %ld (expected 0, %ld, %ld)", what, c.alltoallv,
+             c.send, c.recv, sends, recvs);
   else
     T_EXPECT(c.alltoallv == literal && !c.send && !c.recv,
-             "%s: Ialltoallv %ld, Isend %ld, Irecv %ld (expected the literal call: %ld, 0, 0)", what, c.alltoallv,
-             c.send, c.recv, literal);
+             "%s: Ialltoallv %ld, Isend %ld, Irecv %ld (expected the literal call: %ld, 0, 0)",
+             what, c.alltoallv, c.send, c.recv, literal);
 }
 
-static const char *const a2a_specs[][2] = {
-    {"all_to_all:scattered", "scattered"}, {"all_to_all:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL}};
+static const char *const a2a_specs[][2] = {{"all_to_all:scattered", "scattered"},
+                                           {"all_to_all:mpi", "mpi"},
+                                           {"mpi", "mpi"},
+                                           {"auto", NULL}};
 
 /* The list form has its own op: all_to_all's setting leaves it to the table, which takes the
  * scattered exchange at 2-4 ranks on Open MPI and MPICH (its literal mapping packs). */
@@ -361,7 +386,9 @@ static bool table_mpi(void) {
   MPI_Get_library_version(v, &len);
   return strstr(v, "Open MPI") || strstr(v, "MPICH");
 }
-static const char *list_table_choice(void) { return t_size >= 2 && t_size <= 4 && table_mpi() ? "scattered" : "mpi"; }
+static const char *list_table_choice(void) {
+  return t_size >= 2 && t_size <= 4 && table_mpi() ? "scattered" : "mpi";
+}
 
 /* all_to_all (list) under each setting: rank q sends rank r list_n(q, r) elements of value
  * mv_val(tag 16 q + r, index), uneven per pair and empty where (q + 2 r) % 4 == 1 (also a rank's
@@ -387,14 +414,16 @@ START_TEST(forced_all_to_all_list) {
         int64_t ni = list_n(t_rank, p), no = list_n(p, t_rank);
         ins[p] = t_alloc(dts[k], 1, &ni);
         mv_fill(&ins[p], 16 * t_rank + p, 0);
-        outs[p] = k % 2 ? t_alloc(dts[k], 1, &no) : tcoll_tensor_make(NULL, dts[k], 1, &no, t_device());
+        outs[p] =
+            k % 2 ? t_alloc(dts[k], 1, &no) : tcoll_tensor_make(NULL, dts[k], 1, &no, t_device());
         sends += p != t_rank && ni > 0;
         recvs += p != t_rank && no > 0;
       }
       t_mpi_window_t before = calls_open();
       T_OK(tcoll_all_to_all(ins, NULL, outs));
       char what[160];
-      snprintf(what, sizeof what, "algo \"%s\": all_to_all %s", list_specs[f][0], tcoll_dtype_name(dts[k]));
+      snprintf(what, sizeof what, "algo \"%s\": all_to_all %s", list_specs[f][0],
+               tcoll_dtype_name(dts[k]));
       expect_algo(what, OP_A2A, list_specs[f][1]);
       const char *got = tcoll_last_algorithm();
       for (int p = 0; p < t_size; p++) T_OK(tcoll_wait(outs[p].data));
@@ -416,8 +445,8 @@ END_TEST
  * reversal and neighbour swaps (fixed points where the rank count is odd), and an empty tensor.
  * Rank m's tensor holds mv_val(m, index); the scattered exchange sends one message to another
  * rank, copies at a fixed point and moves nothing when the tensor is empty. */
-static void permute_algo_case(const char *spec, const char *want, const int *p, const char *kind, int64_t n,
-                              tcoll_dtype_t dt) {
+static void permute_algo_case(const char *spec, const char *want, const int *p, const char *kind,
+                              int64_t n, tcoll_dtype_t dt) {
   int from = 0;
   while (p[from] != t_rank) from++;
   int64_t shape[2] = {n, 3};
@@ -470,30 +499,34 @@ START_TEST(forced_shard_dim) {
   static const struct {
     int ndim, g, s;
     int64_t shape[3]; /* dims multiplied by the rank count where marked negative */
-  } cases[] = {{2, 0, 1, {3, -2}}, {2, 1, 0, {-2, 3}}, {2, 0, 0, {-3, 2}}, {2, 1, 1, {2, -3}},
-               {3, 2, 1, {2, -2, 3}}, {3, 0, 2, {2, 3, -1}}, {3, 1, 1, {2, -1, 2}}, {2, 0, 1, {0, -2}}};
+  } cases[] = {{2, 0, 1, {3, -2}},    {2, 1, 0, {-2, 3}},    {2, 0, 0, {-3, 2}},
+               {2, 1, 1, {2, -3}},    {3, 2, 1, {2, -2, 3}}, {3, 0, 2, {2, 3, -1}},
+               {3, 1, 1, {2, -1, 2}}, {2, 0, 1, {0, -2}}};
   for (size_t f = 0; f < T_LEN(a2a_specs); f++) {
     t_set_algo(a2a_specs[f][0]);
     for (size_t i = 0; i < T_LEN(cases); i++) {
       int nd = cases[i].ndim, g = cases[i].g, sd = cases[i].s;
       int64_t ishape[3], oshape[3];
-      for (int d = 0; d < nd; d++) ishape[d] = cases[i].shape[d] < 0 ? -cases[i].shape[d] * P : cases[i].shape[d];
+      for (int d = 0; d < nd; d++)
+        ishape[d] = cases[i].shape[d] < 0 ? -cases[i].shape[d] * P : cases[i].shape[d];
       memcpy(oshape, ishape, sizeof oshape);
       oshape[sd] /= P;
       oshape[g] *= P;
       tcoll_dtype_t dt = i % 2 ? TCOLL_BFLOAT16 : TCOLL_INT32;
-      tcoll_tensor_t in = t_alloc(dt, nd, ishape), out = i % 3 ? t_alloc(dt, nd, oshape) : t_empty();
+      tcoll_tensor_t in = t_alloc(dt, nd, ishape),
+                     out = i % 3 ? t_alloc(dt, nd, oshape) : t_empty();
       mv_fill(&in, t_rank, 0);
       t_mpi_window_t before = calls_open();
       T_OK(tcoll_shard_dim_all_to_all(&in, g, sd, NULL, &out));
       char what[160], sh[64];
-      snprintf(what, sizeof what, "algo \"%s\": shard_dim_all_to_all %s gather %d shard %d", a2a_specs[f][0],
-               mv_shape_str(sh, sizeof sh, nd, ishape), g, sd);
+      snprintf(what, sizeof what, "algo \"%s\": shard_dim_all_to_all %s gather %d shard %d",
+               a2a_specs[f][0], mv_shape_str(sh, sizeof sh, nd, ishape), g, sd);
       expect_algo(what, OP_A2A, a2a_specs[f][1]);
       const char *got = tcoll_last_algorithm();
       T_OK(tcoll_wait(out.data));
       bool moves = tcoll_tensor_numel(&in) > 0;
-      expect_a2a_calls(what, got, calls_since(&before), moves ? t_size : 0, moves ? t_size : 0, moves);
+      expect_a2a_calls(what, got, calls_since(&before), moves ? t_size : 0, moves ? t_size : 0,
+                       moves);
       MV_EXPECT_SHAPE(&out, nd, oshape, what);
       mv_shard_ctx c = {dt, nd, g, sd, t_size, t_rank, ishape, NULL};
       t_check_all(what, &out, mv_shard_expect, &c, 0);
@@ -520,7 +553,8 @@ START_TEST(scattered_own_block_too_large) {
   }
   int64_t shape[2] = {rows, 2}, oshape[2] = {orows, 2};
   tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 2, shape), out = t_alloc(TCOLL_FLOAT32, 2, oshape);
-  T_FAILS(tcoll_all_to_all_single(&in, osz, isz, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "own block");
+  T_FAILS(tcoll_all_to_all_single(&in, osz, isz, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "own block");
   tcoll_tensor_t ins[T_MAX_G], outs[T_MAX_G];
   for (int p = 0; p < t_size; p++) {
     int64_t ni = p == t_rank ? 4 : 1, no = 1;
@@ -528,7 +562,8 @@ START_TEST(scattered_own_block_too_large) {
     outs[p] = t_alloc(TCOLL_FLOAT32, 1, &no);
   }
   T_FAILS(tcoll_all_to_all(ins, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, "own block");
-  T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu works pending", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu works pending",
+           tcoll_pending_count());
   for (int p = 0; p < t_size; p++) {
     tcoll_tensor_free(&ins[p]);
     tcoll_tensor_free(&outs[p]);
@@ -545,14 +580,17 @@ END_TEST
  * only, "mpi" calls MPI_Ireduce. */
 START_TEST(forced_reduce) {
   t_save_algo();
-  const char *specs[][2] = {{"reduce:ring", "ring"}, {"reduce:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL}};
+  const char *specs[][2] = {
+      {"reduce:ring", "ring"}, {"reduce:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL}};
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
   const struct {
     int k;
     tcoll_redop_t op;
     tcoll_dtype_t d;
-  } ops[] = {{K_SUM, TCOLL_SUM, TCOLL_INT32}, {K_AVG, TCOLL_AVG, TCOLL_FLOAT64}, {K_PREMUL, premul, TCOLL_FLOAT32},
+  } ops[] = {{K_SUM, TCOLL_SUM, TCOLL_INT32},
+             {K_AVG, TCOLL_AVG, TCOLL_FLOAT64},
+             {K_PREMUL, premul, TCOLL_FLOAT32},
              {K_SUM, TCOLL_SUM, TCOLL_FLOAT16}};
   int64_t shape[1] = {37 * (int64_t)t_size + 5};
   for (size_t f = 0; f < T_LEN(specs); f++) {
@@ -564,22 +602,25 @@ START_TEST(forced_reduce) {
         c.salt = 7 + dst;
         tcoll_tensor_t in = t_alloc(ops[i].d, 1, shape);
         t_set_all(&in, rc_fill, &c);
-        tcoll_tensor_t out = variant == 0 ? t_alloc(ops[i].d, 1, shape) : variant == 1 ? in : t_empty();
+        tcoll_tensor_t out = variant == 0   ? t_alloc(ops[i].d, 1, shape)
+                             : variant == 1 ? in
+                                            : t_empty();
         t_mpi_window_t before = calls_open();
         T_OK(tcoll_reduce(&in, dst, ops[i].op, NULL, &out));
         char what[200];
         const char *how = variant == 0 ? "out of place" : variant == 1 ? "in place" : "allocating";
-        snprintf(what, sizeof what, "algo \"%s\": reduce %s %s to %d (%s)", specs[f][0], kname(ops[i].k),
-                 tcoll_dtype_name(ops[i].d), dst, how);
+        snprintf(what, sizeof what, "algo \"%s\": reduce %s %s to %d (%s)", specs[f][0],
+                 kname(ops[i].k), tcoll_dtype_name(ops[i].d), dst, how);
         expect_algo(what, OP_RD, specs[f][1]);
         const char *got = tcoll_last_algorithm();
         T_OK(tcoll_wait(out.data));
         calls_t n = calls_since(&before);
         if (!strcmp(got, "ring"))
-          T_EXPECT(!n.reduce && (t_size == 1 ? !n.send : n.send > 0), "%s: Ireduce %ld, Isend %ld", what, n.reduce,
-                   n.send);
+          T_EXPECT(!n.reduce && (t_size == 1 ? !n.send : n.send > 0), "%s: Ireduce %ld, Isend %ld",
+                   what, n.reduce, n.send);
         else
-          T_EXPECT(n.reduce > 0 && !n.send, "%s: Ireduce %ld, Isend %ld (expected the literal call)", what, n.reduce,
+          T_EXPECT(n.reduce > 0 && !n.send,
+                   "%s: Ireduce %ld, Isend %ld (expected the literal call)", what, n.reduce,
                    n.send);
         if (t_rank == dst) {
           t_check_all(what, &out, rc_want, &c, 0);
@@ -612,10 +653,11 @@ static const char *strided_rs(const char *rs) {
  * ring on interleaved blocks, or the literal MPI call), an allocated output. */
 START_TEST(forced_shapes) {
   t_save_algo();
-  int64_t one[1] = {1}, few[1] = {t_size > 1 ? t_size - 1 : 1}, none[1] = {0}, two[2] = {3, 2 * (int64_t)t_size + 1};
-  int64_t rs1[1] = {t_size}, rs2[2] = {2 * (int64_t)t_size, 3}, rs_strided[2] = {3, 2 * (int64_t)t_size},
-          rs_row[2] = {1, 4 * (int64_t)t_size}, rs_none[2] = {0, 2 * (int64_t)t_size},
-          rs_three[3] = {2, 3 * (int64_t)t_size, 2};
+  int64_t one[1] = {1}, few[1] = {t_size > 1 ? t_size - 1 : 1}, none[1] = {0},
+          two[2] = {3, 2 * (int64_t)t_size + 1};
+  int64_t rs1[1] = {t_size}, rs2[2] = {2 * (int64_t)t_size, 3},
+          rs_strided[2] = {3, 2 * (int64_t)t_size}, rs_row[2] = {1, 4 * (int64_t)t_size},
+          rs_none[2] = {0, 2 * (int64_t)t_size}, rs_three[3] = {2, 3 * (int64_t)t_size, 2};
   for (size_t f = 0; f < T_LEN(FORCED); f++) {
     const forced_t *F = &FORCED[f];
     t_set_algo(F->spec);
@@ -645,7 +687,8 @@ static void small_limit_rs(const char *spec, int k, int ndim, const int64_t *sha
   t_set_all(&in, rc_fill, &c);
   T_OK(tcoll_reduce_scatter(&in, k, dim, NULL, &rs));
   T_OK(tcoll_wait(rs.data));
-  snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s along dim %d", spec, kname(k), dim);
+  snprintf(what, sizeof what, "max_count 7, algo \"%s\": reduce_scatter %s along dim %d", spec,
+           kname(k), dim);
   rc_scatter(&c, shape, ndim, dim, t_rank);
   t_check_all(what, &rs, rc_want, &c, 0);
   tcoll_tensor_free(&in);
@@ -668,7 +711,8 @@ START_TEST(forced_small_limit) {
       t_set_all(&in, rc_fill, &c);
       T_OK(tcoll_all_reduce(&in, k, NULL, &out));
       T_OK(tcoll_wait(out.data));
-      snprintf(what, sizeof what, "max_count 7, algo \"%s\": all_reduce %s", FORCED[f].spec, kname(k));
+      snprintf(what, sizeof what, "max_count 7, algo \"%s\": all_reduce %s", FORCED[f].spec,
+               kname(k));
       t_check_all(what, &out, rc_want, &c, 0);
       tcoll_tensor_free(&out);
       tcoll_tensor_free(&in);
@@ -714,7 +758,8 @@ START_TEST(last_algorithm_follows) {
   expect_algo("after its wait", OP_AR, "ring_allgather");
   tcoll_tensor_t bad = t_empty();
   int rc = tcoll_all_reduce(&in, 99, NULL, &bad);
-  T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "all_reduce with op 99 returned %s", tcoll_status_string(rc));
+  T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "all_reduce with op 99 returned %s",
+           tcoll_status_string(rc));
   expect_algo("after a refused all_reduce", OP_AR, "ring_allgather");
   T_OK(tcoll_broadcast(&in, 0, NULL, &b));
   expect_algo("broadcast", OP_AR, "mpi");
@@ -725,11 +770,14 @@ START_TEST(last_algorithm_follows) {
   pthread_t th;
   T_EXPECT(pthread_create(&th, NULL, other_thread, seen) == 0, "pthread_create failed");
   pthread_join(th, NULL);
-  T_EXPECT(seen[0] && !strcmp(seen[0], "mpi"), "a new thread's tcoll_last_algorithm() is \"%s\" (expected \"mpi\")",
+  T_EXPECT(seen[0] && !strcmp(seen[0], "mpi"),
+           "a new thread's tcoll_last_algorithm() is \"%s\" (expected \"mpi\")",
            seen[0] ? seen[0] : "(null)");
-  T_EXPECT(seen[1] && !strcmp(seen[1], "alltoall"), "the other thread's reduce_scatter: \"%s\" (expected alltoall)",
+  T_EXPECT(seen[1] && !strcmp(seen[1], "alltoall"),
+           "the other thread's reduce_scatter: \"%s\" (expected alltoall)",
            seen[1] ? seen[1] : "(null)");
-  T_EXPECT(seen[2] && !strcmp(seen[2], "ok"), "the other thread's reduce_scatter %s", seen[2] ? seen[2] : "(null)");
+  T_EXPECT(seen[2] && !strcmp(seen[2], "ok"), "the other thread's reduce_scatter %s",
+           seen[2] ? seen[2] : "(null)");
   expect_algo("this thread, after the other thread's reduce_scatter", OP_AR, "ring_allgather");
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
@@ -757,11 +805,15 @@ static const char *table_other_dims(size_t bytes, bool device) {
 START_TEST(table_other_dims_rs) {
   t_save_algo();
   t_set_algo("auto");
-  int64_t big[2] = {256, 256 * (int64_t)t_size}, small[2] = {128, 256 * (int64_t)t_size}; /* 256 / 128 KiB x size */
-  size_t bbig = (size_t)big[0] * (size_t)big[1] * 4, bsmall = (size_t)small[0] * (size_t)small[1] * 4;
+  int64_t big[2] = {256, 256 * (int64_t)t_size},
+          small[2] = {128, 256 * (int64_t)t_size}; /* 256 / 128 KiB x size */
+  size_t bbig = (size_t)big[0] * (size_t)big[1] * 4,
+         bsmall = (size_t)small[0] * (size_t)small[1] * 4;
   bool dev = t_device() != TCOLL_HOST;
-  rs_case("auto", table_other_dims(bbig, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, big, 1);
-  rs_case("auto", table_other_dims(bsmall, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, true, 2, small, 1);
+  rs_case("auto", table_other_dims(bbig, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, big,
+          1);
+  rs_case("auto", table_other_dims(bsmall, dev), TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, true, 2, small,
+          1);
   t_set_algo("reduce_scatter:alltoall");
   rs_case("reduce_scatter:alltoall", "mpi", TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, false, 2, big, 1);
   t_restore_algo();
@@ -779,7 +831,8 @@ typedef struct bits_ctx {
 
 static double bits_val(tcoll_dtype_t d, int r, int64_t i) {
   static const double s32[3] = {1, 1e-3, 1e4}, s64[3] = {1, 1e-8, 1e8};
-  double v = sin((double)r * 1000.0 + (double)i) * 1e3 * (d == TCOLL_FLOAT32 ? s32 : s64)[(i + r) % 3];
+  double v =
+      sin((double)r * 1000.0 + (double)i) * 1e3 * (d == TCOLL_FLOAT32 ? s32 : s64)[(i + r) % 3];
   return d == TCOLL_FLOAT32 ? (double)(float)v : v;
 }
 static double bits_fill(int64_t i, void *p) {
@@ -822,8 +875,8 @@ static void check_near(const char *what, const void *got, tcoll_dtype_t d, int64
     double g = d == TCOLL_FLOAT32 ? ((const float *)got)[i] : ((const double *)got)[i];
     long double tol = mag * t_size * (d == TCOLL_FLOAT32 ? 0x1p-23L : 0x1p-52L);
     if (fabsl((long double)g - want) > tol && bad++ < 3)
-      t_fail_at(__FILE__, __LINE__, "%s: element %lld is %.17g, expected %.17Lg within %.3Lg", what, (long long)i, g,
-                want, tol);
+      t_fail_at(__FILE__, __LINE__, "%s: element %lld is %.17g, expected %.17Lg within %.3Lg", what,
+                (long long)i, g, want, tol);
   }
 }
 
@@ -851,22 +904,25 @@ static int64_t order_sensitive(tcoll_dtype_t d, int64_t n) {
  * rank 0's, and the same call again (in place this time) gives the same bits. */
 START_TEST(same_bits) {
   t_save_algo();
-  static const char *const specs[] = {"auto", "mpi", "all_reduce:ring", "all_reduce:ring_allgather"};
+  static const char *const specs[] = {"auto", "mpi", "all_reduce:ring",
+                                      "all_reduce:ring_allgather"};
   const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_FLOAT64};
   const int64_t counts[] = {1, t_size - 1, 1000 * (int64_t)t_size + 3};
   for (size_t d = 0; d < T_LEN(dts); d++) {
     if (t_size >= 3)
       T_EXPECT(order_sensitive(dts[d], counts[2]) > counts[2] / 10,
-               "%s: the test data gives the same sum in both orders too often (%lld of %lld elements differ)",
-               tcoll_dtype_name(dts[d]), (long long)order_sensitive(dts[d], counts[2]), (long long)counts[2]);
+               "%s: the test data gives the same sum in both orders too often (%lld of %lld "
+               "elements differ)",
+               tcoll_dtype_name(dts[d]), (long long)order_sensitive(dts[d], counts[2]),
+               (long long)counts[2]);
     for (size_t s = 0; s < T_LEN(specs); s++) {
       t_set_algo(specs[s]);
       for (size_t c = 0; c < T_LEN(counts); c++) {
         char what[200];
         int64_t n = counts[c], shape[1] = {n};
         size_t es = tcoll_dtype_size(dts[d]);
-        snprintf(what, sizeof what, "algo \"%s\": all_reduce sum %s of %lld", specs[s], tcoll_dtype_name(dts[d]),
-                 (long long)n);
+        snprintf(what, sizeof what, "algo \"%s\": all_reduce sum %s of %lld", specs[s],
+                 tcoll_dtype_name(dts[d]), (long long)n);
         bits_ctx_t ctx = {dts[d], t_rank};
         tcoll_tensor_t in = t_alloc(dts[d], 1, shape), out = t_empty();
         t_set_all(&in, bits_fill, &ctx);
@@ -878,18 +934,18 @@ START_TEST(same_bits) {
         if (t_rank == 0) memcpy(root, mine, (size_t)n * es);
         MPI_Bcast(root, (int)((size_t)n * es), MPI_BYTE, 0, MPI_COMM_WORLD);
         int64_t bad = differing(mine, root, n, es);
-        T_EXPECT(bad == 0, "%s (%s): %lld of %lld elements differ from rank 0's bits", what, algo, (long long)bad,
-                 (long long)n);
+        T_EXPECT(bad == 0, "%s (%s): %lld of %lld elements differ from rank 0's bits", what, algo,
+                 (long long)bad, (long long)n);
         check_near(what, mine, dts[d], n);
         /* again, in place */
         T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &in)); /* in's data is still this rank's */
-        T_EXPECT(!strcmp(tcoll_last_algorithm(), algo), "%s: the repeated call ran %s, the first %s", what,
-                 tcoll_last_algorithm(), algo);
+        T_EXPECT(!strcmp(tcoll_last_algorithm(), algo),
+                 "%s: the repeated call ran %s, the first %s", what, tcoll_last_algorithm(), algo);
         T_OK(tcoll_wait(in.data));
         void *again = host_bytes(&in);
         bad = differing(again, mine, n, es);
-        T_EXPECT(bad == 0, "%s (%s): repeated in place, %lld of %lld elements have other bits", what, algo,
-                 (long long)bad, (long long)n);
+        T_EXPECT(bad == 0, "%s (%s): repeated in place, %lld of %lld elements have other bits",
+                 what, algo, (long long)bad, (long long)n);
         free(again);
         /* and once more out of place into the same output */
         t_set_all(&in, bits_fill, &ctx);
@@ -897,8 +953,8 @@ START_TEST(same_bits) {
         T_OK(tcoll_wait(out.data));
         again = host_bytes(&out);
         bad = differing(again, mine, n, es);
-        T_EXPECT(bad == 0, "%s (%s): repeated, %lld of %lld elements have other bits", what, algo, (long long)bad,
-                 (long long)n);
+        T_EXPECT(bad == 0, "%s (%s): repeated, %lld of %lld elements have other bits", what, algo,
+                 (long long)bad, (long long)n);
         free(again);
         free(mine);
         free(root);
@@ -914,7 +970,8 @@ END_TEST
 /* reduce_scatter SUM of the same data under each algorithm: a repeated call gives the same bits. */
 START_TEST(same_bits_reduce_scatter) {
   t_save_algo();
-  static const char *const specs[] = {"auto", "mpi", "reduce_scatter:ring", "reduce_scatter:alltoall"};
+  static const char *const specs[] = {"auto", "mpi", "reduce_scatter:ring",
+                                      "reduce_scatter:alltoall"};
   int64_t shape[1] = {501 * (int64_t)t_size};
   for (size_t s = 0; s < T_LEN(specs); s++) {
     t_set_algo(specs[s]);
@@ -931,8 +988,9 @@ START_TEST(same_bits_reduce_scatter) {
         continue;
       }
       int64_t bad = differing(b, first, 501, 4);
-      T_EXPECT(bad == 0, "algo \"%s\" (%s): repeated reduce_scatter, %lld of 501 elements have other bits", specs[s],
-               tcoll_last_algorithm(), (long long)bad);
+      T_EXPECT(bad == 0,
+               "algo \"%s\" (%s): repeated reduce_scatter, %lld of 501 elements have other bits",
+               specs[s], tcoll_last_algorithm(), (long long)bad);
       free(b);
     }
     free(first);
@@ -955,7 +1013,8 @@ START_TEST(bad_settings) {
   } bad[] = {
       {"all_reduce:nope", {"\"nope\"", "all_reduce", "auto, mpi, ring, ring_allgather"}},
       {"nope:ring", {"\"nope\"", "unknown collective", "all_reduce"}},
-      {"reduce_scatter:ring_allgather", {"\"ring_allgather\"", "reduce_scatter", "auto, mpi, ring, alltoall"}},
+      {"reduce_scatter:ring_allgather",
+       {"\"ring_allgather\"", "reduce_scatter", "auto, mpi, ring, alltoall"}},
       {"ring", {"\"ring\"", "auto or mpi", "op:algorithm"}},
       {"all_reduce", {"\"all_reduce\"", "auto or mpi", "op:algorithm"}},
       {"all_reduce:", {"\"\"", "all_reduce", "ring_allgather"}},
@@ -973,17 +1032,19 @@ START_TEST(bad_settings) {
     c.max_count = 77; /* refused along with the rest */
     int rc = tcoll_set_config(&c);
     const char *m = tcoll_last_error();
-    T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "algo \"%s\": tcoll_set_config returned %s (expected refusal)",
-             bad[i].value, tcoll_status_string(rc));
-    T_EXPECT(t_contains(m, "config->algo"), "algo \"%s\": the message does not name config->algo: \"%s\"",
-             bad[i].value, m);
+    T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT,
+             "algo \"%s\": tcoll_set_config returned %s (expected refusal)", bad[i].value,
+             tcoll_status_string(rc));
+    T_EXPECT(t_contains(m, "config->algo"),
+             "algo \"%s\": the message does not name config->algo: \"%s\"", bad[i].value, m);
     for (int k = 0; k < 3; k++)
-      T_EXPECT(t_contains(m, bad[i].needles[k]), "algo \"%s\": the message lacks %s: \"%s\"", bad[i].value,
-               bad[i].needles[k], m);
+      T_EXPECT(t_contains(m, bad[i].needles[k]), "algo \"%s\": the message lacks %s: \"%s\"",
+               bad[i].value, bad[i].needles[k], m);
     T_OK(tcoll_get_config(&after));
-    T_EXPECT(!strcmp(after.algo, known), "algo \"%s\" refused, yet the setting is now \"%s\"", bad[i].value,
-             after.algo);
-    T_EXPECT(after.max_count == before.max_count, "algo \"%s\" refused, yet max_count changed to %lld", bad[i].value,
+    T_EXPECT(!strcmp(after.algo, known), "algo \"%s\" refused, yet the setting is now \"%s\"",
+             bad[i].value, after.algo);
+    T_EXPECT(after.max_count == before.max_count,
+             "algo \"%s\" refused, yet max_count changed to %lld", bad[i].value,
              (long long)after.max_count);
     /* still usable, with the setting in force before */
     rc_t cc = rc_world(TCOLL_FLOAT32, K_SUM, 1);
@@ -1000,10 +1061,12 @@ START_TEST(bad_settings) {
   tcoll_config_t c;
   T_OK(tcoll_get_config(&c));
   memset(c.algo, 'm', sizeof c.algo);
-  T_FAILS(tcoll_set_config(&c), TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string");
+  T_FAILS(tcoll_set_config(&c), TCOLL_ERR_INVALID_ARGUMENT,
+          "config->algo is not a terminated string");
   char now[256];
   t_get_algo(now);
-  T_EXPECT(!strcmp(now, known), "an unterminated algo was refused, yet the setting is now \"%s\"", now);
+  T_EXPECT(!strcmp(now, known), "an unterminated algo was refused, yet the setting is now \"%s\"",
+           now);
   /* the longest that fits (255 bytes) is accepted: "mpi" then separators */
   T_OK(tcoll_get_config(&c));
   memset(c.algo, ',', sizeof c.algo);
@@ -1068,23 +1131,26 @@ START_TEST(info_log_names_algorithm) {
     int op;
     const char *algo;
   } cases[] = {
-      {"all_reduce:ring", OP_AR, "ring"},         {"all_reduce:ring_allgather", OP_AR, "ring_allgather"},
-      {"mpi", OP_AR, "mpi"},                      {"reduce_scatter:ring", OP_RS, "ring"},
-      {"reduce_scatter:alltoall", OP_RS, "alltoall"}, {"mpi", OP_RS, "mpi"},
+      {"all_reduce:ring", OP_AR, "ring"},
+      {"all_reduce:ring_allgather", OP_AR, "ring_allgather"},
+      {"mpi", OP_AR, "mpi"},
+      {"reduce_scatter:ring", OP_RS, "ring"},
+      {"reduce_scatter:alltoall", OP_RS, "alltoall"},
+      {"mpi", OP_RS, "mpi"},
   };
   for (size_t i = 0; i < T_LEN(cases); i++) {
     t_set_algo(cases[i].spec);
     log_call_t lc = {cases[i].op};
     const char *text = t_capture_stderr(one_call, &lc);
     const char *op = cases[i].op == OP_AR ? "all_reduce" : "reduce_scatter";
-    T_EXPECT(logged(text, op, cases[i].algo), "algo \"%s\": no INFO line of %s names \"algorithm %s\"; got:\n%s",
-             cases[i].spec, op, cases[i].algo, text);
+    T_EXPECT(logged(text, op, cases[i].algo),
+             "algo \"%s\": no INFO line of %s names \"algorithm %s\"; got:\n%s", cases[i].spec, op,
+             cases[i].algo, text);
   }
   t_set_debug(old);
   t_restore_algo();
 }
 END_TEST
-
 
 Suite *t_suite(void) {
   Suite *s = suite_create("algo");

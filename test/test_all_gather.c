@@ -11,15 +11,18 @@ typedef struct shape_case {
 } shape_case;
 
 static const shape_case ag_shapes[] = {
-    {1, {5}}, {2, {3, 4}}, {3, {2, 3, 2}}, {4, {2, 1, 3, 2}},
+    {1, {5}},
+    {2, {3, 4}},
+    {3, {2, 3, 2}},
+    {4, {2, 1, 3, 2}},
 };
 #define N_AG_SHAPES ((int)(sizeof ag_shapes / sizeof ag_shapes[0]))
 
 /* Gathers a [shape] tensor of dt along dim over comm (NULL = world) and checks the result.
  * tags: the tag each group rank filled with (NULL: its rank). prealloc: out given with
  * garbage in it. */
-static void gather_and_check(tcoll_dtype_t dt, int ndim, const int64_t *shape, int dim, tcoll_comm_t *comm,
-                             const int *tags, int my_tag, bool prealloc) {
+static void gather_and_check(tcoll_dtype_t dt, int ndim, const int64_t *shape, int dim,
+                             tcoll_comm_t *comm, const int *tags, int my_tag, bool prealloc) {
   int size = tcoll_comm_size(comm ? comm : tcoll_comm_world());
   int nd = dim < 0 ? dim + ndim : dim;
   int64_t oshape[TCOLL_MAX_DIMS];
@@ -40,7 +43,8 @@ static void gather_and_check(tcoll_dtype_t dt, int ndim, const int64_t *shape, i
   if (rc == TCOLL_SUCCESS) {
     T_OK(tcoll_wait(out.data));
     MV_EXPECT_SHAPE(&out, ndim, oshape, what);
-    T_EXPECT(out.dtype == dt && out.device == in.device, "%s: dtype %d device %d", what, (int)out.dtype, out.device);
+    T_EXPECT(out.dtype == dt && out.device == in.device, "%s: dtype %d device %d", what,
+             (int)out.dtype, out.device);
     if (prealloc) T_EXPECT(out.data == prealloc_data, "%s: preallocated output replaced", what);
     mv_ag_ctx c = {dt, ndim, nd, size, shape, tags};
     t_check_all(what, &out, mv_ag_expect, &c, 0);
@@ -71,7 +75,8 @@ START_TEST(every_dim_preallocated) {
     tcoll_dtype_t dt = mv_all_dtypes[k];
     for (int s = 0; s < N_AG_SHAPES; s++) {
       const shape_case *sc = &ag_shapes[s];
-      for (int dim = 0; dim < sc->ndim; dim++) gather_and_check(dt, sc->ndim, sc->shape, dim, NULL, NULL, t_rank, true);
+      for (int dim = 0; dim < sc->ndim; dim++)
+        gather_and_check(dt, sc->ndim, sc->shape, dim, NULL, NULL, t_rank, true);
     }
   }
 }
@@ -79,12 +84,13 @@ END_TEST
 
 /* Dims of size 1 before the gather dim (blocks contiguous), and odd sizes. */
 START_TEST(leading_ones_and_odd_sizes) {
-  static const shape_case cases[] = {{3, {1, 3, 4}}, {3, {1, 1, 5}}, {2, {1, 7}}, {3, {3, 1, 1}}, {2, {7, 1}},
-                                     {3, {5, 3, 7}}};
+  static const shape_case cases[] = {{3, {1, 3, 4}}, {3, {1, 1, 5}}, {2, {1, 7}},
+                                     {3, {3, 1, 1}}, {2, {7, 1}},    {3, {5, 3, 7}}};
   for (int s = 0; s < (int)(sizeof cases / sizeof cases[0]); s++)
     for (int dim = 0; dim < cases[s].ndim; dim++)
       for (int k = 0; k < MV_SOME_DTYPES; k++)
-        gather_and_check(mv_some_dtypes[k], cases[s].ndim, cases[s].shape, dim, NULL, NULL, t_rank, k % 2 == 0);
+        gather_and_check(mv_some_dtypes[k], cases[s].ndim, cases[s].shape, dim, NULL, NULL, t_rank,
+                         k % 2 == 0);
 }
 END_TEST
 
@@ -102,11 +108,13 @@ START_TEST(in_place) {
         tcoll_tensor_t out = t_alloc(dt, sc->ndim, oshape);
         mv_fill(&out, 500 + t_rank, 0); /* the other ranks' slices must be overwritten */
         size_t nb = (size_t)mv_numel(sc->ndim, sc->shape) * tcoll_dtype_size(dt);
-        tcoll_tensor_t in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * nb, dt, sc->ndim, sc->shape, out.device);
+        tcoll_tensor_t in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * nb, dt, sc->ndim,
+                                              sc->shape, out.device);
         mv_fill(&in, t_rank, 0);
         int dim = neg ? -sc->ndim : 0; /* dim 0 counted from the back is the same form */
         T_OK(tcoll_all_gather(&in, dim, NULL, &out));
-        T_EXPECT(tcoll_pending_count() == 1, "in-place all_gather: %zu pending (expected 1)", tcoll_pending_count());
+        T_EXPECT(tcoll_pending_count() == 1, "in-place all_gather: %zu pending (expected 1)",
+                 tcoll_pending_count());
         T_OK(tcoll_wait(out.data));
         mv_ag_ctx c = {dt, sc->ndim, 0, t_size, sc->shape, NULL};
         t_check_all("in-place all_gather", &out, mv_ag_expect, &c, 0);
@@ -121,11 +129,13 @@ END_TEST
 START_TEST(in_place_wait_on_view) {
   int64_t shape[1] = {6}, oshape[1] = {6 * (int64_t)t_size};
   tcoll_tensor_t out = t_alloc(TCOLL_INT32, 1, oshape);
-  tcoll_tensor_t in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * 6 * 4, TCOLL_INT32, 1, shape, out.device);
+  tcoll_tensor_t in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * 6 * 4, TCOLL_INT32, 1,
+                                        shape, out.device);
   mv_fill(&in, t_rank, 0);
   T_OK(tcoll_all_gather(&in, 0, NULL, &out));
   T_OK(tcoll_wait(in.data));
-  T_EXPECT(tcoll_pending_count() == 0, "%zu pending after waiting on the view", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending after waiting on the view",
+           tcoll_pending_count());
   mv_ag_ctx c = {TCOLL_INT32, 1, 0, t_size, shape, NULL};
   t_check_all("in-place all_gather waited on the view", &out, mv_ag_expect, &c, 0);
   tcoll_tensor_free(&out);
@@ -184,25 +194,29 @@ START_TEST(bad_arguments) {
   tcoll_tensor_t scalar = t_alloc(TCOLL_FLOAT32, 0, NULL);
   T_FAILS(tcoll_all_gather(&scalar, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "0-dim");
   T_EXPECT(out.data == NULL, "a refused all_gather allocated its output");
-  T_FAILS(tcoll_all_gather(&in, 2, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "gather_dim is 2 (expected -2..1)");
+  T_FAILS(tcoll_all_gather(&in, 2, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "gather_dim is 2 (expected -2..1)");
   T_FAILS(tcoll_all_gather(&in, -3, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "gather_dim is -3");
   T_FAILS(tcoll_all_gather(NULL, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "in is NULL");
   T_FAILS(tcoll_all_gather(&in, 0, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT, "out is NULL");
   /* A preallocated output must have exactly the gathered shape, dtype and device. */
   int64_t wshape[2] = {2, 4}; /* neither [2 size, 3] nor [2, 3 size] */
   tcoll_tensor_t wrong = t_alloc(TCOLL_FLOAT32, 2, wshape);
-  T_FAILS(tcoll_all_gather(&in, 0, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape is [2, 4]");
-  T_FAILS(tcoll_all_gather(&in, 1, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape is [2, 4]");
+  T_FAILS(tcoll_all_gather(&in, 0, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->shape is [2, 4]");
+  T_FAILS(tcoll_all_gather(&in, 1, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->shape is [2, 4]");
   tcoll_tensor_free(&wrong);
   tcoll_tensor_t wrong_dt = t_alloc(TCOLL_INT32, 2, oshape);
-  T_FAILS(tcoll_all_gather(&in, 0, NULL, &wrong_dt), TCOLL_ERR_INVALID_ARGUMENT, "out->dtype is int32 (expected float32)");
+  T_FAILS(tcoll_all_gather(&in, 0, NULL, &wrong_dt), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->dtype is int32 (expected float32)");
   tcoll_tensor_free(&wrong_dt);
   /* An input inside the output but not at this rank's slot is an overlap, not the in-place form. */
   tcoll_tensor_t big = t_alloc(TCOLL_FLOAT32, 2, oshape);
   size_t nb = tcoll_tensor_nbytes(&in);
   if (t_size > 1) {
-    tcoll_tensor_t off = tcoll_tensor_make((char *)big.data + (size_t)((t_rank + 1) % t_size) * nb, TCOLL_FLOAT32, 2,
-                                           shape, big.device);
+    tcoll_tensor_t off = tcoll_tensor_make((char *)big.data + (size_t)((t_rank + 1) % t_size) * nb,
+                                           TCOLL_FLOAT32, 2, shape, big.device);
     T_FAILS(tcoll_all_gather(&off, 0, NULL, &big), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
   } else { /* one rank: a [1, 3] input one element into a [1, 3] output */
     int64_t one[2] = {1, 3};
@@ -211,7 +225,8 @@ START_TEST(bad_arguments) {
     T_FAILS(tcoll_all_gather(&off, 0, NULL, &o1), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
   }
   /* The in-place form exists along dim 0 only: the own slot along dim 1 overlaps. */
-  tcoll_tensor_t slot = tcoll_tensor_make((char *)big.data + (size_t)t_rank * nb, TCOLL_FLOAT32, 2, shape, big.device);
+  tcoll_tensor_t slot = tcoll_tensor_make((char *)big.data + (size_t)t_rank * nb, TCOLL_FLOAT32, 2,
+                                          shape, big.device);
   if (t_size > 1) {
     int64_t o1[2] = {2, 3 * (int64_t)t_size};
     tcoll_tensor_t big1 = tcoll_tensor_make(big.data, TCOLL_FLOAT32, 2, o1, big.device);
@@ -240,19 +255,19 @@ START_TEST(shape_rule) {
       int nd = dim < 0 ? dim + 3 : dim;
       for (int d = 0; d < 3; d++) {
         int64_t want = t.shape[d] * (d == nd ? g : 1);
-        T_EXPECT(shape[d] == want, "all_gather_shape(dim %d, group %d)[%d] = %lld (expected %lld)", dim, g, d,
-                 (long long)shape[d], (long long)want);
+        T_EXPECT(shape[d] == want, "all_gather_shape(dim %d, group %d)[%d] = %lld (expected %lld)",
+                 dim, g, d, (long long)shape[d], (long long)want);
       }
       T_EXPECT(shape[3] == -1, "all_gather_shape wrote past ndim");
     }
   }
   tcoll_tensor_t zero = tcoll_tensor_make(NULL, TCOLL_INT8, 2, (int64_t[]){0, 4}, TCOLL_HOST);
   T_OK(tcoll_all_gather_shape(&zero, 0, 4, shape));
-  T_EXPECT(shape[0] == 0 && shape[1] == 4, "all_gather_shape of [0, 4]: [%lld, %lld]", (long long)shape[0],
-           (long long)shape[1]);
+  T_EXPECT(shape[0] == 0 && shape[1] == 4, "all_gather_shape of [0, 4]: [%lld, %lld]",
+           (long long)shape[0], (long long)shape[1]);
   T_OK(tcoll_all_gather_shape(&zero, 1, 4, shape));
-  T_EXPECT(shape[0] == 0 && shape[1] == 16, "all_gather_shape of [0, 4] dim 1: [%lld, %lld]", (long long)shape[0],
-           (long long)shape[1]);
+  T_EXPECT(shape[0] == 0 && shape[1] == 16, "all_gather_shape of [0, 4] dim 1: [%lld, %lld]",
+           (long long)shape[0], (long long)shape[1]);
   tcoll_tensor_t scalar = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 0, NULL, TCOLL_HOST);
   T_FAILS(tcoll_all_gather_shape(&scalar, 0, 2, shape), TCOLL_ERR_INVALID_ARGUMENT, "0-dim");
   T_FAILS(tcoll_all_gather_shape(&t, 3, 2, shape), TCOLL_ERR_INVALID_ARGUMENT, "gather_dim is 3");
@@ -260,7 +275,8 @@ START_TEST(shape_rule) {
   T_FAILS(tcoll_all_gather_shape(&t, 0, 2, NULL), TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL");
   T_FAILS(tcoll_all_gather_shape(NULL, 0, 2, shape), TCOLL_ERR_INVALID_ARGUMENT, "in is NULL");
   /* Overflow of the gathered dim is refused, not wrapped. */
-  tcoll_tensor_t huge = tcoll_tensor_make(NULL, TCOLL_BOOL, 1, (int64_t[]){(int64_t)1 << 62}, TCOLL_HOST);
+  tcoll_tensor_t huge =
+      tcoll_tensor_make(NULL, TCOLL_BOOL, 1, (int64_t[]){(int64_t)1 << 62}, TCOLL_HOST);
   T_FAILS(tcoll_all_gather_shape(&huge, 0, 4, shape), TCOLL_ERR_INVALID_ARGUMENT, "overflows");
 }
 END_TEST
@@ -268,8 +284,10 @@ END_TEST
 /* ---- all_gather_coalesced ---- */
 
 #define NCO 6
-static const tcoll_dtype_t co_dt[NCO] = {TCOLL_FLOAT64, TCOLL_INT8, TCOLL_BFLOAT16, TCOLL_BOOL, TCOLL_FLOAT16, TCOLL_INT32};
-static const shape_case co_shape[NCO] = {{1, {3}}, {2, {2, 3}}, {3, {4, 1, 2}}, {1, {5}}, {1, {1}}, {2, {0, 2}}};
+static const tcoll_dtype_t co_dt[NCO] = {TCOLL_FLOAT64, TCOLL_INT8,    TCOLL_BFLOAT16,
+                                         TCOLL_BOOL,    TCOLL_FLOAT16, TCOLL_INT32};
+static const shape_case co_shape[NCO] = {{1, {3}}, {2, {2, 3}}, {3, {4, 1, 2}},
+                                         {1, {5}}, {1, {1}},    {2, {0, 2}}};
 
 static void coalesced_case(bool prealloc, tcoll_comm_t *comm, const int *world_of) {
   int size = tcoll_comm_size(comm ? comm : tcoll_comm_world());
@@ -297,7 +315,8 @@ static void coalesced_case(bool prealloc, tcoll_comm_t *comm, const int *world_o
     memcpy(os, co_shape[i].shape, sizeof os);
     os[0] *= size;
     char what[96];
-    snprintf(what, sizeof what, "all_gather_coalesced out[%d] (%s)", i, prealloc ? "preallocated" : "allocating");
+    snprintf(what, sizeof what, "all_gather_coalesced out[%d] (%s)", i,
+             prealloc ? "preallocated" : "allocating");
     MV_EXPECT_SHAPE(&out[i], co_shape[i].ndim, os, what);
     T_EXPECT(out[i].dtype == co_dt[i], "%s: dtype %s", what, tcoll_dtype_name(out[i].dtype));
     mv_ag_ctx c = {co_dt[i], co_shape[i].ndim, 0, size, co_shape[i].shape, tags[i]};
@@ -324,13 +343,17 @@ START_TEST(coalesced_bad_arguments) {
   in[0] = t_alloc(TCOLL_FLOAT32, 1, s);
   in[1] = t_alloc(TCOLL_FLOAT32, 0, NULL);
   T_FAILS(tcoll_all_gather_coalesced(in, 2, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "in[1]");
-  T_EXPECT(t_contains(tcoll_last_error(), "0-dim"), "message \"%s\" lacks \"0-dim\"", tcoll_last_error());
-  T_EXPECT(out[0].data == NULL && out[1].data == NULL, "a refused all_gather_coalesced allocated outputs");
+  T_EXPECT(t_contains(tcoll_last_error(), "0-dim"), "message \"%s\" lacks \"0-dim\"",
+           tcoll_last_error());
+  T_EXPECT(out[0].data == NULL && out[1].data == NULL,
+           "a refused all_gather_coalesced allocated outputs");
   T_FAILS(tcoll_all_gather_coalesced(in, -1, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "n is -1");
   T_FAILS(tcoll_all_gather_coalesced(NULL, 2, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "in is NULL");
   int64_t ws[1] = {3};
   out[0] = t_alloc(TCOLL_FLOAT32, 1, ws); /* wrong unless one rank */
-  if (t_size > 1) T_FAILS(tcoll_all_gather_coalesced(in, 1, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "out[0]->shape");
+  if (t_size > 1)
+    T_FAILS(tcoll_all_gather_coalesced(in, 1, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
+            "out[0]->shape");
   tcoll_tensor_free(&out[0]);
   T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu pending", tcoll_pending_count());
   tcoll_tensor_free(&in[0]);
@@ -378,7 +401,8 @@ START_TEST(list_bad_arguments) {
   char needle[32];
   snprintf(needle, sizeof needle, "outs[%d]->shape", t_size - 1);
   T_FAILS(tcoll_all_gather_list(&in, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, needle);
-  for (int r = 0; r < t_size - 1; r++) T_EXPECT(outs[r].data == NULL, "refused all_gather_list allocated outs[%d]", r);
+  for (int r = 0; r < t_size - 1; r++)
+    T_EXPECT(outs[r].data == NULL, "refused all_gather_list allocated outs[%d]", r);
   tcoll_tensor_free(&outs[t_size - 1]);
   free(outs);
   tcoll_tensor_free(&in);
@@ -398,7 +422,8 @@ START_TEST(sub_communicators) {
     for (int g = 0; g < n; g++) tags[g] = 2 * g + parity;
     int64_t shape[3] = {2, 3, 2};
     for (int dim = -3; dim < 3; dim++)
-      gather_and_check(dim % 2 ? TCOLL_FLOAT16 : TCOLL_INT64, 3, shape, dim, half, tags, t_rank, dim >= 0);
+      gather_and_check(dim % 2 ? TCOLL_FLOAT16 : TCOLL_INT64, 3, shape, dim, half, tags, t_rank,
+                       dim >= 0);
     int world_of[8];
     for (int g = 0; g < n; g++) world_of[g] = tags[g];
     coalesced_case(false, half, world_of);
@@ -444,7 +469,9 @@ START_TEST(pending_input) {
   for (int64_t i = 0; i < n; i++) {
     int64_t row = i / (3 * t_size), col = i % (3 * t_size) % 3;
     double want = mv_ag_expect(row * 3 + col, &mc);
-    if (got[i] != want && bad++ < 3) T_EXPECT(false, "chained all_gather element %lld: %g (expected %g)", (long long)i, got[i], want);
+    if (got[i] != want && bad++ < 3)
+      T_EXPECT(false, "chained all_gather element %lld: %g (expected %g)", (long long)i, got[i],
+               want);
   }
   T_EXPECT(bad == 0, "chained all_gather: %d elements differ", bad);
   free(got);
@@ -464,14 +491,17 @@ START_TEST(in_place_on_some_ranks) {
       tcoll_tensor_t out = t_alloc(dt, 2, oshape), in = t_empty();
       mv_fill(&out, 600 + t_rank, 0);
       size_t nb = (size_t)6 * tcoll_dtype_size(dt);
-      if (inplace) in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * nb, dt, 2, shape, out.device);
-      else in = t_alloc(dt, 2, shape);
+      if (inplace)
+        in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * nb, dt, 2, shape, out.device);
+      else
+        in = t_alloc(dt, 2, shape);
       mv_fill(&in, t_rank, 0);
       T_OK(tcoll_all_gather(&in, 0, NULL, &out));
       T_OK(tcoll_wait(out.data));
       mv_ag_ctx c = {dt, 2, 0, t_size, shape, NULL};
-      t_check_all(inplace ? "all_gather, in place on this rank only" : "all_gather, in place on other ranks only", &out,
-                  mv_ag_expect, &c, 0);
+      t_check_all(inplace ? "all_gather, in place on this rank only"
+                          : "all_gather, in place on other ranks only",
+                  &out, mv_ag_expect, &c, 0);
       if (!inplace) tcoll_tensor_free(&in);
       tcoll_tensor_free(&out);
     }
@@ -512,7 +542,8 @@ START_TEST(zero_size_null_data) {
   tcoll_tensor_free(&cout[1]);
   /* An empty tensor has 0 bytes however large its other dims are. */
   int64_t wide[2] = {0, (int64_t)1 << 61}; /* 2^63 bytes of float32 per row, but no rows */
-  tcoll_tensor_t win = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, wide, t_device()), wout = t_empty();
+  tcoll_tensor_t win = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, wide, t_device()),
+                 wout = t_empty();
   T_OK(tcoll_all_gather(&win, 0, NULL, &wout));
   T_OK(tcoll_wait(wout.data));
   MV_EXPECT_SHAPE(&wout, 2, wide, "all_gather of an empty [0, 2^61] input");
@@ -533,15 +564,19 @@ START_TEST(large_other_dims) {
     int64_t shape[3];
     int dim;
   } cases[] = {
-      {TCOLL_FLOAT32, 2, {601, 257}, 1},   /* chunks end inside runs */
-      {TCOLL_INT16, 3, {5, 200, 101}, 1},  /* an inner dim; one chunk at 1 rank, pipelined from 2 */
-      {TCOLL_FLOAT64, 2, {2, 90001}, -1},  /* runs longer than a chunk */
+      {TCOLL_FLOAT32, 2, {601, 257}, 1},  /* chunks end inside runs */
+      {TCOLL_INT16, 3, {5, 200, 101}, 1}, /* an inner dim; one chunk at 1 rank, pipelined from 2 */
+      {TCOLL_FLOAT64, 2, {2, 90001}, -1}, /* runs longer than a chunk */
       {TCOLL_BFLOAT16, 3, {700, 3, 131}, 2},
-      {TCOLL_UINT8, 2, {1, 700001}, 1},    /* leading 1: one contiguous block, not pipelined */
-      {TCOLL_FLOAT32, 2, {4100, 263}, 1},  /* from 2 ranks an output of 8 MiB and more: runs streamed */
+      {TCOLL_UINT8, 2, {1, 700001}, 1}, /* leading 1: one contiguous block, not pipelined */
+      {TCOLL_FLOAT32,
+       2,
+       {4100, 263},
+       1}, /* from 2 ranks an output of 8 MiB and more: runs streamed */
   };
   for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
-    gather_and_check(cases[i].dt, cases[i].ndim, cases[i].shape, cases[i].dim, NULL, NULL, t_rank, i % 2 == 0);
+    gather_and_check(cases[i].dt, cases[i].ndim, cases[i].shape, cases[i].dim, NULL, NULL, t_rank,
+                     i % 2 == 0);
 }
 END_TEST
 
@@ -572,7 +607,8 @@ START_TEST(large_pipelines_any_completion_order) {
     T_OK(tcoll_wait(out[0].data));
   } else {
     int rc;
-    while ((rc = tcoll_test(out[1].data)) == TCOLL_IN_PROGRESS) {}
+    while ((rc = tcoll_test(out[1].data)) == TCOLL_IN_PROGRESS) {
+    }
     T_OK(rc);
     T_OK(tcoll_wait(out[0].data));
     T_OK(tcoll_wait(out[2].data));
@@ -610,12 +646,16 @@ START_TEST(busy_and_overlapping_outputs) {
   t_check_all("all_gather after refused calls on its output", &out, mv_ag_expect, &c, 0);
   /* Two outputs of one call on the same buffer. */
   cout[0] = out;
-  T_FAILS(tcoll_all_gather_coalesced(cin, 2, NULL, cout), TCOLL_ERR_INVALID_ARGUMENT, "overlaps another output");
+  T_FAILS(tcoll_all_gather_coalesced(cin, 2, NULL, cout), TCOLL_ERR_INVALID_ARGUMENT,
+          "overlaps another output");
   if (t_size > 1) {
     tcoll_tensor_t *outs = calloc((size_t)t_size, sizeof *outs);
-    for (int r = 0; r < t_size; r++) outs[r] = r < 2 ? tcoll_tensor_make(out.data, TCOLL_INT32, 1, s, out.device) : t_empty();
-    T_FAILS(tcoll_all_gather_list(&in, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, "overlaps another output");
-    for (int r = 2; r < t_size; r++) T_EXPECT(outs[r].data == NULL, "refused all_gather_list kept outs[%d]", r);
+    for (int r = 0; r < t_size; r++)
+      outs[r] = r < 2 ? tcoll_tensor_make(out.data, TCOLL_INT32, 1, s, out.device) : t_empty();
+    T_FAILS(tcoll_all_gather_list(&in, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT,
+            "overlaps another output");
+    for (int r = 2; r < t_size; r++)
+      T_EXPECT(outs[r].data == NULL, "refused all_gather_list kept outs[%d]", r);
     free(outs);
   }
   T_EXPECT(tcoll_pending_count() == 0, "%zu pending after refused calls", tcoll_pending_count());

@@ -7,26 +7,32 @@ enum { V_PREALLOC, V_INPLACE, V_ALLOC, V_COUNT };
 static const char *const vname[V_COUNT] = {"preallocated", "in place", "allocating"};
 
 /* One all_reduce of c's data over comm (c describes the group), checked. */
-static void ar_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, int variant, int ndim, const int64_t *shape) {
+static void ar_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, int variant, int ndim,
+                    const int64_t *shape) {
   char what[200], whatin[220];
-  snprintf(what, sizeof what, "all_reduce %s %s %s G=%d ndim=%d", kname(c.k), tcoll_dtype_name(c.d), vname[variant],
-           c.G, ndim);
+  snprintf(what, sizeof what, "all_reduce %s %s %s G=%d ndim=%d", kname(c.k), tcoll_dtype_name(c.d),
+           vname[variant], c.G, ndim);
   snprintf(whatin, sizeof whatin, "%s: input", what);
   tcoll_tensor_t in = t_alloc(c.d, ndim, shape);
   t_set_all(&in, rc_fill, &c);
-  tcoll_tensor_t out = variant == V_PREALLOC ? t_alloc(c.d, ndim, shape) : variant == V_INPLACE ? in : t_empty();
+  tcoll_tensor_t out = variant == V_PREALLOC  ? t_alloc(c.d, ndim, shape)
+                       : variant == V_INPLACE ? in
+                                              : t_empty();
   size_t before = tcoll_pending_count();
   if (!k_accepts(c.k, c.d)) {
     T_REFUSED(tcoll_all_reduce(&in, op, comm, &out), c.k, c.d);
-    T_EXPECT(tcoll_pending_count() == before, "%s: refused call left %zu pending", what, tcoll_pending_count());
-    if (variant == V_ALLOC) T_EXPECT(out.data == NULL, "%s: refused call allocated an output", what);
+    T_EXPECT(tcoll_pending_count() == before, "%s: refused call left %zu pending", what,
+             tcoll_pending_count());
+    if (variant == V_ALLOC)
+      T_EXPECT(out.data == NULL, "%s: refused call allocated an output", what);
     t_check_all(whatin, &in, rc_orig, &c, 0);
   } else {
     T_OK(tcoll_all_reduce(&in, op, comm, &out));
-    T_EXPECT(tcoll_pending_count() == before + 1, "%s: %zu pending after the call (expected %zu)", what,
-             tcoll_pending_count(), before + 1);
+    T_EXPECT(tcoll_pending_count() == before + 1, "%s: %zu pending after the call (expected %zu)",
+             what, tcoll_pending_count(), before + 1);
     T_OK(tcoll_wait(out.data));
-    T_EXPECT(tcoll_pending_count() == before, "%s: %zu pending after the wait", what, tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == before, "%s: %zu pending after the wait", what,
+             tcoll_pending_count());
     if (variant == V_ALLOC) t_expect_desc(what, &out, c.d, ndim, shape, in.device);
     t_check_all(what, &out, rc_want, &c, 0);
     if (variant == V_PREALLOC) t_check_all(whatin, &in, rc_orig, &c, 0);
@@ -40,7 +46,8 @@ static void matrix(int variant, double scalar, int ndim, const int64_t *shape) {
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(scalar, &premul));
   for (int di = 0; di < TCOLL_NUM_DTYPES; di++)
-    for (int k = 0; k < K_NKINDS; k++) ar_case(rc_world(ALL_DTYPES[di], k, scalar), kop(k, premul), NULL, variant, ndim, shape);
+    for (int k = 0; k < K_NKINDS; k++)
+      ar_case(rc_world(ALL_DTYPES[di], k, scalar), kop(k, premul), NULL, variant, ndim, shape);
   T_OK(tcoll_redop_destroy(premul));
 }
 
@@ -64,7 +71,8 @@ END_TEST
 
 /* 0-dim scalars, many dims, size-1 dims, zero-size tensors. */
 START_TEST(shapes) {
-  static const int64_t s8[8] = {1, 2, 1, 2, 1, 3, 1, 1}, s4[4] = {1, 1, 5, 1}, z1[1] = {0}, z3[3] = {3, 0, 2};
+  static const int64_t s8[8] = {1, 2, 1, 2, 1, 3, 1, 1}, s4[4] = {1, 1, 5, 1}, z1[1] = {0},
+                       z3[3] = {3, 0, 2};
   const struct {
     int ndim;
     const int64_t *shape;
@@ -75,8 +83,8 @@ START_TEST(shapes) {
     for (size_t d = 0; d < T_LEN(dts); d++)
       for (size_t k = 0; k < T_LEN(ks); k++)
         if (k_accepts(ks[k], dts[d]))
-          ar_case(rc_world(dts[d], ks[k], 1), ks[k], NULL, (int)((s + d + k) % V_COUNT), cases[s].ndim,
-                  cases[s].shape);
+          ar_case(rc_world(dts[d], ks[k], 1), ks[k], NULL, (int)((s + d + k) % V_COUNT),
+                  cases[s].ndim, cases[s].shape);
 }
 END_TEST
 
@@ -86,7 +94,8 @@ START_TEST(zero_size_null_data) {
   int64_t shape[2] = {0, 4};
   tcoll_tensor_t in = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, shape, t_device()), out = t_empty();
   T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
-  T_EXPECT(tcoll_pending_count() == 1, "%zu pending (expected the allocated output)", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 1, "%zu pending (expected the allocated output)",
+           tcoll_pending_count());
   T_OK(tcoll_wait(out.data));
   t_expect_desc("zero-size output", &out, TCOLL_FLOAT32, 2, shape, in.device);
   tcoll_tensor_free(&out);
@@ -104,8 +113,8 @@ START_TEST(split_even_odd) {
   tcoll_comm_t *sub = NULL;
   T_OK(tcoll_comm_split(NULL, t_rank % 2, t_rank, &sub));
   int ids[T_MAX_G], G = t_parity_members(ids);
-  T_EXPECT(sub && tcoll_comm_size(sub) == G && tcoll_comm_rank(sub) == t_rank / 2, "split: size %d rank %d",
-           tcoll_comm_size(sub), tcoll_comm_rank(sub));
+  T_EXPECT(sub && tcoll_comm_size(sub) == G && tcoll_comm_rank(sub) == t_rank / 2,
+           "split: size %d rank %d", tcoll_comm_size(sub), tcoll_comm_rank(sub));
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
   int64_t shape[2] = {4, 5};
@@ -113,7 +122,8 @@ START_TEST(split_even_odd) {
   for (int di = 0; di < TCOLL_NUM_DTYPES; di++)
     for (int k = 0; k < K_NKINDS; k++)
       if (k_accepts(k, ALL_DTYPES[di]))
-        ar_case(rc_group(ALL_DTYPES[di], k, 0.5, ids, G), kop(k, premul), sub, n++ % V_COUNT, 2, shape);
+        ar_case(rc_group(ALL_DTYPES[di], k, 0.5, ids, G), kop(k, premul), sub, n++ % V_COUNT, 2,
+                shape);
   /* a refusal on a subcommunicator too */
   ar_case(rc_group(TCOLL_INT32, K_AVG, 1, ids, G), TCOLL_AVG, sub, V_PREALLOC, 2, shape);
   T_OK(tcoll_redop_destroy(premul));
@@ -135,14 +145,16 @@ START_TEST(mesh_slices) {
   for (int dim = 0; dim < 2; dim++) {
     tcoll_comm_t *slice = tcoll_mesh_comm(mesh, dim);
     int ids[T_MAX_G], G = t_mesh_members(dims, dim, ids);
-    T_EXPECT(slice && tcoll_comm_size(slice) == G && tcoll_comm_rank(slice) == tcoll_mesh_coord(mesh, dim),
+    T_EXPECT(slice && tcoll_comm_size(slice) == G &&
+                 tcoll_comm_rank(slice) == tcoll_mesh_coord(mesh, dim),
              "mesh dim %d: slice size %d rank %d (expected %d, %d)", dim, tcoll_comm_size(slice),
              tcoll_comm_rank(slice), G, tcoll_mesh_coord(mesh, dim));
     if (!slice) continue;
     for (size_t d = 0; d < T_LEN(dts); d++)
       for (int k = 0; k < K_NKINDS; k++)
         if (k_accepts(k, dts[d]))
-          ar_case(rc_group(dts[d], k, 2.0, ids, G), kop(k, premul), slice, (int)(d + (size_t)k) % V_COUNT, 1, shape);
+          ar_case(rc_group(dts[d], k, 2.0, ids, G), kop(k, premul), slice,
+                  (int)(d + (size_t)k) % V_COUNT, 1, shape);
   }
   T_OK(tcoll_redop_destroy(premul));
   T_OK(tcoll_mesh_free(&mesh));
@@ -159,8 +171,9 @@ START_TEST(integer_wraparound) {
     tcoll_dtype_t d;
     tcoll_redop_t op;
     double base;
-  } cases[] = {{TCOLL_UINT8, TCOLL_SUM, 200}, {TCOLL_INT8, TCOLL_SUM, 100}, {TCOLL_UINT8, TCOLL_PRODUCT, 16},
-               {TCOLL_INT8, TCOLL_PRODUCT, 12}, {TCOLL_INT16, TCOLL_SUM, 30000}, {TCOLL_INT16, TCOLL_PRODUCT, 300}};
+  } cases[] = {{TCOLL_UINT8, TCOLL_SUM, 200},    {TCOLL_INT8, TCOLL_SUM, 100},
+               {TCOLL_UINT8, TCOLL_PRODUCT, 16}, {TCOLL_INT8, TCOLL_PRODUCT, 12},
+               {TCOLL_INT16, TCOLL_SUM, 30000},  {TCOLL_INT16, TCOLL_PRODUCT, 300}};
   const int64_t lengths[] = {6, 1000};
   for (size_t c = 0; c < T_LEN(cases) * T_LEN(lengths); c++) {
     int64_t n = lengths[c / T_LEN(cases)], shape[1] = {n};
@@ -183,11 +196,13 @@ START_TEST(integer_wraparound) {
       int bits = (int)tcoll_dtype_size(k->d) * 8;
       uint64_t m = acc & ((UINT64_C(1) << bits) - 1);
       double want = k->d == TCOLL_UINT8 ? (double)m
-                                        : (double)(m >= (UINT64_C(1) << (bits - 1)) ? (int64_t)m - ((int64_t)1 << bits)
-                                                                                    : (int64_t)m);
+                                        : (double)(m >= (UINT64_C(1) << (bits - 1))
+                                                       ? (int64_t)m - ((int64_t)1 << bits)
+                                                       : (int64_t)m);
       if (got[i] != want && bad++ < 3)
         T_EXPECT(false, "%s %s wraparound over %lld elements: element %lld is %g, expected %g",
-                 tcoll_dtype_name(k->d), tcoll_redop_name(k->op), (long long)n, (long long)i, got[i], want);
+                 tcoll_dtype_name(k->d), tcoll_redop_name(k->op), (long long)n, (long long)i,
+                 got[i], want);
     }
     free(got);
     tcoll_tensor_free(&in);
@@ -217,7 +232,8 @@ START_TEST(bad_arguments) {
   tcoll_tensor_free(&wrong);
   if (in.device != TCOLL_HOST) {
     wrong = t_host(TCOLL_FLOAT32, 1, shape);
-    T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->device");
+    T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+            "out->device");
     tcoll_tensor_free(&wrong);
   }
   /* overlapping but not identical buffers */
@@ -252,16 +268,20 @@ START_TEST(redop_names) {
     tcoll_redop_t op = -5;
     T_OK(tcoll_redop_from_string(names[i], &op));
     T_EXPECT(op == i, "\"%s\" gave %d (expected %d)", names[i], op, i);
-    T_EXPECT(!strcmp(tcoll_redop_name(i), kname(i)), "tcoll_redop_name(%d) is %s", i, tcoll_redop_name(i));
+    T_EXPECT(!strcmp(tcoll_redop_name(i), kname(i)), "tcoll_redop_name(%d) is %s", i,
+             tcoll_redop_name(i));
   }
   tcoll_redop_t op;
-  T_FAILS(tcoll_redop_from_string("mean", &op), TCOLL_ERR_INVALID_ARGUMENT, "Unrecognized reduce_op: mean");
+  T_FAILS(tcoll_redop_from_string("mean", &op), TCOLL_ERR_INVALID_ARGUMENT,
+          "Unrecognized reduce_op: mean");
   T_FAILS(tcoll_redop_create_premul_sum(NAN, &op), TCOLL_ERR_INVALID_ARGUMENT, "scalar");
   T_FAILS(tcoll_redop_create_premul_sum(INFINITY, &op), TCOLL_ERR_INVALID_ARGUMENT, "scalar");
   T_OK(tcoll_redop_create_premul_sum(0.5, &op));
-  T_EXPECT(!strcmp(tcoll_redop_name(op), "premul_sum"), "premul handle named %s", tcoll_redop_name(op));
+  T_EXPECT(!strcmp(tcoll_redop_name(op), "premul_sum"), "premul handle named %s",
+           tcoll_redop_name(op));
   T_OK(tcoll_redop_destroy(op));
-  T_EXPECT(!strcmp(tcoll_redop_name(op), "invalid"), "destroyed handle named %s", tcoll_redop_name(op));
+  T_EXPECT(!strcmp(tcoll_redop_name(op), "invalid"), "destroyed handle named %s",
+           tcoll_redop_name(op));
   T_FAILS(tcoll_redop_destroy(op), TCOLL_ERR_INVALID_ARGUMENT, "premul_sum");
   T_FAILS(tcoll_redop_destroy(TCOLL_SUM), TCOLL_ERR_INVALID_ARGUMENT, "sum");
 }
@@ -300,7 +320,8 @@ START_TEST(pending) {
   T_OK(tcoll_all_reduce(&in, TCOLL_MAX, NULL, &o[1]));
   /* o[0] is pending: using it as input waits for it; o[2] = sum over ranks of o[0] = G * sum */
   T_OK(tcoll_all_reduce(&o[0], TCOLL_SUM, NULL, &o[2]));
-  T_EXPECT(tcoll_pending_count() == 2, "%zu pending (expected o[1] and o[2])", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 2, "%zu pending (expected o[1] and o[2])",
+           tcoll_pending_count());
   /* o[1] is pending: refused as an output */
   T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &o[1]), TCOLL_ERR_BUSY, "pending");
   T_EXPECT(tcoll_pending_count() == 2, "%zu pending after a BUSY refusal", tcoll_pending_count());
@@ -339,15 +360,16 @@ START_TEST(large_counts) {
     int64_t n;
     int variant;
   } cases[] = {
-      {TCOLL_FLOAT32, K_SUM, 4099, V_PREALLOC}, {TCOLL_INT32, K_BXOR, 3001, V_INPLACE},
-      {TCOLL_FLOAT16, K_AVG, 2999, V_ALLOC},    {TCOLL_BOOL, K_BOR, 2001, V_PREALLOC},
-      {TCOLL_INT8, K_MIN, 1000, V_INPLACE},     {TCOLL_BFLOAT16, K_MAX, 1001, V_ALLOC},
+      {TCOLL_FLOAT32, K_SUM, 4099, V_PREALLOC},   {TCOLL_INT32, K_BXOR, 3001, V_INPLACE},
+      {TCOLL_FLOAT16, K_AVG, 2999, V_ALLOC},      {TCOLL_BOOL, K_BOR, 2001, V_PREALLOC},
+      {TCOLL_INT8, K_MIN, 1000, V_INPLACE},       {TCOLL_BFLOAT16, K_MAX, 1001, V_ALLOC},
       {TCOLL_FLOAT64, K_PREMUL, 5003, V_INPLACE}, {TCOLL_INT64, K_PROD, 2000, V_PREALLOC},
       {TCOLL_UINT8, K_BAND, 3333, V_ALLOC},
   };
   for (size_t i = 0; i < T_LEN(cases); i++) {
     int64_t shape[1] = {cases[i].n};
-    ar_case(rc_world(cases[i].d, cases[i].k, 0.5), kop(cases[i].k, premul), NULL, cases[i].variant, 1, shape);
+    ar_case(rc_world(cases[i].d, cases[i].k, 0.5), kop(cases[i].k, premul), NULL, cases[i].variant,
+            1, shape);
   }
   /* 2-D, on a subcommunicator */
   tcoll_comm_t *sub = NULL;
@@ -389,7 +411,8 @@ START_TEST(many_outstanding) {
   T_OK(tcoll_all_reduce_coalesced(&in, 1, TCOLL_MAX, NULL, &o[3]));
   /* a view of o[0] (its second half) as an input: o[0] is waited for first */
   int64_t h[1] = {3 * (int64_t)G};
-  tcoll_tensor_t view = tcoll_tensor_make((float *)o[0].data + 3 * G, TCOLL_FLOAT32, 1, h, o[0].device);
+  tcoll_tensor_t view =
+      tcoll_tensor_make((float *)o[0].data + 3 * G, TCOLL_FLOAT32, 1, h, o[0].device);
   T_OK(tcoll_all_reduce(&view, TCOLL_MAX, NULL, &o[4]));
   T_EXPECT(tcoll_pending_count() == 4, "%zu pending (expected o[1..4])", tcoll_pending_count());
   /* in place on a pending buffer: refused as BUSY, like any pending output */

@@ -23,7 +23,8 @@ static void a2a_case(tcoll_dtype_t dt, tcoll_comm_t *comm, const int64_t *S, int
                      const int64_t *rshape, const int *tags, bool prealloc) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
   int size = tcoll_comm_size(c), me = tcoll_comm_rank(c);
-  int64_t *isplit = malloc((size_t)size * sizeof *isplit), *osplit = malloc((size_t)size * sizeof *osplit);
+  int64_t *isplit = malloc((size_t)size * sizeof *isplit),
+          *osplit = malloc((size_t)size * sizeof *osplit);
   int64_t in_rows = 0, out_rows = 0;
   for (int p = 0; p < size; p++) {
     isplit[p] = S ? S[me * size + p] : even;
@@ -47,8 +48,10 @@ static void a2a_case(tcoll_dtype_t dt, tcoll_comm_t *comm, const int64_t *S, int
   }
   char what[160], sh[64];
   snprintf(what, sizeof what, "all_to_all_single %s %s, %s splits (%s)", tcoll_dtype_name(dt),
-           mv_shape_str(sh, sizeof sh, rnd + 1, ishape), S ? "uneven" : "even", prealloc ? "preallocated" : "allocating");
-  int rc = S ? tcoll_all_to_all_single(&in, osplit, isplit, comm, &out) : tcoll_all_to_all_single(&in, NULL, NULL, comm, &out);
+           mv_shape_str(sh, sizeof sh, rnd + 1, ishape), S ? "uneven" : "even",
+           prealloc ? "preallocated" : "allocating");
+  int rc = S ? tcoll_all_to_all_single(&in, osplit, isplit, comm, &out)
+             : tcoll_all_to_all_single(&in, NULL, NULL, comm, &out);
   T_EXPECT(rc == TCOLL_SUCCESS, "%s: %s: %s", what, tcoll_status_string(rc), tcoll_last_error());
   if (rc == TCOLL_SUCCESS) {
     T_OK(tcoll_wait(out.data));
@@ -136,38 +139,47 @@ START_TEST(single_bad_arguments) {
   is[0] += keep + 1; /* the sum still matches: the sign alone is wrong */
   char needle[128];
   snprintf(needle, sizeof needle, "input_split_sizes[%d] is -1", size - 1);
-  if (size > 1) T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, needle);
+  if (size > 1)
+    T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, needle);
   is[0] -= keep + 1;
   is[size - 1] = keep;
   os[0] = -2;
-  T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "output_split_sizes[0] is -2");
+  T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "output_split_sizes[0] is -2");
   os[0] = 1;
   /* Even splits need a multiple of the group size. */
   if (size > 1) {
     int64_t odd[2] = {size + 1, 2};
     tcoll_tensor_t bad = t_alloc(TCOLL_FLOAT32, 2, odd);
-    snprintf(needle, sizeof needle, "in->shape[0] is %d, not a multiple of the group size %d", size + 1, size);
-    T_FAILS(tcoll_all_to_all_single(&bad, NULL, NULL, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, needle);
+    snprintf(needle, sizeof needle, "in->shape[0] is %d, not a multiple of the group size %d",
+             size + 1, size);
+    T_FAILS(tcoll_all_to_all_single(&bad, NULL, NULL, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+            needle);
     tcoll_tensor_free(&bad);
   }
   /* Splits are rows of dim 0: a 0-dim input has none. */
   tcoll_tensor_t scalar = t_alloc(TCOLL_FLOAT32, 0, NULL);
-  T_FAILS(tcoll_all_to_all_single(&scalar, NULL, NULL, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "0-dim");
+  T_FAILS(tcoll_all_to_all_single(&scalar, NULL, NULL, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "0-dim");
   tcoll_tensor_free(&scalar);
   /* A preallocated output must have sum(output_split_sizes) rows. */
   int64_t wshape[2] = {size + 1, 2};
   tcoll_tensor_t wrong = t_alloc(TCOLL_FLOAT32, 2, wshape);
-  T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape");
+  T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->shape");
   tcoll_tensor_free(&wrong);
   /* Output and input may not overlap (no in-place form). */
   if (size == 1 || 6 % size == 0)
-    T_FAILS(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+    T_FAILS(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &in), TCOLL_ERR_INVALID_ARGUMENT,
+            "overlaps");
   /* Output splits whose sum or whose output size overflows are refused, not wrapped. */
   if (size > 1) { /* (at size 1, INT64_MAX / size + 1 itself overflows) */
     for (int p = 0; p < size; p++) os[p] = INT64_MAX / size + 1; /* sum above INT64_MAX */
-    T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "output_split_sizes");
+    T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+            "output_split_sizes");
   }
-  for (int p = 0; p < size; p++) os[p] = p == 0 ? (int64_t)1 << 62 : 0; /* [2^62, 2] float32: 2^65 bytes */
+  for (int p = 0; p < size; p++)
+    os[p] = p == 0 ? (int64_t)1 << 62 : 0; /* [2^62, 2] float32: 2^65 bytes */
   T_FAILS(tcoll_all_to_all_single(&in, os, is, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "out");
   for (int p = 0; p < size; p++) os[p] = 1;
   T_EXPECT(out.data == NULL, "refused calls allocated an output");
@@ -182,8 +194,8 @@ END_TEST
 
 /* ---- permute ---- */
 
-static void permute_case(tcoll_dtype_t dt, tcoll_comm_t *comm, const int *src_dst, int ndim, const int64_t *shape,
-                         const int *tags, bool prealloc, const char *kind) {
+static void permute_case(tcoll_dtype_t dt, tcoll_comm_t *comm, const int *src_dst, int ndim,
+                         const int64_t *shape, const int *tags, bool prealloc, const char *kind) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
   int size = tcoll_comm_size(c), me = tcoll_comm_rank(c);
   int from = -1;
@@ -196,7 +208,8 @@ static void permute_case(tcoll_dtype_t dt, tcoll_comm_t *comm, const int *src_ds
     mv_fill(&out, 555, 0);
   }
   char what[128];
-  snprintf(what, sizeof what, "permute (%s) %s %s", kind, tcoll_dtype_name(dt), prealloc ? "preallocated" : "allocating");
+  snprintf(what, sizeof what, "permute (%s) %s %s", kind, tcoll_dtype_name(dt),
+           prealloc ? "preallocated" : "allocating");
   int rc = tcoll_permute(&in, src_dst, comm, &out);
   T_EXPECT(rc == TCOLL_SUCCESS, "%s: %s: %s", what, tcoll_status_string(rc), tcoll_last_error());
   if (rc == TCOLL_SUCCESS) {
@@ -215,10 +228,12 @@ START_TEST(permute_patterns) {
   for (int shift = 0; shift < size; shift++) { /* shift 0 is the identity */
     for (int m = 0; m < size; m++) p[m] = (m + shift) % size;
     for (int k = 0; k < MV_SOME_DTYPES; k++)
-      permute_case(mv_some_dtypes[k], NULL, p, k % 2 ? 2 : 1, k % 2 ? s2 : s1, NULL, (k + shift) % 2, "cyclic shift");
+      permute_case(mv_some_dtypes[k], NULL, p, k % 2 ? 2 : 1, k % 2 ? s2 : s1, NULL,
+                   (k + shift) % 2, "cyclic shift");
   }
   for (int m = 0; m < size; m++) p[m] = size - 1 - m; /* reversal */
-  for (int k = 0; k < MV_NUM_DTYPES; k++) permute_case(mv_all_dtypes[k], NULL, p, 2, s2, NULL, k % 2, "reversal");
+  for (int k = 0; k < MV_NUM_DTYPES; k++)
+    permute_case(mv_all_dtypes[k], NULL, p, 2, s2, NULL, k % 2, "reversal");
   /* Swap neighbouring pairs (the last rank of an odd count stays). */
   for (int m = 0; m < size; m++) p[m] = (m ^ 1) < size ? m ^ 1 : m;
   permute_case(TCOLL_INT8, NULL, p, 1, s1, NULL, false, "pair swap");
@@ -253,10 +268,12 @@ START_TEST(permute_bad_arguments) {
   p[0] = 0;
   int64_t w[1] = {5};
   tcoll_tensor_t wrong = t_alloc(TCOLL_INT32, 1, w);
-  T_FAILS(tcoll_permute(&in, p, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape is [5] (expected [4])");
+  T_FAILS(tcoll_permute(&in, p, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->shape is [5] (expected [4])");
   tcoll_tensor_free(&wrong);
   T_FAILS(tcoll_permute(&in, p, NULL, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
-  T_EXPECT(out.data == NULL && tcoll_pending_count() == 0, "refused permutes left an output or pending work");
+  T_EXPECT(out.data == NULL && tcoll_pending_count() == 0,
+           "refused permutes left an output or pending work");
   free(p);
   tcoll_tensor_free(&in);
 }
@@ -267,19 +284,21 @@ END_TEST
 /* A serial reference for shard_dim_all_to_all, computed forwards (unlike mv_shard_expect, which
  * works back from each output element): materialize every rank's input, narrow chunk `me` of
  * each along sdim, and concatenate those chunks along gdim. Returns the expected output. */
-static double *shard_reference(tcoll_dtype_t dt, int ndim, const int64_t *ishape, int g, int s, int size, int me,
-                               const int *tags) {
+static double *shard_reference(tcoll_dtype_t dt, int ndim, const int64_t *ishape, int g, int s,
+                               int size, int me, const int *tags) {
   int64_t cs[TCOLL_MAX_DIMS], os[TCOLL_MAX_DIMS], idx[TCOLL_MAX_DIMS];
   memcpy(cs, ishape, (size_t)ndim * sizeof *cs);
   cs[s] /= size;
   memcpy(os, cs, (size_t)ndim * sizeof *os);
   os[g] *= size;
   int64_t n_in = mv_numel(ndim, ishape), n_chunk = mv_numel(ndim, cs);
-  double *out = malloc((size_t)(n_chunk * size + 1) * sizeof *out), *input = malloc((size_t)(n_in + 1) * sizeof *input),
+  double *out = malloc((size_t)(n_chunk * size + 1) * sizeof *out),
+         *input = malloc((size_t)(n_in + 1) * sizeof *input),
          *chunk = malloc((size_t)(n_chunk + 1) * sizeof *chunk);
   for (int i = 0; i < size; i++) {
-    for (int64_t e = 0; e < n_in; e++) input[e] = mv_val(dt, tags ? tags[i] : i, e); /* rank i's input */
-    for (int64_t e = 0; e < n_chunk; e++) {                                         /* narrow(sdim, me) */
+    for (int64_t e = 0; e < n_in; e++)
+      input[e] = mv_val(dt, tags ? tags[i] : i, e); /* rank i's input */
+    for (int64_t e = 0; e < n_chunk; e++) {         /* narrow(sdim, me) */
       mv_unflatten(e, ndim, cs, idx);
       idx[s] += (int64_t)me * cs[s];
       chunk[e] = input[mv_flatten(ndim, ishape, idx)];
@@ -295,8 +314,8 @@ static double *shard_reference(tcoll_dtype_t dt, int ndim, const int64_t *ishape
   return out;
 }
 
-static void shard_case(tcoll_dtype_t dt, tcoll_comm_t *comm, int ndim, const int64_t *ishape, int gdim, int sdim,
-                       const int *tags, bool prealloc) {
+static void shard_case(tcoll_dtype_t dt, tcoll_comm_t *comm, int ndim, const int64_t *ishape,
+                       int gdim, int sdim, const int *tags, bool prealloc) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
   int size = tcoll_comm_size(c), me = tcoll_comm_rank(c);
   int g = gdim < 0 ? gdim + ndim : gdim, s = sdim < 0 ? sdim + ndim : sdim;
@@ -311,8 +330,9 @@ static void shard_case(tcoll_dtype_t dt, tcoll_comm_t *comm, int ndim, const int
     mv_fill(&out, 444, 0);
   }
   char what[160], sh[64];
-  snprintf(what, sizeof what, "shard_dim_all_to_all %s %s gather_dim %d shard_dim %d (%s)", tcoll_dtype_name(dt),
-           mv_shape_str(sh, sizeof sh, ndim, ishape), gdim, sdim, prealloc ? "preallocated" : "allocating");
+  snprintf(what, sizeof what, "shard_dim_all_to_all %s %s gather_dim %d shard_dim %d (%s)",
+           tcoll_dtype_name(dt), mv_shape_str(sh, sizeof sh, ndim, ishape), gdim, sdim,
+           prealloc ? "preallocated" : "allocating");
   int rc = tcoll_shard_dim_all_to_all(&in, gdim, sdim, comm, &out);
   T_EXPECT(rc == TCOLL_SUCCESS, "%s: %s: %s", what, tcoll_status_string(rc), tcoll_last_error());
   if (rc == TCOLL_SUCCESS) {
@@ -322,13 +342,16 @@ static void shard_case(tcoll_dtype_t dt, tcoll_comm_t *comm, int ndim, const int
     t_check_all(what, &out, mv_shard_expect, &a, 0);
     /* And against the serial reference. */
     int64_t n = tcoll_tensor_numel(&out);
-    double *want = shard_reference(dt, ndim, ishape, g, s, size, me, tags), *got = malloc((size_t)(n + 1) * sizeof *got);
+    double *want = shard_reference(dt, ndim, ishape, g, s, size, me, tags),
+           *got = malloc((size_t)(n + 1) * sizeof *got);
     t_read(&out, got);
     int64_t bad = 0, first = -1;
     for (int64_t e = 0; e < n; e++)
       if (got[e] != want[e] && bad++ == 0) first = e;
-    T_EXPECT(bad == 0, "%s: %lld elements differ from the serial reference (first: %lld, %g instead of %g)", what,
-             (long long)bad, (long long)first, first >= 0 ? got[first] : 0.0, first >= 0 ? want[first] : 0.0);
+    T_EXPECT(bad == 0,
+             "%s: %lld elements differ from the serial reference (first: %lld, %g instead of %g)",
+             what, (long long)bad, (long long)first, first >= 0 ? got[first] : 0.0,
+             first >= 0 ? want[first] : 0.0);
     free(want);
     free(got);
   }
@@ -349,7 +372,8 @@ START_TEST(shard_all_pairs) {
         tcoll_dtype_t dt = mv_all_dtypes[k++ % MV_NUM_DTYPES];
         shard_case(dt, NULL, ndim, shape, g, s, NULL, false);
         shard_case(mv_all_dtypes[(k + 4) % MV_NUM_DTYPES], NULL, ndim, shape, g, s, NULL, true);
-        shard_case(TCOLL_FLOAT16, NULL, ndim, shape, g - ndim, s - ndim, NULL, (g + s) % 2); /* negative dims */
+        shard_case(TCOLL_FLOAT16, NULL, ndim, shape, g - ndim, s - ndim, NULL,
+                   (g + s) % 2); /* negative dims */
       }
     }
   }
@@ -379,30 +403,41 @@ START_TEST(shard_bad_arguments) {
   if (size > 1) {
     int64_t odd[2] = {size + 1, 2};
     tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 2, odd);
-    snprintf(needle, sizeof needle, "input dimension 0 (%d) must be a multiple of group_size %d", size + 1, size);
+    snprintf(needle, sizeof needle, "input dimension 0 (%d) must be a multiple of group_size %d",
+             size + 1, size);
     T_FAILS(tcoll_shard_dim_all_to_all(&in, 1, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, needle);
-    snprintf(needle, sizeof needle, "input dimension 1 (%d) must be a multiple of group_size %d", 2, size);
-    if (2 % size) T_FAILS(tcoll_shard_dim_all_to_all(&in, 0, -1, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, needle);
+    snprintf(needle, sizeof needle, "input dimension 1 (%d) must be a multiple of group_size %d", 2,
+             size);
+    if (2 % size)
+      T_FAILS(tcoll_shard_dim_all_to_all(&in, 0, -1, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+              needle);
     tcoll_tensor_free(&in);
   }
   int64_t ok[2] = {2 * (int64_t)size, 2};
   tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 2, ok);
-  T_FAILS(tcoll_shard_dim_all_to_all(&in, 2, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "gather_dim is 2");
-  T_FAILS(tcoll_shard_dim_all_to_all(&in, 0, -3, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "shard_dim is -3");
+  T_FAILS(tcoll_shard_dim_all_to_all(&in, 2, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "gather_dim is 2");
+  T_FAILS(tcoll_shard_dim_all_to_all(&in, 0, -3, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "shard_dim is -3");
   tcoll_tensor_t scalar = t_alloc(TCOLL_FLOAT32, 0, NULL);
-  T_FAILS(tcoll_shard_dim_all_to_all(&scalar, 0, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "0-dim");
+  T_FAILS(tcoll_shard_dim_all_to_all(&scalar, 0, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "0-dim");
   tcoll_tensor_free(&scalar);
   tcoll_tensor_t wrong = t_alloc(TCOLL_FLOAT32, 2, ok); /* [2 size, 2], expected [2, 2 size] */
-  if (size > 1) T_FAILS(tcoll_shard_dim_all_to_all(&in, 1, 0, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape");
+  if (size > 1)
+    T_FAILS(tcoll_shard_dim_all_to_all(&in, 1, 0, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+            "out->shape");
   tcoll_tensor_free(&wrong);
   T_FAILS(tcoll_shard_dim_all_to_all(&in, 0, 0, NULL, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
   /* A gathered dim that overflows is refused, not wrapped (an empty input can have such a dim). */
   if (size > 1) {
     int64_t huge[2] = {(int64_t)1 << 62, 0};
     tcoll_tensor_t empty = tcoll_tensor_make(NULL, TCOLL_INT8, 2, huge, t_device());
-    T_FAILS(tcoll_shard_dim_all_to_all(&empty, 0, 1, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "overflows");
+    T_FAILS(tcoll_shard_dim_all_to_all(&empty, 0, 1, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+            "overflows");
   }
-  T_EXPECT(out.data == NULL && tcoll_pending_count() == 0, "refused calls left an output or pending work");
+  T_EXPECT(out.data == NULL && tcoll_pending_count() == 0,
+           "refused calls left an output or pending work");
   tcoll_tensor_free(&in);
 }
 END_TEST
@@ -423,7 +458,8 @@ static int list_shape(int i, int j, int64_t *shape) {
 static void list_case(tcoll_dtype_t dt, tcoll_comm_t *comm, const int *tags, bool prealloc) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
   int size = tcoll_comm_size(c), me = tcoll_comm_rank(c);
-  tcoll_tensor_t *ins = calloc((size_t)size, sizeof *ins), *outs = calloc((size_t)size, sizeof *outs);
+  tcoll_tensor_t *ins = calloc((size_t)size, sizeof *ins),
+                 *outs = calloc((size_t)size, sizeof *outs);
   int64_t shape[2];
   for (int p = 0; p < size; p++) {
     int nd = list_shape(me, p, shape);
@@ -438,11 +474,13 @@ static void list_case(tcoll_dtype_t dt, tcoll_comm_t *comm, const int *tags, boo
     }
   }
   int rc = tcoll_all_to_all(ins, comm, outs);
-  T_EXPECT(rc == TCOLL_SUCCESS, "all_to_all %s: %s: %s", tcoll_dtype_name(dt), tcoll_status_string(rc), tcoll_last_error());
+  T_EXPECT(rc == TCOLL_SUCCESS, "all_to_all %s: %s: %s", tcoll_dtype_name(dt),
+           tcoll_status_string(rc), tcoll_last_error());
   for (int p = 0; p < size && rc == TCOLL_SUCCESS; p++) {
     T_OK(tcoll_wait(outs[p].data));
     char what[96];
-    snprintf(what, sizeof what, "all_to_all outs[%d] %s (%s)", p, tcoll_dtype_name(dt), prealloc ? "preallocated" : "allocating");
+    snprintf(what, sizeof what, "all_to_all outs[%d] %s (%s)", p, tcoll_dtype_name(dt),
+             prealloc ? "preallocated" : "allocating");
     int nd = list_shape(p, me, shape);
     MV_EXPECT_SHAPE(&outs[p], nd, shape, what);
     T_EXPECT(outs[p].device == t_device(), "%s: on device %d", what, outs[p].device);
@@ -463,7 +501,8 @@ END_TEST
 
 START_TEST(list_zero_size_and_errors) {
   int size = t_size;
-  tcoll_tensor_t *ins = calloc((size_t)size, sizeof *ins), *outs = calloc((size_t)size, sizeof *outs);
+  tcoll_tensor_t *ins = calloc((size_t)size, sizeof *ins),
+                 *outs = calloc((size_t)size, sizeof *outs);
   int64_t z[1] = {0};
   for (int p = 0; p < size; p++) {
     ins[p] = t_alloc(TCOLL_FLOAT32, 1, z);
@@ -487,7 +526,8 @@ START_TEST(list_zero_size_and_errors) {
   ins[size - 1] = t_alloc(TCOLL_FLOAT32, 1, z);
   outs[0].shape[0] = -1;
   T_FAILS(tcoll_all_to_all(ins, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, "outs[0]->shape[0] is -1");
-  for (int p = 0; p < size; p++) T_EXPECT(outs[p].data == NULL, "refused all_to_all allocated outs[%d]", p);
+  for (int p = 0; p < size; p++)
+    T_EXPECT(outs[p].data == NULL, "refused all_to_all allocated outs[%d]", p);
   for (int p = 0; p < size; p++) tcoll_tensor_free(&ins[p]);
   free(ins);
   free(outs);
@@ -576,7 +616,8 @@ START_TEST(zero_size_null_data) {
   int64_t zs[2] = {0, 3 * (int64_t)t_size};
   MV_EXPECT_SHAPE(&out, 2, zs, "shard_dim_all_to_all of a NULL zero-size input");
   tcoll_tensor_free(&out);
-  tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *outs = calloc((size_t)t_size, sizeof *outs);
+  tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins),
+                 *outs = calloc((size_t)t_size, sizeof *outs);
   for (int q = 0; q < t_size; q++) {
     ins[q] = in;
     outs[q] = tcoll_tensor_make(NULL, TCOLL_FLOAT32, 2, z, t_device());
@@ -610,7 +651,8 @@ START_TEST(pending_inputs) {
   T_OK(tcoll_permute(&x, p, NULL, &y2));
   T_OK(tcoll_permute(&y2, p, NULL, &z));
   T_OK(tcoll_wait(z.data));
-  mv_check_fill("permute of a pending permute", &z, ((t_rank - 2) % t_size + 2 * t_size) % t_size, 0);
+  mv_check_fill("permute of a pending permute", &z, ((t_rank - 2) % t_size + 2 * t_size) % t_size,
+                0);
   tcoll_tensor_free(&z);
   tcoll_tensor_free(&y2);
   free(p);
@@ -628,7 +670,8 @@ START_TEST(pending_inputs) {
   tcoll_tensor_free(&u);
   tcoll_tensor_free(&x3);
   /* list all_to_all of pending inputs (the outputs of an earlier list all_to_all) */
-  tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *mid = calloc((size_t)t_size, sizeof *mid),
+  tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins),
+                 *mid = calloc((size_t)t_size, sizeof *mid),
                  *outs = calloc((size_t)t_size, sizeof *outs);
   int64_t s1[1] = {3};
   for (int q = 0; q < t_size; q++) {
@@ -672,14 +715,17 @@ START_TEST(busy_and_overlapping_outputs) {
   free(p);
   if (t_size > 1) {
     int64_t one[1] = {1};
-    tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *outs = calloc((size_t)t_size, sizeof *outs);
+    tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins),
+                   *outs = calloc((size_t)t_size, sizeof *outs);
     for (int q = 0; q < t_size; q++) {
       ins[q] = tcoll_tensor_make((char *)x.data + 4 * (size_t)q, TCOLL_INT32, 1, one, x.device);
       outs[q] = q < 2 ? tcoll_tensor_make(y.data, TCOLL_INT32, 1, one, y.device)
                       : tcoll_tensor_make(NULL, TCOLL_INT32, 1, one, t_device());
     }
-    T_FAILS(tcoll_all_to_all(ins, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT, "overlaps another output");
-    for (int q = 2; q < t_size; q++) T_EXPECT(outs[q].data == NULL, "refused all_to_all kept outs[%d]", q);
+    T_FAILS(tcoll_all_to_all(ins, NULL, outs), TCOLL_ERR_INVALID_ARGUMENT,
+            "overlaps another output");
+    for (int q = 2; q < t_size; q++)
+      T_EXPECT(outs[q].data == NULL, "refused all_to_all kept outs[%d]", q);
     free(ins);
     free(outs);
   }

@@ -25,11 +25,10 @@ static int ncases;
 /* One refused call of the valid forms below (a test's own cases). heap: also check that the heap
  * in use did not change (not for calls that get as far as the registry, whose pooled works may
  * keep grown tables). */
-#define BAD_(heap, call, needle)                                                                 \
-  do {                                                                                           \
-    T_CALL_REFUSED(T_CK_MPI | ((heap) ? T_CK_HEAP : 0), TCOLL_ERR_INVALID_ARGUMENT, call,        \
-                   needle);                                                                      \
-    ncases++;                                                                                    \
+#define BAD_(heap, call, needle)                                                                   \
+  do {                                                                                             \
+    T_CALL_REFUSED(T_CK_MPI | ((heap) ? T_CK_HEAP : 0), TCOLL_ERR_INVALID_ARGUMENT, call, needle); \
+    ncases++;                                                                                      \
   } while (0)
 #define BAD(call, needle) BAD_(1, call, needle)
 #define BAD_NOHEAP(call, needle) BAD_(0, call, needle)
@@ -115,8 +114,8 @@ typedef struct args {
   bool in_null, out_null, aux_null; /* pass NULL for in, out, or the call's array argument */
   int n;                            /* coalesced: how many tensors */
   tcoll_redop_t op;
-  int i0, i1;                       /* dims, src or dst */
-  int perm[T_MAXR];                 /* permute: src_dst */
+  int i0, i1;       /* dims, src or dst */
+  int perm[T_MAXR]; /* permute: src_dst */
   tcoll_comm_t *comm;
 } args_t;
 
@@ -162,10 +161,27 @@ static int c_all_to_all(args_t *a) { return tcoll_all_to_all(IN(a), a->comm, OUT
  * ins[size - 1] of the lists), of every input (ALL_IN_), of the output under test (OUT_; OUTD_:
  * given data first), or another argument (A_). */
 enum {
-  IN_ = 1 << 8, ALL_IN_ = 2 << 8, OUT_ = 3 << 8, OUTD_ = 4 << 8,
-  F_DTYPE = 1, F_NDIM, F_SHAPE0, F_SHAPE1, F_NO_DATA, F_DEVICE, F_HUGE, F_LONGER, F_MORE_DIMS,
+  IN_ = 1 << 8,
+  ALL_IN_ = 2 << 8,
+  OUT_ = 3 << 8,
+  OUTD_ = 4 << 8,
+  F_DTYPE = 1,
+  F_NDIM,
+  F_SHAPE0,
+  F_SHAPE1,
+  F_NO_DATA,
+  F_DEVICE,
+  F_HUGE,
+  F_LONGER,
+  F_MORE_DIMS,
   F_TENSOR, /* replaced by a fixture tensor (S_IIN, S_SCALAR, S_ODD) */
-  A_IN_NULL = 5 << 8, A_OUT_NULL, A_AUX_NULL, A_OP, A_I0, A_I1, A_N,
+  A_IN_NULL = 5 << 8,
+  A_OUT_NULL,
+  A_AUX_NULL,
+  A_OP,
+  A_I0,
+  A_I1,
+  A_N,
 };
 /* Values known at run time. */
 enum { S_SIZE = -1000000, S_RANK, S_NDEV, S_OTHER_DEV, S_IIN, S_SCALAR, S_ODD, S_PREMUL, S_STALE };
@@ -183,10 +199,14 @@ typedef struct row {
   const char *needle;
   int when;
 } row_t;
-#define R(arg, v, needle) {arg, v, 0, 0, needle, W_ANY}
-#define R2(arg, v, arg2, v2, needle) {arg, v, arg2, v2, needle, W_ANY}
-#define RW(when, arg, v, needle) {arg, v, 0, 0, needle, when}
-#define RW2(when, arg, v, arg2, v2, needle) {arg, v, arg2, v2, needle, when}
+#define R(arg, v, needle) \
+  { arg, v, 0, 0, needle, W_ANY }
+#define R2(arg, v, arg2, v2, needle) \
+  { arg, v, arg2, v2, needle, W_ANY }
+#define RW(when, arg, v, needle) \
+  { arg, v, 0, 0, needle, when }
+#define RW2(when, arg, v, arg2, v2, needle) \
+  { arg, v, arg2, v2, needle, when }
 
 /* Every way to spoil a valid input (ndim 2, with data). */
 static const row_t IN_ROWS[] = {
@@ -299,9 +319,9 @@ static void spoil(tcoll_tensor_t *t, int field, long v, const fx_t *f) {
   case F_MORE_DIMS: t->shape[t->ndim++] = 1; break;
   case F_TENSOR: {
     int64_t odd[2] = {f->rows - 1, 3};
-    *t = v == S_IIN     ? f->iin
-         : v == S_ODD   ? tcoll_tensor_make(f->in.data, F32, 2, odd, f->dev)
-                        : tcoll_tensor_make(f->in.data, F32, 0, NULL, f->dev); /* S_SCALAR */
+    *t = v == S_IIN   ? f->iin
+         : v == S_ODD ? tcoll_tensor_make(f->in.data, F32, 2, odd, f->dev)
+                      : tcoll_tensor_make(f->in.data, F32, 0, NULL, f->dev); /* S_SCALAR */
     break;
   }
   }
@@ -338,10 +358,10 @@ static void expand(char *buf, size_t len, const char *tmpl, const coll_t *c, con
   const struct {
     const char *name;
     long v;
-  } nums[] = {{"size", t_size},         {"last", t_size - 1},   {"rows", f->rows},
-              {"rows-1", f->rows - 1},  {"rows+1", f->rows + 1}, {"numel", f->n},
-              {"ndev", f->ndev},        {"other_dev", f->other_dev},
-              {"maxdims+1", TCOLL_MAX_DIMS + 1}};
+  } nums[] = {
+      {"size", t_size},        {"last", t_size - 1},        {"rows", f->rows},
+      {"rows-1", f->rows - 1}, {"rows+1", f->rows + 1},     {"numel", f->n},
+      {"ndev", f->ndev},       {"other_dev", f->other_dev}, {"maxdims+1", TCOLL_MAX_DIMS + 1}};
   size_t o = 0;
   for (const char *p = tmpl; *p && o + 1 < len;) {
     const char *end = *p == '{' ? strchr(p, '}') : NULL;
@@ -427,8 +447,8 @@ static const row_t ALL_REDUCE_ROWS[] = {
     R(A_OP, -1, "op is -1"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t ALL_REDUCE = {"all_reduce", c_all_reduce, ONE, ONE, REDUCES, 0, 0,
-                                  {SH_SAME}, {0}, ROWS(ALL_REDUCE_ROWS)};
+static const coll_t ALL_REDUCE = {
+    "all_reduce", c_all_reduce, ONE, ONE, REDUCES, 0, 0, {SH_SAME}, {0}, ROWS(ALL_REDUCE_ROWS)};
 
 START_TEST(all_reduce) {
   fx_t f;
@@ -463,9 +483,9 @@ static const row_t ALL_REDUCE_COALESCED_ROWS[] = {
     R2(IN_ | F_TENSOR, S_IIN, A_OP, S_STALE, "live premul_sum handle"),
     R(IN_ | F_DEVICE, S_OTHER_DEV, "in[1]->device is"),
 };
-static const coll_t ALL_REDUCE_COALESCED = {"all_reduce_coalesced", c_all_reduce_coalesced,
-                                            COAL, COAL, 0, 0, 0, {SH_SAME}, {0},
-                                            ROWS(ALL_REDUCE_COALESCED_ROWS)};
+static const coll_t ALL_REDUCE_COALESCED = {
+    "all_reduce_coalesced",         c_all_reduce_coalesced, COAL, COAL, 0, 0, 0, {SH_SAME}, {0},
+    ROWS(ALL_REDUCE_COALESCED_ROWS)};
 
 START_TEST(all_reduce_coalesced) {
   fx_t f;
@@ -501,8 +521,9 @@ static const row_t ALL_GATHER_ROWS[] = {
     R(IN_ | F_TENSOR, S_SCALAR, "gather_dim needs a tensor with at least 1 dim"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t ALL_GATHER = {"all_gather", c_all_gather, ONE, ONE, 0, 0, 0,
-                                  {SH_ROWS_X_P, SH_COLS_X_P}, {0, -1}, ROWS(ALL_GATHER_ROWS)};
+static const coll_t ALL_GATHER = {
+    "all_gather", c_all_gather,         ONE, ONE, 0, 0, 0, {SH_ROWS_X_P, SH_COLS_X_P},
+    {0, -1},      ROWS(ALL_GATHER_ROWS)};
 
 START_TEST(all_gather) {
   fx_t f;
@@ -538,9 +559,9 @@ static const row_t ALL_GATHER_COALESCED_ROWS[] = {
     R(A_IN_NULL, 0, "in is NULL"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t ALL_GATHER_COALESCED = {"all_gather_coalesced", c_all_gather_coalesced,
-                                            COAL, COAL, 0, 0, 0, {SH_ROWS_X_P}, {0},
-                                            ROWS(ALL_GATHER_COALESCED_ROWS)};
+static const coll_t ALL_GATHER_COALESCED = {
+    "all_gather_coalesced",         c_all_gather_coalesced, COAL, COAL, 0, 0, 0, {SH_ROWS_X_P}, {0},
+    ROWS(ALL_GATHER_COALESCED_ROWS)};
 
 START_TEST(all_gather_coalesced) {
   fx_t f;
@@ -584,8 +605,9 @@ static const row_t REDUCE_SCATTER_ROWS[] = {
     RW(W_NOT3, A_I0, -1, "input dimension 1 (3) must be a multiple of group_size {size}"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t REDUCE_SCATTER = {"reduce_scatter", c_reduce_scatter, ONE, ONE, REDUCES, 0,
-                                      0, {SH_ROWS_BY_P}, {0}, ROWS(REDUCE_SCATTER_ROWS)};
+static const coll_t REDUCE_SCATTER = {
+    "reduce_scatter",         c_reduce_scatter, ONE, ONE, REDUCES, 0, 0, {SH_ROWS_BY_P}, {0},
+    ROWS(REDUCE_SCATTER_ROWS)};
 
 START_TEST(reduce_scatter) {
   fx_t f;
@@ -618,8 +640,14 @@ static const row_t REDUCE_SCATTER_COALESCED_ROWS[] = {
     RW(W_MULTI, IN_ | F_TENSOR, S_ODD, "for tensor at index 1"),
 };
 static const coll_t REDUCE_SCATTER_COALESCED = {"reduce_scatter_coalesced",
-                                                c_reduce_scatter_coalesced, COAL, COAL, 0, 0, 0,
-                                                {SH_ROWS_BY_P}, {0},
+                                                c_reduce_scatter_coalesced,
+                                                COAL,
+                                                COAL,
+                                                0,
+                                                0,
+                                                0,
+                                                {SH_ROWS_BY_P},
+                                                {0},
                                                 ROWS(REDUCE_SCATTER_COALESCED_ROWS)};
 
 START_TEST(reduce_scatter_coalesced) {
@@ -660,8 +688,9 @@ static const row_t ALL_TO_ALL_SINGLE_ROWS[] = {
        "in->shape[0] is {rows-1}, not a multiple of the group size {size}"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t ALL_TO_ALL_SINGLE = {"all_to_all_single", c_all_to_all_single, ONE, ONE, 0,
-                                         0, 0, {SH_SAME}, {0}, ROWS(ALL_TO_ALL_SINGLE_ROWS)};
+static const coll_t ALL_TO_ALL_SINGLE = {
+    "all_to_all_single",         c_all_to_all_single, ONE, ONE, 0, 0, 0, {SH_SAME}, {0},
+    ROWS(ALL_TO_ALL_SINGLE_ROWS)};
 
 START_TEST(all_to_all_single) {
   fx_t f;
@@ -716,8 +745,8 @@ static const row_t BROADCAST_ROWS[] = {
     R(A_I0, -1, "src is -1"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t BROADCAST = {"broadcast", c_broadcast, ONE, ONE, 0, 0, 0,
-                                 {SH_SAME}, {0}, ROWS(BROADCAST_ROWS)};
+static const coll_t BROADCAST = {"broadcast", c_broadcast, ONE,       ONE, 0,
+                                 0,           0,           {SH_SAME}, {0}, ROWS(BROADCAST_ROWS)};
 
 START_TEST(broadcast) {
   fx_t f;
@@ -748,8 +777,8 @@ static const row_t PERMUTE_ROWS[] = {
     R(A_AUX_NULL, 0, "src_dst is NULL"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t PERMUTE = {"permute", c_permute, ONE, ONE, 0, 0, 0,
-                               {SH_SAME}, {0}, ROWS(PERMUTE_ROWS)};
+static const coll_t PERMUTE = {"permute", c_permute, ONE,       ONE, 0,
+                               0,         0,         {SH_SAME}, {0}, ROWS(PERMUTE_ROWS)};
 
 START_TEST(permute) {
   fx_t f;
@@ -799,8 +828,9 @@ static const row_t SHARD_DIM_ROWS[] = {
        "input dimension 0 ({rows-1}) must be a multiple of group_size {size}"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t SHARD_DIM = {"shard_dim_all_to_all", c_shard_dim_all_to_all, ONE, ONE, 0,
-                                 1, 0, {SH_SHARD}, {0}, ROWS(SHARD_DIM_ROWS)};
+static const coll_t SHARD_DIM = {
+    "shard_dim_all_to_all", c_shard_dim_all_to_all, ONE, ONE, 0, 1, 0, {SH_SHARD}, {0},
+    ROWS(SHARD_DIM_ROWS)};
 
 START_TEST(shard_dim_all_to_all) {
   fx_t f;
@@ -821,15 +851,12 @@ END_TEST
 /* ------------------------------------------------------------------ rooted forms */
 
 static const row_t REDUCE_ROWS[] = {
-    R(A_IN_NULL, 0, "in is NULL"),
-    R(A_I0, S_SIZE, "dst is {size}"),
-    R(A_I0, -2, "dst is -2"),
-    R(A_OP, TCOLL_BAND, "op band needs an integer"),
-    R(A_OP, 1000000, "op is 1000000"),
-    R(A_OUT_NULL, 0, "out is NULL"),
+    R(A_IN_NULL, 0, "in is NULL"),     R(A_I0, S_SIZE, "dst is {size}"),
+    R(A_I0, -2, "dst is -2"),          R(A_OP, TCOLL_BAND, "op band needs an integer"),
+    R(A_OP, 1000000, "op is 1000000"), R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t REDUCE = {"reduce", c_reduce, ONE, ONE, REDUCES, 0, 0,
-                              {SH_SAME}, {0}, ROWS(REDUCE_ROWS)};
+static const coll_t REDUCE = {"reduce", c_reduce, ONE,       ONE, REDUCES,
+                              0,        0,        {SH_SAME}, {0}, ROWS(REDUCE_ROWS)};
 
 START_TEST(reduce) {
   fx_t f;
@@ -852,8 +879,8 @@ static void check_rank_blocks(const char *what, const tcoll_tensor_t *outs, int6
     double vals[64];
     t_read(&outs[r], vals);
     for (int i = 0; i < n; i++)
-      T_EXPECT(vals[i] == (double)(r + 1) * (double)(i % 7 + 1), "%s outs[%d][%d] is %g", what,
-               r, i, vals[i]);
+      T_EXPECT(vals[i] == (double)(r + 1) * (double)(i % 7 + 1), "%s outs[%d][%d] is %g", what, r,
+               i, vals[i]);
   }
 }
 
@@ -865,8 +892,8 @@ static const row_t GATHER_ROWS[] = {
      * (no rank is left waiting for a partner). */
     R2(A_I0, S_RANK, A_OUT_NULL, 0, "outs is NULL on dst"),
 };
-static const coll_t GATHER = {"gather", c_gather, ONE, LIST, SELF_OUT | ROOT_OUTS, 0, 0,
-                              {SH_SAME}, {0}, ROWS(GATHER_ROWS)};
+static const coll_t GATHER = {"gather", c_gather, ONE,       LIST, SELF_OUT | ROOT_OUTS,
+                              0,        0,        {SH_SAME}, {0},  ROWS(GATHER_ROWS)};
 
 START_TEST(gather) {
   fx_t f;
@@ -906,8 +933,8 @@ static const row_t SCATTER_ROWS[] = {
     RW2(W_MULTI, A_I0, S_RANK, IN_ | F_TENSOR, S_IIN, "ins[{last}] differs from ins[0]"),
     RW2(W_MULTI, A_I0, S_RANK, IN_ | F_DEVICE, S_OTHER_DEV, "ins[{last}]->device is"),
 };
-static const coll_t SCATTER = {"scatter", c_scatter, LIST, ONE, SELF_IN | SELF_OUT | DESC_OUTS,
-                               0, 0, {SH_SAME}, {0}, ROWS(SCATTER_ROWS)};
+static const coll_t SCATTER = {"scatter", c_scatter, LIST,      ONE, SELF_IN | SELF_OUT | DESC_OUTS,
+                               0,         0,         {SH_SAME}, {0}, ROWS(SCATTER_ROWS)};
 
 START_TEST(scatter) {
   fx_t f;
@@ -956,8 +983,9 @@ static const row_t ALL_GATHER_LIST_ROWS[] = {
     R(A_IN_NULL, 0, "in is NULL"),
     R(A_OUT_NULL, 0, "outs is NULL"),
 };
-static const coll_t ALL_GATHER_LIST = {"all_gather_list", c_all_gather_list, ONE, LIST, 0, 0, 0,
-                                       {SH_SAME}, {0}, ROWS(ALL_GATHER_LIST_ROWS)};
+static const coll_t ALL_GATHER_LIST = {
+    "all_gather_list",         c_all_gather_list, ONE, LIST, 0, 0, 0, {SH_SAME}, {0},
+    ROWS(ALL_GATHER_LIST_ROWS)};
 
 START_TEST(all_gather_list) {
   fx_t f;
@@ -992,9 +1020,9 @@ static const row_t REDUCE_SCATTER_LIST_ROWS[] = {
     R(A_OP, 42, "op is 42"),
     R(A_OUT_NULL, 0, "out is NULL"),
 };
-static const coll_t REDUCE_SCATTER_LIST = {"reduce_scatter_list", c_reduce_scatter_list, LIST,
-                                           ONE, REDUCES, 0, 0, {SH_SAME}, {0},
-                                           ROWS(REDUCE_SCATTER_LIST_ROWS)};
+static const coll_t REDUCE_SCATTER_LIST = {
+    "reduce_scatter_list",         c_reduce_scatter_list, LIST, ONE, REDUCES, 0, 0, {SH_SAME}, {0},
+    ROWS(REDUCE_SCATTER_LIST_ROWS)};
 
 START_TEST(reduce_scatter_list) {
   fx_t f;
@@ -1034,8 +1062,8 @@ static const row_t ALL_TO_ALL_ROWS[] = {
     R(OUTD_ | F_DTYPE, TCOLL_FLOAT64, "outs[{last}]->dtype is float64 (expected float32)"),
     R(OUTD_ | F_DEVICE, S_OTHER_DEV, "outs[{last}]->device is {other_dev}"),
 };
-static const coll_t ALL_TO_ALL = {"all_to_all", c_all_to_all, LIST, LIST, DESC_OUTS, 0, 0,
-                                  {SH_NONE}, {0}, ROWS(ALL_TO_ALL_ROWS)};
+static const coll_t ALL_TO_ALL = {
+    "all_to_all", c_all_to_all, LIST, LIST, DESC_OUTS, 0, 0, {SH_NONE}, {0}, ROWS(ALL_TO_ALL_ROWS)};
 
 START_TEST(all_to_all) {
   fx_t f;
@@ -1094,8 +1122,10 @@ START_TEST(report) {
   T_OK(tcoll_wait(out.data));
   long want = MPI_VERSION >= 4 ? 1 : 3, made = t_mpi_window_calls(&w);
   long iallreduce = t_mpi_window_calls_of(&w, T_MPI_IALLREDUCE);
-  T_EXPECT(made == want && iallreduce == want, "an all_reduce of 2500 with a limit of 1000 made "
-           "%ld MPI calls, %ld of them MPI_Iallreduce (expected %ld)", made, iallreduce, want);
+  T_EXPECT(made == want && iallreduce == want,
+           "an all_reduce of 2500 with a limit of 1000 made "
+           "%ld MPI calls, %ld of them MPI_Iallreduce (expected %ld)",
+           made, iallreduce, want);
   T_OK(tcoll_set_config(&old));
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);

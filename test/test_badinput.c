@@ -29,13 +29,12 @@
 
 static int ncases;
 
-
 /* One call that must return `status` with `needle` in the message, leaving nothing pending;
  * flags: also no MPI call (T_CK_MPI), the heap in use unchanged (T_CK_HEAP): test/refused.h. */
-#define EXPECT_(flags, status, call, needle)                                                     \
-  do {                                                                                           \
-    T_CALL_REFUSED(flags, status, call, needle);                                                 \
-    ncases++;                                                                                    \
+#define EXPECT_(flags, status, call, needle)     \
+  do {                                           \
+    T_CALL_REFUSED(flags, status, call, needle); \
+    ncases++;                                    \
   } while (0)
 #define BAD(call, needle) EXPECT_(T_CK_HEAP | T_CK_MPI, INVALID, call, needle)
 #define BAD_ST(status, call, needle) EXPECT_(T_CK_HEAP | T_CK_MPI, status, call, needle)
@@ -47,22 +46,22 @@ static int ncases;
 #define HARMLESS(call) EXPECT_(T_CK_HEAP | T_CK_MPI, TCOLL_SUCCESS, call, "")
 
 /* A value-returning function given bad input: `cond` on its result `v` must hold. */
-#define BAD_VALUE(type, expr, cond, fmt)                                                         \
-  do {                                                                                           \
-    t_refusal_t t_r_;                                                                            \
-    t_refusal_open(&t_r_, T_CK_HEAP | T_CK_MPI);                                                 \
-    type v = (expr);                                                                             \
-    t_refusal_close(&t_r_, __FILE__, __LINE__, #expr, TCOLL_SUCCESS, TCOLL_SUCCESS, "");         \
-    T_EXPECT(cond, "%s gave " fmt " (expected %s)", #expr, v, #cond);                            \
-    ncases++;                                                                                    \
+#define BAD_VALUE(type, expr, cond, fmt)                                                 \
+  do {                                                                                   \
+    t_refusal_t t_r_;                                                                    \
+    t_refusal_open(&t_r_, T_CK_HEAP | T_CK_MPI);                                         \
+    type v = (expr);                                                                     \
+    t_refusal_close(&t_r_, __FILE__, __LINE__, #expr, TCOLL_SUCCESS, TCOLL_SUCCESS, ""); \
+    T_EXPECT(cond, "%s gave " fmt " (expected %s)", #expr, v, #cond);                    \
+    ncases++;                                                                            \
   } while (0)
 #define BAD_STR(expr, want) BAD_VALUE(const char *, expr, v && !strcmp(v, want), "\"%s\"")
 /* NULL result, with the reason in tcoll_last_error(). */
-#define BAD_NULL(expr, needle)                                                                                       \
-  do {                                                                                                               \
-    BAD_VALUE(void *, (void *)(expr), v == NULL, "%p");                                                              \
-    T_EXPECT(t_contains(tcoll_last_error(), needle), "%s: message \"%s\" lacks \"%s\"", #expr, tcoll_last_error(),  \
-             needle);                                                                                                \
+#define BAD_NULL(expr, needle)                                                                 \
+  do {                                                                                         \
+    BAD_VALUE(void *, (void *)(expr), v == NULL, "%p");                                        \
+    T_EXPECT(t_contains(tcoll_last_error(), needle), "%s: message \"%s\" lacks \"%s\"", #expr, \
+             tcoll_last_error(), needle);                                                      \
   } while (0)
 
 #define STILL_NULL(t) T_EXPECT((t).data == NULL, "a refused call allocated %s", #t)
@@ -98,9 +97,9 @@ typedef struct fx {
   int64_t shape[2];         /* [2 * size, 3] */
   tcoll_tensor_t x, ix;     /* float32 and int32, pattern */
   tcoll_tensor_t spare;     /* room for wrong outputs (never written) */
-  tcoll_comm_t *live;       /* a communicator made before stale, so that stale's address stays free */
-  tcoll_comm_t *stale;      /* a freed communicator */
-  tcoll_comm_t *fake;       /* not a communicator */
+  tcoll_comm_t *live;  /* a communicator made before stale, so that stale's address stays free */
+  tcoll_comm_t *stale; /* a freed communicator */
+  tcoll_comm_t *fake;  /* not a communicator */
   int not_a_comm;
 } fx_t;
 
@@ -156,7 +155,8 @@ START_TEST(tensors) {
   BAD_VALUE(size_t, tcoll_tensor_nbytes(NULL), v == 0, "%zu");
   t = tcoll_tensor_make(NULL, F32, -1, f.shape, TCOLL_HOST);
   BAD_VALUE(long long, tcoll_tensor_numel(&t), v == 0, "%lld");
-  int64_t negs[2] = {4, -3}, huge2[2] = {INT64_C(1) << 40, INT64_C(1) << 40}, wraps[1] = {(INT64_C(1) << 61) + 1};
+  int64_t negs[2] = {4, -3}, huge2[2] = {INT64_C(1) << 40, INT64_C(1) << 40},
+          wraps[1] = {(INT64_C(1) << 61) + 1};
   t = tcoll_tensor_make(NULL, F32, 2, negs, TCOLL_HOST);
   BAD_VALUE(long long, tcoll_tensor_numel(&t), v == 0, "%lld");
   BAD_VALUE(size_t, tcoll_tensor_nbytes(&t), v == 0, "%zu");
@@ -171,11 +171,14 @@ START_TEST(tensors) {
   /* tcoll_tensor_alloc: the tensor is left untouched on failure. */
   tcoll_tensor_t a = t_empty();
   BAD(tcoll_tensor_alloc(NULL, F32, 2, f.shape, TCOLL_HOST), "t is NULL");
-  BAD(tcoll_tensor_alloc(&a, (tcoll_dtype_t)42, 2, f.shape, TCOLL_HOST), "t->dtype is 42 (expected a tcoll_dtype_t");
+  BAD(tcoll_tensor_alloc(&a, (tcoll_dtype_t)42, 2, f.shape, TCOLL_HOST),
+      "t->dtype is 42 (expected a tcoll_dtype_t");
   BAD(tcoll_tensor_alloc(&a, (tcoll_dtype_t)-1, 2, f.shape, TCOLL_HOST), "t->dtype is -1");
   BAD(tcoll_tensor_alloc(&a, F32, -1, f.shape, TCOLL_HOST), "ndim is -1 (expected 0..8)");
-  BAD(tcoll_tensor_alloc(&a, F32, TCOLL_MAX_DIMS + 1, nine, TCOLL_HOST), "ndim is 9 (expected 0..8)");
-  BAD(tcoll_tensor_alloc(&a, F32, 2, NULL, TCOLL_HOST), "shape is NULL with ndim 2 (expected 2 sizes)");
+  BAD(tcoll_tensor_alloc(&a, F32, TCOLL_MAX_DIMS + 1, nine, TCOLL_HOST),
+      "ndim is 9 (expected 0..8)");
+  BAD(tcoll_tensor_alloc(&a, F32, 2, NULL, TCOLL_HOST),
+      "shape is NULL with ndim 2 (expected 2 sizes)");
   BAD(tcoll_tensor_alloc(&a, F32, 2, negs, TCOLL_HOST), "t->shape[1] is -3 (expected >= 0)");
   BAD(tcoll_tensor_alloc(&a, F32, 2, huge2, TCOLL_HOST), "t has more than 2^63 bytes");
   snprintf(needle, sizeof needle, "t->device is %d but ", f.ndev);
@@ -197,9 +200,11 @@ START_TEST(tensors) {
     /* not T_CK_HEAP: glibc may set up another arena when an allocation fails. On CUDA a device
      * allocation fails as the CUDA call it is (the guide, "Error handling"). */
     if (f.dev != TCOLL_HOST && strcmp(tcoll_device_backend(), "cuda") == 0)
-      EXPECT_(T_CK_MPI, TCOLL_ERR_CUDA, tcoll_tensor_alloc(&a, F64, 1, big, f.dev), "cudaMalloc failed: out of memory");
+      EXPECT_(T_CK_MPI, TCOLL_ERR_CUDA, tcoll_tensor_alloc(&a, F64, 1, big, f.dev),
+              "cudaMalloc failed: out of memory");
     else
-      EXPECT_(T_CK_MPI, TCOLL_ERR_NO_MEMORY, tcoll_tensor_alloc(&a, F64, 1, big, f.dev), "cannot allocate");
+      EXPECT_(T_CK_MPI, TCOLL_ERR_NO_MEMORY, tcoll_tensor_alloc(&a, F64, 1, big, f.dev),
+              "cannot allocate");
   }
   STILL_NULL(a);
 
@@ -212,7 +217,8 @@ START_TEST(tensors) {
   int64_t four[1] = {4};
   tcoll_tensor_t foreign = tcoll_tensor_make(mine, F32, 1, four, TCOLL_HOST);
   tcoll_tensor_free(&foreign);
-  T_EXPECT(foreign.data == NULL && mine[3] == 4, "tcoll_tensor_free of memory tcoll did not allocate");
+  T_EXPECT(foreign.data == NULL && mine[3] == 4,
+           "tcoll_tensor_free of memory tcoll did not allocate");
   ncases++;
 
   /* tcoll_tensor_copy and tcoll_tensor_copy_async. */
@@ -222,7 +228,8 @@ START_TEST(tensors) {
   bad.ndim = 9;
   BAD(tcoll_tensor_copy(NULL, &f.x), "dst is NULL");
   BAD(tcoll_tensor_copy(&h, NULL), "src is NULL");
-  BAD(tcoll_tensor_copy(&h, &f.ix), "dst->dtype is float32 but src->dtype is int32 (expected the same)");
+  BAD(tcoll_tensor_copy(&h, &f.ix),
+      "dst->dtype is float32 but src->dtype is int32 (expected the same)");
   BAD(tcoll_tensor_copy(&five, &f.x), "dst has 5 elements but src has");
   BAD(tcoll_tensor_copy(&h, &nodata), "src->data is NULL with");
   BAD(tcoll_tensor_copy(&nodata, &f.x), "dst->data is NULL with");
@@ -291,7 +298,8 @@ START_TEST(dtypes_redops) {
   T_EXPECT(op == TCOLL_MAX, "\"MaX\" gave op %d", op);
   tcoll_redop_t p;
   T_OK(tcoll_redop_create_premul_sum(0.5, &p));
-  T_EXPECT(!strcmp(tcoll_redop_name(p), "premul_sum"), "a new handle is named %s", tcoll_redop_name(p));
+  T_EXPECT(!strcmp(tcoll_redop_name(p), "premul_sum"), "a new handle is named %s",
+           tcoll_redop_name(p));
   T_OK(tcoll_redop_destroy(p));
 }
 END_TEST
@@ -299,8 +307,9 @@ END_TEST
 /* ------------------------------------------------------------------ configuration */
 
 static bool same_config(const tcoll_config_t *a, const tcoll_config_t *b) {
-  return a->debug == b->debug && a->timeout == b->timeout && a->abort_on_timeout == b->abort_on_timeout &&
-         a->max_count == b->max_count && a->staging_chunk == b->staging_chunk && a->cuda_aware == b->cuda_aware &&
+  return a->debug == b->debug && a->timeout == b->timeout &&
+         a->abort_on_timeout == b->abort_on_timeout && a->max_count == b->max_count &&
+         a->staging_chunk == b->staging_chunk && a->cuda_aware == b->cuda_aware &&
          a->fake_devices == b->fake_devices && a->progress_thread == b->progress_thread &&
          !strcmp(a->trace_path, b->trace_path);
 }
@@ -310,13 +319,13 @@ START_TEST(config) {
   T_OK(tcoll_get_config(&orig));
   BAD(tcoll_get_config(NULL), "config is NULL");
   BAD(tcoll_set_config(NULL), "config is NULL");
-#define SET_BAD(change, needle)                                                                                      \
-  do {                                                                                                               \
-    c = orig;                                                                                                        \
-    change;                                                                                                          \
-    BAD(tcoll_set_config(&c), needle);                                                                               \
-    T_OK(tcoll_get_config(&now));                                                                                    \
-    T_EXPECT(same_config(&now, &orig), "a refused tcoll_set_config changed the configuration");                     \
+#define SET_BAD(change, needle)                                                                 \
+  do {                                                                                          \
+    c = orig;                                                                                   \
+    change;                                                                                     \
+    BAD(tcoll_set_config(&c), needle);                                                          \
+    T_OK(tcoll_get_config(&now));                                                               \
+    T_EXPECT(same_config(&now, &orig), "a refused tcoll_set_config changed the configuration"); \
   } while (0)
   SET_BAD(c.debug = (tcoll_log_level_t)3, "config->debug is 3 (expected 0..2)");
   SET_BAD(c.debug = (tcoll_log_level_t)-1, "config->debug is -1");
@@ -330,14 +339,16 @@ START_TEST(config) {
   SET_BAD(c.cuda_aware = orig.cuda_aware == 1 ? 0 : 1, "fixed at tcoll_init");
   SET_BAD(c.fake_devices = orig.fake_devices + 1, "fixed at tcoll_init");
   SET_BAD(c.progress_thread = !orig.progress_thread, "fixed at tcoll_init");
-  SET_BAD(snprintf(c.trace_path, sizeof c.trace_path, "/tmp/elsewhere.json"), "fixed at tcoll_init");
+  SET_BAD(snprintf(c.trace_path, sizeof c.trace_path, "/tmp/elsewhere.json"),
+          "fixed at tcoll_init");
 #undef SET_BAD
   /* Valid right after: a change that applies, then the original back. */
   c = orig;
   c.max_count = 1000;
   T_OK(tcoll_set_config(&c));
   T_OK(tcoll_get_config(&now));
-  T_EXPECT(now.max_count == 1000, "max_count is %lld after a valid tcoll_set_config", (long long)now.max_count);
+  T_EXPECT(now.max_count == 1000, "max_count is %lld after a valid tcoll_set_config",
+           (long long)now.max_count);
   /* The smallest max_count still builds derived datatypes (it recursed without end). */
   c.max_count = 1;
   T_OK(tcoll_set_config(&c));
@@ -371,12 +382,14 @@ START_TEST(communicators) {
 
   /* from_mpi */
   BAD(tcoll_comm_from_mpi(MPI_COMM_WORLD, NULL), "out is NULL");
-  BAD(tcoll_comm_from_mpi(MPI_COMM_NULL, &out), "comm is MPI_COMM_NULL (expected a valid communicator)");
+  BAD(tcoll_comm_from_mpi(MPI_COMM_NULL, &out),
+      "comm is MPI_COMM_NULL (expected a valid communicator)");
   if (t_size >= 2) {
     MPI_Comm half, inter;
     MPI_Comm_split(MPI_COMM_WORLD, t_rank % 2, t_rank, &half);
     MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, t_rank % 2 ? 0 : 1, 77, &inter);
-    BAD(tcoll_comm_from_mpi(inter, &out), "comm is an intercommunicator (expected an intracommunicator)");
+    BAD(tcoll_comm_from_mpi(inter, &out),
+        "comm is an intercommunicator (expected an intracommunicator)");
     MPI_Comm_free(&inter);
     MPI_Comm_free(&half);
   }
@@ -390,19 +403,23 @@ START_TEST(communicators) {
   /* from_ranks: every rank passes the same bad list, so no member is left waiting. */
   int all[4] = {0, 1, 2, 3}, dup[4] = {0, 0, 1, 2}, out_of[2] = {0, 0};
   BAD(tcoll_comm_from_ranks(NULL, all, t_size, "", NULL), "out is NULL");
-  BAD(tcoll_comm_from_ranks(f.stale, all, t_size, "", &out), not_live(needle, sizeof needle, "parent", f.stale));
+  BAD(tcoll_comm_from_ranks(f.stale, all, t_size, "", &out),
+      not_live(needle, sizeof needle, "parent", f.stale));
   BAD(tcoll_comm_from_ranks(NULL, all, 0, "", &out), "n is 0 (expected 1..");
   BAD(tcoll_comm_from_ranks(NULL, all, -1, "", &out), "n is -1");
-  snprintf(needle, sizeof needle, "n is %d (expected 1..%d, the parent's size)", t_size + 1, t_size);
+  snprintf(needle, sizeof needle, "n is %d (expected 1..%d, the parent's size)", t_size + 1,
+           t_size);
   BAD(tcoll_comm_from_ranks(NULL, all, t_size + 1, "", &out), needle);
   BAD(tcoll_comm_from_ranks(NULL, NULL, 1, "", &out), "ranks is NULL (expected 1 ranks)");
   out_of[1] = t_size;
-  snprintf(needle, sizeof needle, "ranks[1] is %d (expected a rank of parent in [0, %d))", t_size, t_size);
+  snprintf(needle, sizeof needle, "ranks[1] is %d (expected a rank of parent in [0, %d))", t_size,
+           t_size);
   if (t_size >= 2) BAD(tcoll_comm_from_ranks(NULL, out_of, 2, "", &out), needle);
   out_of[0] = -1;
   BAD(tcoll_comm_from_ranks(NULL, out_of, 1, "", &out), "ranks[0] is -1");
   if (t_size >= 2) {
-    BAD(tcoll_comm_from_ranks(NULL, dup, 2, "", &out), "ranks lists rank 0 twice (entries 0 and 1; expected distinct");
+    BAD(tcoll_comm_from_ranks(NULL, dup, 2, "", &out),
+        "ranks lists rank 0 twice (entries 0 and 1; expected distinct");
     int others[1] = {(t_rank + 1) % t_size};
     snprintf(needle, sizeof needle, "this process (rank %d of parent) is not in ranks", t_rank);
     BAD(tcoll_comm_from_ranks(NULL, others, 1, "", &out), needle);
@@ -419,12 +436,14 @@ START_TEST(communicators) {
   BAD(tcoll_comm_from_rank_groups(NULL, all, 1, t_size, "", NULL), "out is NULL");
   BAD(tcoll_comm_from_rank_groups(f.stale, all, 1, t_size, "", &out),
       not_live(needle, sizeof needle, "parent", f.stale));
-  snprintf(needle, sizeof needle, "1 rows of %d ranks list more ranks than the parent's %d", t_size + 1, t_size);
+  snprintf(needle, sizeof needle, "1 rows of %d ranks list more ranks than the parent's %d",
+           t_size + 1, t_size);
   BAD(tcoll_comm_from_rank_groups(NULL, all, 1, t_size + 1, "", &out), needle);
   if (t_size >= 2) {
     BAD(tcoll_comm_from_rank_groups(NULL, out_of + 0, 2, 1, "", &out), "rows[0][0] is -1");
     int twice[2] = {0, 0};
-    BAD(tcoll_comm_from_rank_groups(NULL, twice, 2, 1, "", &out), "ranks lists rank 0 twice (row 0 entry 0 and row 1");
+    BAD(tcoll_comm_from_rank_groups(NULL, twice, 2, 1, "", &out),
+        "ranks lists rank 0 twice (row 0 entry 0 and row 1");
     int notme[1] = {(t_rank + 1) % t_size};
     snprintf(needle, sizeof needle, "this process (rank %d of parent) is in no row", t_rank);
     BAD(tcoll_comm_from_rank_groups(NULL, notme, 1, 1, "", &out), needle);
@@ -436,12 +455,16 @@ START_TEST(communicators) {
   BAD(tcoll_comm_from_rank_lists(NULL, rows, sizes, 0, "", &out), "nrows is 0");
   snprintf(needle, sizeof needle, "nrows is %d (expected 1..%d)", t_size + 1, t_size);
   BAD(tcoll_comm_from_rank_lists(NULL, rows, sizes, t_size + 1, "", &out), needle);
-  if (t_size >= 2) BAD(tcoll_comm_from_rank_lists(NULL, rows, sizes, 2, "", &out), "group sizes must be identical found 1 and 2");
+  if (t_size >= 2)
+    BAD(tcoll_comm_from_rank_lists(NULL, rows, sizes, 2, "", &out),
+        "group sizes must be identical found 1 and 2");
   int zero_sizes[1] = {0};
-  BAD(tcoll_comm_from_rank_lists(NULL, rows, zero_sizes, 1, "", &out), "row_sizes[0] is 0 (expected >= 1)");
+  BAD(tcoll_comm_from_rank_lists(NULL, rows, zero_sizes, 1, "", &out),
+      "row_sizes[0] is 0 (expected >= 1)");
   const int *holes[2] = {all, NULL};
   int ones[2] = {1, 1};
-  if (t_size >= 2) BAD(tcoll_comm_from_rank_lists(NULL, holes, ones, 2, "", &out), "rows[1] is NULL");
+  if (t_size >= 2)
+    BAD(tcoll_comm_from_rank_lists(NULL, holes, ones, 2, "", &out), "rows[1] is NULL");
   T_EXPECT(out == NULL, "a refused call set *out");
 
   /* names */
@@ -462,7 +485,8 @@ START_TEST(communicators) {
   BAD(tcoll_comm_free(&w), "*comm is the world communicator");
   BAD(tcoll_comm_free(&fake), not_live(needle, sizeof needle, "*comm", f.fake));
   BAD(tcoll_comm_free(&stale), not_live(needle, sizeof needle, "*comm", f.stale));
-  T_EXPECT(w == tcoll_comm_world() && fake == f.fake && stale == f.stale, "a refused free changed *comm");
+  T_EXPECT(w == tcoll_comm_world() && fake == f.fake && stale == f.stale,
+           "a refused free changed *comm");
   HARMLESS(tcoll_comm_free(&none));
 
   /* Valid right after: name, look up, use and free. */
@@ -475,7 +499,8 @@ START_TEST(communicators) {
   tcoll_tensor_free(&y);
   T_OK(tcoll_comm_free(&mine));
   T_OK(tcoll_comm_from_ranks(NULL, all, t_size, "badinput", &out));
-  T_EXPECT(tcoll_comm_size(out) == t_size, "from_ranks after bad calls: size %d", tcoll_comm_size(out));
+  T_EXPECT(tcoll_comm_size(out) == t_size, "from_ranks after bad calls: size %d",
+           tcoll_comm_size(out));
   T_OK(tcoll_comm_free(&out));
   fx_free(&f);
 }
@@ -496,7 +521,8 @@ START_TEST(meshes) {
   BAD(tcoll_mesh_create(NULL, 1, NULL, &m), "dims is NULL (expected 1 sizes)");
   BAD(tcoll_mesh_create(NULL, 2, zero, &m), "dims[0] is 0 (expected >= 1)");
   BAD(tcoll_mesh_create(NULL, 2, neg, &m), "dims[1] is -1");
-  snprintf(needle, sizeof needle, "mesh dims multiply to %d but the parent has %d ranks", 2 * t_size, t_size);
+  snprintf(needle, sizeof needle, "mesh dims multiply to %d but the parent has %d ranks",
+           2 * t_size, t_size);
   BAD(tcoll_mesh_create(NULL, 2, more, &m), needle);
   BAD(tcoll_mesh_create(NULL, 3, overflow, &m), "but the parent has");
   T_EXPECT(m == NULL, "a refused tcoll_mesh_create set *out");
@@ -515,7 +541,8 @@ START_TEST(meshes) {
   BAD_VALUE(int, tcoll_mesh_coord(m, -1), v == -1, "%d");
   tcoll_comm_t *slice = tcoll_mesh_comm(m, 1);
   BAD(tcoll_comm_free(&slice), "*comm is a mesh slice (free the mesh with tcoll_mesh_free)");
-  T_EXPECT(tcoll_comm_size(slice) == t_size && tcoll_mesh_coord(m, 1) == t_rank, "mesh slice of dim 1");
+  T_EXPECT(tcoll_comm_size(slice) == t_size && tcoll_mesh_coord(m, 1) == t_rank,
+           "mesh slice of dim 1");
   tcoll_tensor_t y = t_empty();
   T_OK(tcoll_all_reduce(&f.x, TCOLL_SUM, slice, &y));
   T_OK(tcoll_wait(y.data));
@@ -553,9 +580,12 @@ START_TEST(bootstrap) {
   /* Refused at once, without contacting anyone. */
   tcoll_unique_id_t id = shared_id(0);
   const int B = TCOLL_UNIQUE_ID_BYTES;
-  BAD(tcoll_comm_init_rank(&c, t_size, id.bytes, 127, t_rank), "invalid unique_id (expected 128 bytes, got 127)");
-  BAD(tcoll_comm_init_rank(&c, t_size, id.bytes, 0, t_rank), "invalid unique_id (expected 128 bytes, got 0)");
-  BAD(tcoll_comm_init_rank(&c, t_size, id.bytes, 129, t_rank), "invalid unique_id (expected 128 bytes, got 129)");
+  BAD(tcoll_comm_init_rank(&c, t_size, id.bytes, 127, t_rank),
+      "invalid unique_id (expected 128 bytes, got 127)");
+  BAD(tcoll_comm_init_rank(&c, t_size, id.bytes, 0, t_rank),
+      "invalid unique_id (expected 128 bytes, got 0)");
+  BAD(tcoll_comm_init_rank(&c, t_size, id.bytes, 129, t_rank),
+      "invalid unique_id (expected 128 bytes, got 129)");
   BAD(tcoll_comm_init_rank(&c, t_size, id.bytes, SIZE_MAX, t_rank),
       "invalid unique_id (expected 128 bytes, got 18446744073709551615)");
   BAD(tcoll_comm_init_rank(&c, t_size, NULL, B, t_rank), "id is NULL");
@@ -579,7 +609,8 @@ START_TEST(bootstrap) {
   snprintf(needle, sizeof needle, "rank is -1 (expected a rank in [0, %d))", t_size);
   BAD_COMM(INVALID, tcoll_comm_init_rank(&c, t_size, id.bytes, B, -1), needle);
   /* Members arriving after the rendezvous failed get its error. */
-  BAD_COMM(INVALID, tcoll_comm_init_rank(&c, t_size, id.bytes, B, t_rank), "with rank -1 for nranks");
+  BAD_COMM(INVALID, tcoll_comm_init_rank(&c, t_size, id.bytes, B, t_rank),
+           "with rank -1 for nranks");
   id = shared_id(t_size - 1);
   snprintf(needle, sizeof needle, "nranks is 0 (expected 1..%d, the world size)", t_size);
   BAD_COMM(INVALID, tcoll_comm_init_rank(&c, 0, id.bytes, B, 0), needle);
@@ -591,24 +622,30 @@ START_TEST(bootstrap) {
   BAD_COMM(INVALID, tcoll_comm_init_rank(last ? NULL : &c, t_size, id.bytes, B, t_rank),
            last ? "comm is NULL (expected where to store the communicator)" : "with comm NULL");
   id = shared_id(0);
-  snprintf(needle, sizeof needle, last ? "rank is %d (expected a rank in [0, %d))" : "with rank %d for nranks %d",
-           t_size, t_size);
+  snprintf(needle, sizeof needle,
+           last ? "rank is %d (expected a rank in [0, %d))" : "with rank %d for nranks %d", t_size,
+           t_size);
   BAD_COMM(INVALID, tcoll_comm_init_rank(&c, t_size, id.bytes, B, last ? t_size : t_rank), needle);
   if (t_size >= 2) {
     id = shared_id(t_size - 1);
-    BAD_COMM(INVALID, tcoll_comm_init_rank(&c, t_size, id.bytes, B, last ? 0 : t_rank), "duplicate rank 0");
+    BAD_COMM(INVALID, tcoll_comm_init_rank(&c, t_size, id.bytes, B, last ? 0 : t_rank),
+             "duplicate rank 0");
   }
   if (t_size >= 3) {
     id = shared_id(1);
-    BAD_COMM(INVALID, tcoll_comm_init_rank(&c, last ? t_size - 1 : t_size, id.bytes, B, last ? t_size - 2 : t_rank),
+    BAD_COMM(INVALID,
+             tcoll_comm_init_rank(&c, last ? t_size - 1 : t_size, id.bytes, B,
+                                  last ? t_size - 2 : t_rank),
              "members disagree on nranks");
   }
   T_EXPECT(c == NULL, "a refused tcoll_comm_init_rank set *comm");
   /* Valid right after. */
   id = shared_id(t_size - 1);
   T_OK(tcoll_comm_init_rank(&c, t_size, id.bytes, B, t_size - 1 - t_rank));
-  T_EXPECT(tcoll_comm_rank(c) == t_size - 1 - t_rank, "init_rank after bad calls: rank %d", tcoll_comm_rank(c));
-  /* The counter tells the bootstrap service's calls apart (see mpi_count.c): the creator has one. */
+  T_EXPECT(tcoll_comm_rank(c) == t_size - 1 - t_rank, "init_rank after bad calls: rank %d",
+           tcoll_comm_rank(c));
+  /* The counter tells the bootstrap service's calls apart (see mpi_count.c): the creator has one.
+   */
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   if (t_rank == t_size - 1 && level == MPI_THREAD_MULTIPLE)
@@ -631,18 +668,23 @@ START_TEST(streams) {
   int ndev = tcoll_device_count();
   char needle[200];
   void *s = (void *)&ndev; /* a sentinel: refused calls leave it */
-  BAD(tcoll_set_stream(TCOLL_HOST, NULL), "device is TCOLL_HOST (expected a device ordinal: the host has no streams)");
+  BAD(tcoll_set_stream(TCOLL_HOST, NULL),
+      "device is TCOLL_HOST (expected a device ordinal: the host has no streams)");
   BAD(tcoll_set_stream(-5, NULL), "device is -5");
-  if (ndev == 0) snprintf(needle, sizeof needle, "device is %d but no device exists", ndev);
-  else snprintf(needle, sizeof needle, "device is %d but device %d does not exist (expected a device in [0, %d))", ndev,
-                ndev, ndev);
+  if (ndev == 0)
+    snprintf(needle, sizeof needle, "device is %d but no device exists", ndev);
+  else
+    snprintf(needle, sizeof needle,
+             "device is %d but device %d does not exist (expected a device in [0, %d))", ndev, ndev,
+             ndev);
   BAD(tcoll_set_stream(ndev, NULL), needle);
   BAD_VALUE(void *, tcoll_get_stream(-5), v == NULL, "%p");
   BAD_VALUE(void *, tcoll_get_stream(TCOLL_HOST), v == NULL, "%p");
   BAD_VALUE(void *, tcoll_get_stream(ndev), v == NULL, "%p");
   BAD(tcoll_stream_create(ndev, &s), needle);
   BAD(tcoll_stream_create(TCOLL_HOST, &s), "device is TCOLL_HOST");
-  if (ndev > 0) BAD(tcoll_stream_create(0, NULL), "stream is NULL (expected where to store the stream)");
+  if (ndev > 0)
+    BAD(tcoll_stream_create(0, NULL), "stream is NULL (expected where to store the stream)");
   T_EXPECT(s == (void *)&ndev, "a refused tcoll_stream_create wrote the stream");
   BAD(tcoll_stream_destroy(ndev, NULL), needle);
   BAD(tcoll_stream_destroy(-3, NULL), "device is -3");
@@ -676,7 +718,6 @@ START_TEST(local_ops) {
   tcoll_tensor_t in[2] = {f.x, f.x}, o[4] = {t_empty(), t_empty(), t_empty(), t_empty()};
   tcoll_tensor_t spoiled = f.x;
   spoiled.dtype = (tcoll_dtype_t)42;
-  
 
   /* broadcast_coalesced */
   BAD(tcoll_local_broadcast_coalesced(in, -1, devs, 2, o), "n is -1 (expected >= 0)");
@@ -684,12 +725,14 @@ START_TEST(local_ops) {
   BAD(tcoll_local_broadcast_coalesced(NULL, 1, devs, 2, o), "in is NULL (expected 1 tensors)");
   BAD(tcoll_local_broadcast_coalesced(in, 1, NULL, 2, o), "devices is NULL (expected 2 devices)");
   BAD(tcoll_local_broadcast_coalesced(in, 2, devs, 2, NULL), "out is NULL (expected 4 tensors)");
-  BAD(tcoll_local_broadcast_coalesced(in, 1 << 20, devs, 1 << 14, NULL), "out is NULL (expected 17179869184 tensors)");
+  BAD(tcoll_local_broadcast_coalesced(in, 1 << 20, devs, 1 << 14, NULL),
+      "out is NULL (expected 17179869184 tensors)");
   snprintf(needle, sizeof needle, "devices[1] is %d but ", f.ndev);
   BAD(tcoll_local_broadcast_coalesced(in, 1, baddevs, 2, o), needle);
   BAD(tcoll_local_broadcast_coalesced(&spoiled, 1, devs, 2, o), "in[0]->dtype is 42");
   tcoll_tensor_t wrong[2] = {t_empty(), tcoll_tensor_make(f.spare.data, F64, 2, f.shape, f.dev)};
-  BAD(tcoll_local_broadcast_coalesced(in, 1, devs, 2, wrong), "out[1]->dtype is float64 (expected float32)");
+  BAD(tcoll_local_broadcast_coalesced(in, 1, devs, 2, wrong),
+      "out[1]->dtype is float64 (expected float32)");
   wrong[1] = tcoll_tensor_make(f.spare.data, F32, 1, f.shape, f.dev);
   BAD(tcoll_local_broadcast_coalesced(in, 1, devs, 2, wrong), "out[1]->shape is [");
   wrong[1] = tcoll_tensor_make(f.x.data, F32, 2, f.shape, f.dev);
@@ -705,13 +748,16 @@ START_TEST(local_ops) {
   BAD(tcoll_local_reduce_add_coalesced(ri, 0, 1, f.dev, o), "n_devices is 0 (expected >= 1)");
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, -1, f.dev, o), "n is -1 (expected >= 0)");
   BAD(tcoll_local_reduce_add_coalesced(NULL, 2, 1, f.dev, o), "in is NULL (expected 2 tensors)");
-  BAD(tcoll_local_reduce_add_coalesced(NULL, 1 << 20, 1 << 14, f.dev, o), "in is NULL (expected 17179869184 tensors)");
+  BAD(tcoll_local_reduce_add_coalesced(NULL, 1 << 20, 1 << 14, f.dev, o),
+      "in is NULL (expected 17179869184 tensors)");
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.dev, NULL), "out is NULL (expected 1 tensors)");
   snprintf(needle, sizeof needle, "destination is %d but ", f.ndev);
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.ndev, o), needle);
-  BAD(tcoll_local_reduce_add_coalesced(ri, 2, 0, f.ndev, o), needle); /* also with nothing to reduce */
+  BAD(tcoll_local_reduce_add_coalesced(ri, 2, 0, f.ndev, o),
+      needle); /* also with nothing to reduce */
   ri[1] = f.ix;
-  BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.dev, o), "in[1]->dtype is int32 but in[0]->dtype is float32");
+  BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.dev, o),
+      "in[1]->dtype is int32 but in[0]->dtype is float32");
   ri[1] = tcoll_tensor_make(f.spare.data, F32, 1, f.shape, f.dev);
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.dev, o), "in[1]->shape is [");
   ri[1] = spoiled;
@@ -725,12 +771,14 @@ START_TEST(local_ops) {
   }
   ri[1] = f.x;
   tcoll_tensor_t rwrong = tcoll_tensor_make(f.spare.data, F32, 2, f.shape, f.other_dev);
-  snprintf(needle, sizeof needle, "out[0]->device is %d (expected %d, the destination)", f.other_dev, f.dev);
+  snprintf(needle, sizeof needle, "out[0]->device is %d (expected %d, the destination)",
+           f.other_dev, f.dev);
   BAD(tcoll_local_reduce_add_coalesced(ri, 2, 1, f.dev, &rwrong), needle);
   for (int k = 0; k < 4; k++) STILL_NULL(o[k]);
 
   /* scatter */
-  int64_t sizes_ok[2] = {f.shape[0] - 1, 1}, sizes_neg[2] = {-1, f.shape[0] + 1}, sizes_short[2] = {0, 1};
+  int64_t sizes_ok[2] = {f.shape[0] - 1, 1}, sizes_neg[2] = {-1, f.shape[0] + 1},
+          sizes_short[2] = {0, 1};
   int64_t sizes_huge[2] = {INT64_MAX, INT64_MAX};
   BAD(tcoll_local_scatter(&spoiled, devs, 2, NULL, 0, o), "in->dtype is 42");
   BAD(tcoll_local_scatter(NULL, devs, 2, NULL, 0, o), "in is NULL");
@@ -781,7 +829,8 @@ START_TEST(local_ops) {
   /* A pending output is refused (BUSY) and stays pending. */
   tcoll_tensor_t pend = t_empty();
   T_OK(tcoll_all_reduce(&f.x, TCOLL_SUM, NULL, &pend));
-  BAD_ST(TCOLL_ERR_BUSY, tcoll_local_gather(&f.x, 1, 0, f.dev, &pend), "is the output of pending work: all_reduce");
+  BAD_ST(TCOLL_ERR_BUSY, tcoll_local_gather(&f.x, 1, 0, f.dev, &pend),
+         "is the output of pending work: all_reduce");
   T_EXPECT(tcoll_pending_count() == 1, "the pending output is no longer pending");
   T_OK(tcoll_wait(pend.data));
 
@@ -802,7 +851,8 @@ START_TEST(local_ops) {
 }
 END_TEST
 
-/* ------------------------------------------------------------------ NCCL-shaped multi-buffer ops */
+/* ------------------------------------------------------------------ NCCL-shaped multi-buffer ops
+ */
 
 START_TEST(multi_ops) {
   fx_t f;
@@ -824,27 +874,33 @@ START_TEST(multi_ops) {
   tcoll_comm_t *comms[3] = {w, w, w};
   void *strs[4] = {NULL, NULL, NULL, NULL};
 
-  BAD(tcoll_multi_all_reduce(in, out, 0, TCOLL_SUM, NULL, NULL), "n is 0 (expected at least one buffer)");
+  BAD(tcoll_multi_all_reduce(in, out, 0, TCOLL_SUM, NULL, NULL),
+      "n is 0 (expected at least one buffer)");
   BAD(tcoll_multi_all_reduce(NULL, out, n, TCOLL_SUM, NULL, NULL), "in is NULL");
   BAD(tcoll_multi_all_reduce(in, NULL, n, TCOLL_SUM, NULL, NULL), "out is NULL");
-  snprintf(needle, sizeof needle, "number of outputs is not equal to number of inputs (%d outputs, %d inputs)", n + 1, n);
+  snprintf(needle, sizeof needle,
+           "number of outputs is not equal to number of inputs (%d outputs, %d inputs)", n + 1, n);
   BAD(tcoll_multi_all_reduce_v(in, n, out, n + 1, TCOLL_SUM, NULL, 0, NULL, 0), needle);
-  BAD(tcoll_multi_all_gather_v(in, n, out, 0, NULL, 0, NULL, 0), "number of outputs is not equal to number of inputs");
+  BAD(tcoll_multi_all_gather_v(in, n, out, 0, NULL, 0, NULL, 0),
+      "number of outputs is not equal to number of inputs");
   BAD(tcoll_multi_all_reduce_v(in, n, out, n, TCOLL_SUM, strs, n + 1, NULL, 0),
       "number of streams is not equal to number of inputs");
   BAD(tcoll_multi_reduce_v(in, n, NULL, 0, TCOLL_SUM, strs, 0, NULL, 0),
       "number of streams is not equal to number of inputs");
-  BAD(tcoll_multi_broadcast_v(in, n, 0, strs, n + 1, NULL, 0), "number of streams is not equal to number of inputs");
+  BAD(tcoll_multi_broadcast_v(in, n, 0, strs, n + 1, NULL, 0),
+      "number of streams is not equal to number of inputs");
   BAD(tcoll_multi_reduce_scatter_v(in, n, out, n, TCOLL_SUM, NULL, 0, comms, 0),
       "number of communicators is not equal to number of inputs (0 communicators");
   tcoll_comm_t *holes[3] = {NULL, NULL, NULL};
-  BAD(tcoll_multi_all_reduce(in, out, n, TCOLL_SUM, NULL, holes), "number of communicators is not equal to number of inputs");
+  BAD(tcoll_multi_all_reduce(in, out, n, TCOLL_SUM, NULL, holes),
+      "number of communicators is not equal to number of inputs");
   BAD(tcoll_multi_all_reduce_v(in, n, out, n, TCOLL_SUM, NULL, 0, holes, n), "comms[0] is NULL");
   BAD(tcoll_multi_reduce(in, n, NULL, -1, TCOLL_SUM, NULL, NULL), "invalid root");
   snprintf(needle, sizeof needle, "invalid root (root is %d, expected a buffer in [0, %d)", n, n);
   BAD(tcoll_multi_reduce(in, n, NULL, n, TCOLL_SUM, NULL, NULL), needle);
   BAD(tcoll_multi_broadcast(in, n, n, NULL, NULL), needle);
-  BAD(tcoll_multi_all_reduce(in, out, n, TCOLL_BAND, NULL, NULL), "op band needs an integer or bool dtype, got float32");
+  BAD(tcoll_multi_all_reduce(in, out, n, TCOLL_BAND, NULL, NULL),
+      "op band needs an integer or bool dtype, got float32");
   BAD(tcoll_multi_reduce_scatter(in, out, n, 99, NULL, NULL), "op is 99");
   tcoll_tensor_t one_in[1] = {in[0]};
   one_in[0].ndim = 0;
@@ -856,13 +912,17 @@ START_TEST(multi_ops) {
     oddt[i] = t_empty();
     T_OK(tcoll_tensor_alloc(&oddt[i], F32, 1, odd, devs[i]));
   }
-  snprintf(needle, sizeof needle, "input dimension 0 (%lld) must be a multiple of the number of buffers %d",
+  snprintf(needle, sizeof needle,
+           "input dimension 0 (%lld) must be a multiple of the number of buffers %d",
            (long long)len + 1, n * (n > 1 ? 1 : t_size));
-  if (n > 1) BAD(tcoll_multi_reduce_scatter(oddt, out, n, TCOLL_SUM, NULL, NULL), needle);
-  else if (t_size > 1) BAD_COMM(INVALID, tcoll_multi_reduce_scatter(oddt, out, n, TCOLL_SUM, NULL, comms), needle);
+  if (n > 1)
+    BAD(tcoll_multi_reduce_scatter(oddt, out, n, TCOLL_SUM, NULL, NULL), needle);
+  else if (t_size > 1)
+    BAD_COMM(INVALID, tcoll_multi_reduce_scatter(oddt, out, n, TCOLL_SUM, NULL, comms), needle);
   for (int i = 0; i < n; i++) tcoll_tensor_free(&oddt[i]);
   tcoll_tensor_t twice[2] = {in[0], in[0]};
-  snprintf(needle, sizeof needle, "in[1]->device is %d, as in[0]->device (expected one buffer per device)", devs[0]);
+  snprintf(needle, sizeof needle,
+           "in[1]->device is %d, as in[0]->device (expected one buffer per device)", devs[0]);
   BAD(tcoll_multi_all_reduce(twice, out, 2, TCOLL_SUM, NULL, NULL), needle);
   tcoll_tensor_t sp[1] = {in[0]};
   sp[0].shape[0] = -4;
@@ -870,7 +930,8 @@ START_TEST(multi_ops) {
   if (n == 3) {
     tcoll_tensor_t hx = t_host(TCOLL_INT32, f.ix.ndim, f.ix.shape);
     tcoll_tensor_t mixed[3] = {in[0], in[1], hx};
-    BAD(tcoll_multi_all_reduce(mixed, out, 3, TCOLL_SUM, NULL, NULL), "in[2]->dtype is int32 but in[0]->dtype is float32");
+    BAD(tcoll_multi_all_reduce(mixed, out, 3, TCOLL_SUM, NULL, NULL),
+        "in[2]->dtype is int32 but in[0]->dtype is float32");
     tcoll_tensor_free(&hx);
   }
   bo[0] = tcoll_tensor_make(f.spare.data, F32, 1, odd, devs[0]);
@@ -881,20 +942,26 @@ START_TEST(multi_ops) {
   int64_t empty_huge[2] = {INT64_C(1) << 62, 0};
   tcoll_tensor_t eh[3];
   for (int i = 0; i < n; i++) eh[i] = desc(F32, 2, empty_huge, devs[i]);
-  if (n > 1) BAD(tcoll_multi_all_gather(eh, out, n, NULL, NULL), "gathered dim 0 (4611686018427387904 x 3 buffers) overflows");
-  else if (t_size > 1) BAD_COMM(INVALID, tcoll_multi_all_gather(eh, out, n, NULL, comms), "gathered dim 0 (4611686018427387904 x");
+  if (n > 1)
+    BAD(tcoll_multi_all_gather(eh, out, n, NULL, NULL),
+        "gathered dim 0 (4611686018427387904 x 3 buffers) overflows");
+  else if (t_size > 1)
+    BAD_COMM(INVALID, tcoll_multi_all_gather(eh, out, n, NULL, comms),
+             "gathered dim 0 (4611686018427387904 x");
   for (int i = 0; i < n; i++) STILL_NULL(out[i]);
   for (int i = 1; i < n; i++) STILL_NULL(bo[i]);
 
   /* With communicators every process joins an agreement first (so that a bad argument on one
    * process fails them all): these communicate, on purpose. */
-  snprintf(needle, sizeof needle, "invalid root (root is %d, expected a buffer in [0, %d)", n * t_size, n * t_size);
+  snprintf(needle, sizeof needle, "invalid root (root is %d, expected a buffer in [0, %d)",
+           n * t_size, n * t_size);
   BAD_COMM(INVALID, tcoll_multi_reduce(in, n, NULL, n * t_size, TCOLL_SUM, NULL, comms), needle);
   BAD_COMM(INVALID, tcoll_multi_broadcast(in, n, -1, NULL, comms), "invalid root");
   BAD_COMM(INVALID, tcoll_multi_all_reduce_v(in, n, out, n, TCOLL_SUM, NULL, 0, comms, n + 1),
            "number of communicators is not equal to number of inputs");
   tcoll_comm_t *stale_comms[3] = {f.stale, f.stale, f.stale};
-  BAD(tcoll_multi_all_reduce(in, out, n, TCOLL_SUM, NULL, stale_comms), not_live(needle, sizeof needle, "comms[0]", f.stale));
+  BAD(tcoll_multi_all_reduce(in, out, n, TCOLL_SUM, NULL, stale_comms),
+      not_live(needle, sizeof needle, "comms[0]", f.stale));
   if (n == 3) {
     tcoll_comm_t *last_stale[3] = {w, w, f.stale};
     BAD_COMM(INVALID, tcoll_multi_all_reduce(in, out, n, TCOLL_SUM, NULL, last_stale),
@@ -915,12 +982,14 @@ START_TEST(multi_ops) {
   for (int i = 0; i < n; i++)
     if (devs[i] != TCOLL_HOST) T_OK(tcoll_stream_synchronize(devs[i], NULL));
   double want = n;
-  for (int i = 0; i < n; i++) t_check_all("multi_all_reduce (local) after bad calls", &out[i], constant, &want, 0);
+  for (int i = 0; i < n; i++)
+    t_check_all("multi_all_reduce (local) after bad calls", &out[i], constant, &want, 0);
   T_OK(tcoll_multi_all_reduce(in, out, n, TCOLL_SUM, NULL, comms));
   for (int i = 0; i < n; i++)
     if (devs[i] != TCOLL_HOST) T_OK(tcoll_stream_synchronize(devs[i], NULL));
   want = n * t_size;
-  for (int i = 0; i < n; i++) t_check_all("multi_all_reduce (comms) after bad calls", &out[i], constant, &want, 0);
+  for (int i = 0; i < n; i++)
+    t_check_all("multi_all_reduce (comms) after bad calls", &out[i], constant, &want, 0);
   for (int i = 0; i < n; i++) {
     tcoll_tensor_free(&in[i]);
     tcoll_tensor_free(&out[i]);
@@ -932,11 +1001,11 @@ END_TEST
 /* ------------------------------------------------------------------ differentiable collectives */
 
 /* A forward that must be refused: *node is NULL afterwards, y stays unallocated. */
-#define BAD_FWD(status, call_with_node, needle)                                                                      \
-  do {                                                                                                               \
-    tcoll_grad_node_t *node = (tcoll_grad_node_t *)&sentinel;                                                        \
-    BAD_ST(status, call_with_node, needle);                                                                          \
-    T_EXPECT(node == NULL, "a refused forward left *node = %p", (void *)node);                                       \
+#define BAD_FWD(status, call_with_node, needle)                                \
+  do {                                                                         \
+    tcoll_grad_node_t *node = (tcoll_grad_node_t *)&sentinel;                  \
+    BAD_ST(status, call_with_node, needle);                                    \
+    T_EXPECT(node == NULL, "a refused forward left *node = %p", (void *)node); \
   } while (0)
 
 START_TEST(grad_forwards) {
@@ -952,7 +1021,8 @@ START_TEST(grad_forwards) {
   int64_t gshape[2] = {f.shape[0] * t_size, 3};
 
   /* Every forward: node NULL, a spoiled input, a stale communicator. */
-  BAD(tcoll_grad_broadcast(&f.x, 0, NULL, &y, NULL), "node is NULL (expected where to store the new grad node)");
+  BAD(tcoll_grad_broadcast(&f.x, 0, NULL, &y, NULL),
+      "node is NULL (expected where to store the new grad node)");
   BAD(tcoll_grad_reduce(&f.x, 0, TCOLL_SUM, NULL, &y, NULL), "node is NULL");
   BAD(tcoll_grad_gather(&f.x, 0, NULL, ys, NULL), "node is NULL");
   BAD(tcoll_grad_scatter(xs, 0, NULL, &y, NULL), "node is NULL");
@@ -967,14 +1037,18 @@ START_TEST(grad_forwards) {
   BAD_FWD(INVALID, tcoll_grad_broadcast(&spoiled, 0, NULL, &y, &node), "x->dtype is 42");
   snprintf(needle, sizeof needle, "src is %d (expected a rank in [0, %d))", t_size, t_size);
   BAD_FWD(INVALID, tcoll_grad_broadcast(&f.x, t_size, NULL, &y, &node), needle);
-  BAD_FWD(INVALID, tcoll_grad_broadcast(&f.x, 0, f.stale, &y, &node), not_live(needle, sizeof needle, "comm", f.stale));
-  BAD_FWD(INVALID, tcoll_grad_broadcast(&f.x, 0, NULL, &wrong_y, &node), "y->dtype is float64 (expected float32)");
+  BAD_FWD(INVALID, tcoll_grad_broadcast(&f.x, 0, f.stale, &y, &node),
+          not_live(needle, sizeof needle, "comm", f.stale));
+  BAD_FWD(INVALID, tcoll_grad_broadcast(&f.x, 0, NULL, &wrong_y, &node),
+          "y->dtype is float64 (expected float32)");
 
   BAD_FWD(INVALID, tcoll_grad_reduce(NULL, 0, TCOLL_SUM, NULL, &y, &node), "x is NULL");
   BAD_FWD(INVALID, tcoll_grad_reduce(&f.x, -1, TCOLL_SUM, NULL, &y, &node), "dst is -1");
   BAD_FWD(INVALID, tcoll_grad_reduce(&f.x, 0, 99, NULL, &y, &node), "op is 99");
-  BAD_FWD(INVALID, tcoll_grad_reduce(&f.ix, 0, TCOLL_AVG, NULL, &y, &node), "op avg needs a floating dtype");
-  BAD_FWD(INVALID, tcoll_grad_reduce(&f.x, 0, TCOLL_MAX, NULL, &wrong_y, &node), "y->dtype is float64");
+  BAD_FWD(INVALID, tcoll_grad_reduce(&f.ix, 0, TCOLL_AVG, NULL, &y, &node),
+          "op avg needs a floating dtype");
+  BAD_FWD(INVALID, tcoll_grad_reduce(&f.x, 0, TCOLL_MAX, NULL, &wrong_y, &node),
+          "y->dtype is float64");
 
   BAD_FWD(INVALID, tcoll_grad_gather(&f.x, t_rank, NULL, NULL, &node), "ys is NULL on dst");
   snprintf(needle, sizeof needle, "dst is %d", t_size);
@@ -1001,14 +1075,19 @@ START_TEST(grad_forwards) {
 
   BAD_FWD(INVALID, tcoll_grad_all_gather(&f.x, NULL, NULL, &node), "ys is NULL (expected");
   BAD_FWD(INVALID, tcoll_grad_all_gather(NULL, NULL, ys, &node), "x is NULL");
-  BAD_FWD(INVALID, tcoll_grad_all_gather(&f.x, f.fake, ys, &node), not_live(needle, sizeof needle, "comm", f.fake));
+  BAD_FWD(INVALID, tcoll_grad_all_gather(&f.x, f.fake, ys, &node),
+          not_live(needle, sizeof needle, "comm", f.fake));
 
-  BAD_FWD(INVALID, tcoll_grad_all_gather_into_tensor(&f.x, 2, NULL, &y, &node), "gather_dim is 2 (expected -2..1)");
-  BAD_FWD(INVALID, tcoll_grad_all_gather_into_tensor(&f.x, -3, NULL, &y, &node), "gather_dim is -3");
-  BAD_FWD(INVALID, tcoll_grad_all_gather_into_tensor(&f.x, 0, NULL, &wrong_y, &node), "y->dtype is float64");
+  BAD_FWD(INVALID, tcoll_grad_all_gather_into_tensor(&f.x, 2, NULL, &y, &node),
+          "gather_dim is 2 (expected -2..1)");
+  BAD_FWD(INVALID, tcoll_grad_all_gather_into_tensor(&f.x, -3, NULL, &y, &node),
+          "gather_dim is -3");
+  BAD_FWD(INVALID, tcoll_grad_all_gather_into_tensor(&f.x, 0, NULL, &wrong_y, &node),
+          "y->dtype is float64");
 
   BAD_FWD(INVALID, tcoll_grad_reduce_scatter(NULL, TCOLL_SUM, NULL, &y, &node), "xs is NULL");
-  BAD_FWD(INVALID, tcoll_grad_reduce_scatter(xs, TCOLL_BAND, NULL, &y, &node), "op band needs an integer");
+  BAD_FWD(INVALID, tcoll_grad_reduce_scatter(xs, TCOLL_BAND, NULL, &y, &node),
+          "op band needs an integer");
   xs[L] = f.ix;
   if (t_size >= 2) {
     snprintf(needle, sizeof needle, "xs[%d] differs from xs[0] in dtype or shape", L);
@@ -1016,14 +1095,20 @@ START_TEST(grad_forwards) {
   }
   xs[L] = f.x;
 
-  BAD_FWD(TCOLL_ERR_UNSUPPORTED, tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_AVG, 0, NULL, &y, &node),
+  BAD_FWD(TCOLL_ERR_UNSUPPORTED,
+          tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_AVG, 0, NULL, &y, &node),
           "Only sum reduce op is supported");
-  BAD_FWD(TCOLL_ERR_UNSUPPORTED, tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_MAX, 0, NULL, &y, &node),
+  BAD_FWD(TCOLL_ERR_UNSUPPORTED,
+          tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_MAX, 0, NULL, &y, &node),
           "Only sum reduce op is supported");
-  BAD_FWD(INVALID, tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_SUM, 5, NULL, &y, &node), "scatter_dim is 5");
+  BAD_FWD(INVALID, tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_SUM, 5, NULL, &y, &node),
+          "scatter_dim is 5");
   if (t_size >= 2) {
-    snprintf(needle, sizeof needle, "input dimension 1 (3) must be a multiple of group_size %d", t_size);
-    if (3 % t_size) BAD_FWD(INVALID, tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_SUM, 1, NULL, &y, &node), needle);
+    snprintf(needle, sizeof needle, "input dimension 1 (3) must be a multiple of group_size %d",
+             t_size);
+    if (3 % t_size)
+      BAD_FWD(INVALID, tcoll_grad_reduce_scatter_tensor(&f.x, TCOLL_SUM, 1, NULL, &y, &node),
+              needle);
   }
 
   BAD_FWD(INVALID, tcoll_grad_all_to_all(NULL, NULL, ys, &node), "xs is NULL");
@@ -1041,8 +1126,8 @@ START_TEST(grad_forwards) {
   neg[L] = -2;
   BAD_FWD(INVALID, tcoll_grad_all_to_all_single(&f.x, osz, NULL, NULL, &y, &node),
           "output_split_sizes and input_split_sizes must either be specified together");
-  snprintf(needle, sizeof needle, "input_split_sizes sum to %d rows but input has %lld", 2 * t_size + 1,
-           (long long)f.shape[0]);
+  snprintf(needle, sizeof needle, "input_split_sizes sum to %d rows but input has %lld",
+           2 * t_size + 1, (long long)f.shape[0]);
   BAD_FWD(INVALID, tcoll_grad_all_to_all_single(&f.x, osz, isz, NULL, &y, &node), needle);
   snprintf(needle, sizeof needle, "output_split_sizes[%d] is -2 (expected >= 0)", L);
   isz[0] = 2;
@@ -1052,9 +1137,12 @@ START_TEST(grad_forwards) {
   T_OK(tcoll_redop_create_premul_sum(2.0, &stale_op));
   T_OK(tcoll_redop_destroy(stale_op));
   BAD_FWD(INVALID, tcoll_grad_all_reduce(&f.x, 99, NULL, &y, &node), "op is 99");
-  BAD_FWD(INVALID, tcoll_grad_all_reduce(&f.x, stale_op, NULL, &y, &node), "live premul_sum handle");
-  BAD_FWD(INVALID, tcoll_grad_all_reduce(&f.x, TCOLL_BXOR, NULL, &y, &node), "op bxor needs an integer");
-  BAD_FWD(INVALID, tcoll_grad_all_reduce(&f.x, TCOLL_MIN, NULL, &wrong_y, &node), "y->dtype is float64");
+  BAD_FWD(INVALID, tcoll_grad_all_reduce(&f.x, stale_op, NULL, &y, &node),
+          "live premul_sum handle");
+  BAD_FWD(INVALID, tcoll_grad_all_reduce(&f.x, TCOLL_BXOR, NULL, &y, &node),
+          "op bxor needs an integer");
+  BAD_FWD(INVALID, tcoll_grad_all_reduce(&f.x, TCOLL_MIN, NULL, &wrong_y, &node),
+          "y->dtype is float64");
   tcoll_tensor_t ov = f.spare;
   ov.dtype = F32;
   ov.ndim = 2;
@@ -1095,8 +1183,10 @@ START_TEST(grad_backward) {
   double one = 1.0;
   t_set_all(&g, constant, &one);
 
-  BAD(tcoll_grad_backward(NULL, &g, 1, &gin, 1), "node is NULL (expected a node from a tcoll_grad_* forward)");
-  BAD(tcoll_grad_backward(node, &g, -1, &gin, 1), "n_grad_outputs is -1 and n_grad_inputs is 1 (expected >= 0)");
+  BAD(tcoll_grad_backward(NULL, &g, 1, &gin, 1),
+      "node is NULL (expected a node from a tcoll_grad_* forward)");
+  BAD(tcoll_grad_backward(node, &g, -1, &gin, 1),
+      "n_grad_outputs is -1 and n_grad_inputs is 1 (expected >= 0)");
   BAD(tcoll_grad_backward(node, &g, 1, &gin, -1), "n_grad_inputs is -1");
   BAD(tcoll_grad_backward(node, &g, 2, &gin, 1), "n_grad_outputs is 2 (expected 1 for all_reduce)");
   BAD(tcoll_grad_backward(node, &g, 0, &gin, 1), "n_grad_outputs is 0 (expected 1 for all_reduce)");
@@ -1105,12 +1195,14 @@ START_TEST(grad_backward) {
   BAD(tcoll_grad_backward(node, &g, 1, NULL, 1), "grad_inputs is NULL (expected 1 tensors)");
   tcoll_tensor_t gb = g;
   gb.shape[0] += 1;
-  snprintf(needle, sizeof needle, "grad_outputs[0]->shape is [%lld, 3] (expected [%lld, 3], as in the forward)",
+  snprintf(needle, sizeof needle,
+           "grad_outputs[0]->shape is [%lld, 3] (expected [%lld, 3], as in the forward)",
            (long long)f.shape[0] + 1, (long long)f.shape[0]);
   BAD(tcoll_grad_backward(node, &gb, 1, &gin, 1), needle);
   gb = g;
   gb.dtype = F64;
-  BAD(tcoll_grad_backward(node, &gb, 1, &gin, 1), "grad_outputs[0]->dtype is float64 (expected float32, as in the forward)");
+  BAD(tcoll_grad_backward(node, &gb, 1, &gin, 1),
+      "grad_outputs[0]->dtype is float64 (expected float32, as in the forward)");
   gb = g;
   gb.device = f.other_dev;
   snprintf(needle, sizeof needle, "grad_outputs[0]->device is %d", f.other_dev);
@@ -1134,7 +1226,8 @@ START_TEST(grad_backward) {
   T_OK(tcoll_grad_all_gather(&f.x, NULL, ys, &ln));
   T_OK(tcoll_wait_all());
   for (int r = 0; r < 4; r++) gs[r] = g;
-  snprintf(needle, sizeof needle, "n_grad_outputs is %d (expected %d for all_gather)", t_size + 1, t_size);
+  snprintf(needle, sizeof needle, "n_grad_outputs is %d (expected %d for all_gather)", t_size + 1,
+           t_size);
   BAD(tcoll_grad_backward(ln, gs, t_size + 1, &gin, 1), needle);
   if (t_size >= 2) {
     gs[t_size - 1].dtype = F64;
@@ -1145,7 +1238,8 @@ START_TEST(grad_backward) {
   tcoll_grad_node_free(ln);
   for (int r = 0; r < t_size; r++) tcoll_tensor_free(&ys[r]);
   /* scatter on src needs size grad_inputs. */
-  tcoll_tensor_t xs[4] = {f.x, f.x, f.x, f.x}, sy = desc(F32, 2, f.shape, f.dev); /* the piece, on every rank */
+  tcoll_tensor_t xs[4] = {f.x, f.x, f.x, f.x},
+                 sy = desc(F32, 2, f.shape, f.dev); /* the piece, on every rank */
   T_OK(tcoll_grad_scatter(xs, 0, NULL, &sy, &ln));
   T_OK(tcoll_wait(sy.data));
   if (t_size >= 2) { /* on src and off it (where 0 is allowed too) */
@@ -1187,7 +1281,8 @@ START_TEST(grad_backward) {
   T_OK(tcoll_wait(sy.data));
   tcoll_comm_t *gone = c;
   T_OK(tcoll_comm_free(&c));
-  BAD(tcoll_grad_backward(ln, &g, 1, &gin, 1), not_live(needle, sizeof needle, "the node's communicator", gone));
+  BAD(tcoll_grad_backward(ln, &g, 1, &gin, 1),
+      not_live(needle, sizeof needle, "the node's communicator", gone));
   tcoll_grad_node_free(ln);
   tcoll_tensor_free(&sy);
   T_OK(tcoll_grad_all_reduce(&f.x, TCOLL_SUM, NULL, &sy, &ln));
@@ -1219,7 +1314,8 @@ END_TEST
 
 START_TEST(shapes) {
   int64_t s23[2] = {6, 3}, out[TCOLL_MAX_DIMS];
-  tcoll_tensor_t t = desc(F32, 2, s23, TCOLL_HOST), bad = t, scalar = desc(F32, 0, NULL, TCOLL_HOST);
+  tcoll_tensor_t t = desc(F32, 2, s23, TCOLL_HOST), bad = t,
+                 scalar = desc(F32, 0, NULL, TCOLL_HOST);
   bad.dtype = (tcoll_dtype_t)42;
   for (int i = 0; i < TCOLL_MAX_DIMS; i++) out[i] = -77;
   BAD(tcoll_all_gather_shape(NULL, 0, 2, out), "in is NULL");
@@ -1236,14 +1332,19 @@ START_TEST(shapes) {
   BAD(tcoll_reduce_scatter_shape(&t, 0, 0, out), "group_size is 0 (expected >= 1)");
   BAD(tcoll_reduce_scatter_shape(&t, 0, 2, NULL), "shape is NULL");
   BAD(tcoll_reduce_scatter_shape(&t, -3, 2, out), "scatter_dim is -3 (expected -2..1)");
-  BAD(tcoll_reduce_scatter_shape(&t, 1, 2, out), "input dimension 1 (3) must be a multiple of group_size 2");
-  BAD(tcoll_reduce_scatter_shape(&scalar, 0, 1, out), "scatter_dim needs a tensor with at least 1 dim");
-  for (int i = 0; i < TCOLL_MAX_DIMS; i++) T_EXPECT(out[i] == -77, "a refused shape function wrote shape[%d]", i);
+  BAD(tcoll_reduce_scatter_shape(&t, 1, 2, out),
+      "input dimension 1 (3) must be a multiple of group_size 2");
+  BAD(tcoll_reduce_scatter_shape(&scalar, 0, 1, out),
+      "scatter_dim needs a tensor with at least 1 dim");
+  for (int i = 0; i < TCOLL_MAX_DIMS; i++)
+    T_EXPECT(out[i] == -77, "a refused shape function wrote shape[%d]", i);
   /* Valid right after. */
   T_OK(tcoll_all_gather_shape(&t, -1, 3, out));
-  T_EXPECT(out[0] == 6 && out[1] == 9, "all_gather_shape gives [%lld, %lld]", (long long)out[0], (long long)out[1]);
+  T_EXPECT(out[0] == 6 && out[1] == 9, "all_gather_shape gives [%lld, %lld]", (long long)out[0],
+           (long long)out[1]);
   T_OK(tcoll_reduce_scatter_shape(&t, 0, 3, out));
-  T_EXPECT(out[0] == 2 && out[1] == 3, "reduce_scatter_shape gives [%lld, %lld]", (long long)out[0], (long long)out[1]);
+  T_EXPECT(out[0] == 2 && out[1] == 3, "reduce_scatter_shape gives [%lld, %lld]", (long long)out[0],
+           (long long)out[1]);
 }
 END_TEST
 
@@ -1252,9 +1353,11 @@ END_TEST
 START_TEST(empty_huge) {
   fx_t f;
   fx_init(&f);
-  int64_t big = INT64_C(1) << 40, s1[3] = {big, 0, 3}, s2[3] = {INT64_C(1) << 62, INT64_C(1) << 62, 0},
+  int64_t big = INT64_C(1) << 40, s1[3] = {big, 0, 3},
+          s2[3] = {INT64_C(1) << 62, INT64_C(1) << 62, 0},
           s3[3] = {0, INT64_C(1) << 62, INT64_C(1) << 62};
-  tcoll_tensor_t e1 = desc(F32, 3, s1, f.dev), e2 = desc(F64, 3, s2, f.dev), e3 = desc(I32, 3, s3, f.dev);
+  tcoll_tensor_t e1 = desc(F32, 3, s1, f.dev), e2 = desc(F64, 3, s2, f.dev),
+                 e3 = desc(I32, 3, s3, f.dev);
   tcoll_tensor_t o[8];
   for (int k = 0; k < 8; k++) o[k] = t_empty();
   T_OK(tcoll_reduce_scatter(&e1, TCOLL_SUM, 1, NULL, &o[0]));
@@ -1271,17 +1374,20 @@ START_TEST(empty_huge) {
   T_OK(tcoll_reduce_scatter_coalesced(mix, 2, TCOLL_SUM, dims, NULL, mo));
   for (int k = 0; k < 5; k++) T_OK(tcoll_wait_timeout(o[k].data, 60.0));
   for (int k = 0; k < 2; k++) T_OK(tcoll_wait_timeout(mo[k].data, 60.0));
-  T_EXPECT(o[2].shape[0] == big && o[2].shape[1] == 0 && tcoll_tensor_nbytes(&o[2]) == 0, "all_gather of an empty tensor");
+  T_EXPECT(o[2].shape[0] == big && o[2].shape[1] == 0 && tcoll_tensor_nbytes(&o[2]) == 0,
+           "all_gather of an empty tensor");
   int devs[2] = {TCOLL_HOST, f.dev};
   tcoll_tensor_t lo[2] = {t_empty(), t_empty()};
   int64_t smax[2] = {INT64_MAX, 0}; /* torch.chunk's split of INT64_MAX rows */
   tcoll_tensor_t emax = desc(F32, 2, smax, f.dev), mo2[2] = {t_empty(), t_empty()};
   T_OK(tcoll_local_scatter(&emax, devs, 2, NULL, 0, mo2));
-  T_EXPECT(mo2[0].shape[0] == INT64_C(1) << 62 && mo2[1].shape[0] == (INT64_C(1) << 62) - 1, "chunks of INT64_MAX rows");
+  T_EXPECT(mo2[0].shape[0] == INT64_C(1) << 62 && mo2[1].shape[0] == (INT64_C(1) << 62) - 1,
+           "chunks of INT64_MAX rows");
   for (int k = 0; k < 2; k++) tcoll_tensor_free(&mo2[k]);
   T_OK(tcoll_local_scatter(&e1, devs, 2, NULL, 2, lo));
   T_OK(tcoll_local_gather(lo, 2, 2, f.dev, &o[5]));
-  T_EXPECT(o[5].shape[2] == 3 && tcoll_tensor_numel(&o[5]) == 0, "local scatter + gather of an empty tensor");
+  T_EXPECT(o[5].shape[2] == 3 && tcoll_tensor_numel(&o[5]) == 0,
+           "local scatter + gather of an empty tensor");
   for (int k = 0; k < 8; k++) tcoll_tensor_free(&o[k]);
   for (int k = 0; k < 2; k++) tcoll_tensor_free(&mo[k]), tcoll_tensor_free(&lo[k]);
   fx_free(&f);
@@ -1332,7 +1438,8 @@ START_TEST(lifetime) {
   T_EXPECT(tcoll_initialized() == 0, "tcoll still initialized after the last tcoll_finalize");
   BAD_VALUE(void *, (void *)tcoll_comm_world(), v == NULL, "%p");
   const char *ni = "tcoll is not initialized";
-  BAD_ST(TCOLL_ERR_STATE, tcoll_finalize(), "tcoll is not initialized (tcoll_finalize without tcoll_init)");
+  BAD_ST(TCOLL_ERR_STATE, tcoll_finalize(),
+         "tcoll is not initialized (tcoll_finalize without tcoll_init)");
   float buf[6] = {0};
   int64_t six[1] = {6};
   tcoll_tensor_t x = tcoll_tensor_make(buf, F32, 1, six, TCOLL_HOST), y = t_empty();
@@ -1359,7 +1466,8 @@ START_TEST(lifetime) {
   T_EXPECT(c == NULL && m == NULL && node == NULL, "a refused call wrote an output");
   /* Valid right after: initialize again, use, and stay initialized for the harness. */
   T_OK(tcoll_init(NULL, NULL));
-  T_EXPECT(tcoll_initialized() == 1 && tcoll_comm_world() != NULL, "tcoll_init after tcoll_finalize");
+  T_EXPECT(tcoll_initialized() == 1 && tcoll_comm_world() != NULL,
+           "tcoll_init after tcoll_finalize");
   for (int i = 0; i < 6; i++) buf[i] = (float)(t_rank + 1) * (float)(i % 7 + 1);
   T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
   T_OK(tcoll_wait(y.data));

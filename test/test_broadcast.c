@@ -17,8 +17,8 @@ enum { OUT_OF_PLACE, ALLOCATING, IN_PLACE };
 static const char *mode_name[] = {"out of place", "allocating", "in place"};
 
 /* tags: the tag of each group rank (NULL: the rank). */
-static void bcast_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int src, int mode, tcoll_comm_t *comm,
-                       const int *tags) {
+static void bcast_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int src, int mode,
+                       tcoll_comm_t *comm, const int *tags) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
   int me = tcoll_comm_rank(c);
   int my_tag = tags ? tags[me] : me, src_tag = tags ? tags[src] : src;
@@ -31,14 +31,15 @@ static void bcast_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int src
     out = in;
   }
   char what[128];
-  snprintf(what, sizeof what, "broadcast %s from %d (%s, %d dims)", tcoll_dtype_name(dt), src, mode_name[mode], ndim);
+  snprintf(what, sizeof what, "broadcast %s from %d (%s, %d dims)", tcoll_dtype_name(dt), src,
+           mode_name[mode], ndim);
   int rc = tcoll_broadcast(&in, src, comm, &out);
   T_EXPECT(rc == TCOLL_SUCCESS, "%s: %s: %s", what, tcoll_status_string(rc), tcoll_last_error());
   if (rc == TCOLL_SUCCESS) {
     T_OK(tcoll_wait(out.data));
     MV_EXPECT_SHAPE(&out, ndim, shape, what);
-    T_EXPECT(out.dtype == dt && out.device == in.device, "%s: dtype %s device %d", what, tcoll_dtype_name(out.dtype),
-             out.device);
+    T_EXPECT(out.dtype == dt && out.device == in.device, "%s: dtype %s device %d", what,
+             tcoll_dtype_name(out.dtype), out.device);
     mv_check_fill(what, &out, src_tag, 0);
     if (mode != IN_PLACE) mv_check_fill("broadcast input afterwards", &in, my_tag, 0);
   }
@@ -75,17 +76,20 @@ START_TEST(broadcast_bad_arguments) {
   T_FAILS(tcoll_broadcast(NULL, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "in is NULL");
   T_FAILS(tcoll_broadcast(&in, 0, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT, "out is NULL");
   tcoll_tensor_t wrong = t_alloc(TCOLL_FLOAT64, 2, w);
-  T_FAILS(tcoll_broadcast(&in, 0, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape is [3, 2] (expected [2, 3])");
+  T_FAILS(tcoll_broadcast(&in, 0, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->shape is [3, 2] (expected [2, 3])");
   tcoll_tensor_free(&wrong);
   tcoll_tensor_t wrong_dt = t_alloc(TCOLL_FLOAT32, 2, s);
-  T_FAILS(tcoll_broadcast(&in, 0, NULL, &wrong_dt), TCOLL_ERR_INVALID_ARGUMENT, "out->dtype is float32");
+  T_FAILS(tcoll_broadcast(&in, 0, NULL, &wrong_dt), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->dtype is float32");
   tcoll_tensor_free(&wrong_dt);
   /* Overlapping but not the same buffer: neither in place nor out of place. */
   int64_t one[1] = {3};
   tcoll_tensor_t a = tcoll_tensor_make(in.data, TCOLL_FLOAT64, 1, one, in.device);
   tcoll_tensor_t b = tcoll_tensor_make((char *)in.data + 8, TCOLL_FLOAT64, 1, one, in.device);
   T_FAILS(tcoll_broadcast(&a, 0, NULL, &b), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
-  T_EXPECT(out.data == NULL && tcoll_pending_count() == 0, "refused broadcasts left an output or pending work");
+  T_EXPECT(out.data == NULL && tcoll_pending_count() == 0,
+           "refused broadcasts left an output or pending work");
   tcoll_tensor_free(&in);
   bcast_case(TCOLL_INT16, 2, s, 0, ALLOCATING, NULL, NULL); /* still usable */
 }
@@ -109,8 +113,8 @@ END_TEST
 
 /* ---- gather ---- */
 
-static void gather_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int dst, bool prealloc, tcoll_comm_t *comm,
-                        const int *tags) {
+static void gather_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int dst, bool prealloc,
+                        tcoll_comm_t *comm, const int *tags) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
   int size = tcoll_comm_size(c), me = tcoll_comm_rank(c);
   tcoll_tensor_t in = t_alloc(dt, ndim, shape);
@@ -133,15 +137,17 @@ static void gather_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int ds
       for (int r = 0; r < size; r++) {
         T_OK(tcoll_wait(outs[r].data));
         MV_EXPECT_SHAPE(&outs[r], ndim, shape, what);
-        T_EXPECT(outs[r].dtype == dt && outs[r].device == in.device, "%s: outs[%d] dtype %s device %d", what, r,
-                 tcoll_dtype_name(outs[r].dtype), outs[r].device);
+        T_EXPECT(outs[r].dtype == dt && outs[r].device == in.device,
+                 "%s: outs[%d] dtype %s device %d", what, r, tcoll_dtype_name(outs[r].dtype),
+                 outs[r].device);
         char w2[160];
         snprintf(w2, sizeof w2, "%s outs[%d]", what, r);
         mv_check_fill(w2, &outs[r], tags ? tags[r] : r, 0);
       }
     } else {
       /* No output here: the work is registered under the input. */
-      T_EXPECT(tcoll_pending_count() == 1, "%s: %zu pending off dst (expected 1)", what, tcoll_pending_count());
+      T_EXPECT(tcoll_pending_count() == 1, "%s: %zu pending off dst (expected 1)", what,
+               tcoll_pending_count());
       T_OK(tcoll_wait(in.data));
     }
   }
@@ -164,7 +170,8 @@ END_TEST
 
 START_TEST(gather_zero_size) {
   int64_t z[2] = {0, 5};
-  for (int dst = 0; dst < t_size; dst++) gather_case(TCOLL_BFLOAT16, 2, z, dst, dst % 2, NULL, NULL);
+  for (int dst = 0; dst < t_size; dst++)
+    gather_case(TCOLL_BFLOAT16, 2, z, dst, dst % 2, NULL, NULL);
 }
 END_TEST
 
@@ -180,7 +187,8 @@ START_TEST(gather_bad_arguments) {
   if (self) {
     T_FAILS(tcoll_gather(&in, 0, self, NULL), TCOLL_ERR_INVALID_ARGUMENT, "outs is NULL on dst");
     tcoll_tensor_t bad = t_alloc(TCOLL_UINT8, 1, w);
-    T_FAILS(tcoll_gather(&in, 0, self, &bad), TCOLL_ERR_INVALID_ARGUMENT, "outs[0]->shape is [5] (expected [4])");
+    T_FAILS(tcoll_gather(&in, 0, self, &bad), TCOLL_ERR_INVALID_ARGUMENT,
+            "outs[0]->shape is [5] (expected [4])");
     tcoll_tensor_free(&bad);
     T_FAILS(tcoll_gather(&in, 0, self, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
     /* One-rank gather works. */
@@ -211,8 +219,8 @@ START_TEST(gather_pending_input) {
       for (int r = 0; r < t_size; r++) outs[r] = t_empty();
     }
     int rc = tcoll_gather(&in, dst, NULL, outs);
-    T_EXPECT(rc == TCOLL_SUCCESS, "gather of a pending input to %d: %s: %s", dst, tcoll_status_string(rc),
-             tcoll_last_error());
+    T_EXPECT(rc == TCOLL_SUCCESS, "gather of a pending input to %d: %s: %s", dst,
+             tcoll_status_string(rc), tcoll_last_error());
     if (outs) {
       for (int r = 0; r < t_size && rc == TCOLL_SUCCESS; r++) {
         T_OK(tcoll_wait(outs[r].data));
@@ -243,8 +251,8 @@ START_TEST(two_gathers_of_one_input) {
       for (int r = 0; r < t_size; r++) outs[k][r] = t_empty();
     }
     int rc = tcoll_gather(&in, roots[k], NULL, outs[k]);
-    T_EXPECT(rc == TCOLL_SUCCESS, "gather %d of one input (to %d): %s: %s", k, roots[k], tcoll_status_string(rc),
-             tcoll_last_error());
+    T_EXPECT(rc == TCOLL_SUCCESS, "gather %d of one input (to %d): %s: %s", k, roots[k],
+             tcoll_status_string(rc), tcoll_last_error());
   }
   for (int k = 0; k < 2; k++) {
     if (!outs[k]) continue;
@@ -264,8 +272,8 @@ END_TEST
 
 /* ---- scatter ---- */
 
-static void scatter_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int src, bool prealloc, tcoll_comm_t *comm,
-                         const int *tags) {
+static void scatter_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int src, bool prealloc,
+                         tcoll_comm_t *comm, const int *tags) {
   tcoll_comm_t *c = comm ? comm : tcoll_comm_world();
   int size = tcoll_comm_size(c), me = tcoll_comm_rank(c);
   int stag = tags ? tags[src] : src;
@@ -278,7 +286,8 @@ static void scatter_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int s
     }
   }
   /* *out describes the piece: with data NULL its shape and device say what to allocate. */
-  tcoll_tensor_t out = prealloc ? t_alloc(dt, ndim, shape) : tcoll_tensor_make(NULL, dt, ndim, shape, t_device());
+  tcoll_tensor_t out =
+      prealloc ? t_alloc(dt, ndim, shape) : tcoll_tensor_make(NULL, dt, ndim, shape, t_device());
   if (prealloc) mv_fill(&out, 300 + me, 0);
   char what[128];
   snprintf(what, sizeof what, "scatter %s from %d (%s, %d dims)", tcoll_dtype_name(dt), src,
@@ -312,7 +321,8 @@ END_TEST
 
 START_TEST(scatter_zero_size) {
   int64_t z[3] = {2, 0, 2};
-  for (int src = 0; src < t_size; src++) scatter_case(TCOLL_FLOAT16, 3, z, src, src % 2, NULL, NULL);
+  for (int src = 0; src < t_size; src++)
+    scatter_case(TCOLL_FLOAT16, 3, z, src, src % 2, NULL, NULL);
 }
 END_TEST
 
@@ -332,11 +342,14 @@ START_TEST(scatter_bad_arguments) {
     T_FAILS(tcoll_scatter(NULL, 0, self, &out), TCOLL_ERR_INVALID_ARGUMENT, "ins is NULL on src");
     tcoll_tensor_t in = t_alloc(TCOLL_INT64, 1, s);
     tcoll_tensor_t wrong = tcoll_tensor_make(NULL, TCOLL_INT64, 1, w, t_device());
-    T_FAILS(tcoll_scatter(&in, 0, self, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out describes a different piece");
+    T_FAILS(tcoll_scatter(&in, 0, self, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+            "out describes a different piece");
     tcoll_tensor_t wrong_dt = tcoll_tensor_make(NULL, TCOLL_INT32, 1, s, t_device());
-    T_FAILS(tcoll_scatter(&in, 0, self, &wrong_dt), TCOLL_ERR_INVALID_ARGUMENT, "out describes a different piece");
+    T_FAILS(tcoll_scatter(&in, 0, self, &wrong_dt), TCOLL_ERR_INVALID_ARGUMENT,
+            "out describes a different piece");
     tcoll_tensor_t wrong_pre = t_alloc(TCOLL_INT64, 1, w);
-    T_FAILS(tcoll_scatter(&in, 0, self, &wrong_pre), TCOLL_ERR_INVALID_ARGUMENT, "out->shape is [5] (expected [4])");
+    T_FAILS(tcoll_scatter(&in, 0, self, &wrong_pre), TCOLL_ERR_INVALID_ARGUMENT,
+            "out->shape is [5] (expected [4])");
     tcoll_tensor_free(&wrong_pre);
     T_FAILS(tcoll_scatter(&in, 0, self, &in), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
     mv_fill(&in, 9, 0);
@@ -377,7 +390,8 @@ START_TEST(zero_size_null_data) {
     } else {
       T_OK(tcoll_wait(in.data));
     }
-    T_EXPECT(tcoll_pending_count() == 0, "gather of NULL zero-size inputs to %d: %zu pending after the waits", root,
+    T_EXPECT(tcoll_pending_count() == 0,
+             "gather of NULL zero-size inputs to %d: %zu pending after the waits", root,
              tcoll_pending_count());
     tcoll_tensor_t *ins = NULL;
     if (t_rank == root) {
@@ -401,7 +415,8 @@ END_TEST
 START_TEST(pending_inputs_and_busy_outputs) {
   int64_t s[1] = {4};
   for (int root = 0; root < t_size; root++) {
-    tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins), *mid = calloc((size_t)t_size, sizeof *mid);
+    tcoll_tensor_t *ins = calloc((size_t)t_size, sizeof *ins),
+                   *mid = calloc((size_t)t_size, sizeof *mid);
     for (int r = 0; r < t_size; r++) {
       ins[r] = t_alloc(TCOLL_INT16, 1, s);
       mv_fill(&ins[r], 16 * t_rank + r, 0);

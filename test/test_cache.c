@@ -33,7 +33,9 @@ static double poison(int64_t i, void *ctx) {
 static double ramp(int64_t i, void *ctx) { return (double)(i % 97) + *(const double *)ctx; }
 
 /* rank r holds (r + 1) * (i % 7 + 1) */
-static double rank_value(int64_t i, void *ctx) { return (*(const int *)ctx + 1) * (double)(i % 7 + 1); }
+static double rank_value(int64_t i, void *ctx) {
+  return (*(const int *)ctx + 1) * (double)(i % 7 + 1);
+}
 static double sum_value(int64_t i, void *ctx) {
   (void)ctx;
   return t_size * (t_size + 1) / 2.0 * (double)(i % 7 + 1);
@@ -65,28 +67,33 @@ START_TEST(reuse) {
   void *p = a.data;
   tcoll_tensor_free(&a);
   tcoll_cache_info_t i0 = info();
-  T_EXPECT(i0.cached >= 4000, "a freed 4000-byte tensor is not cached (%zu bytes cached)", i0.cached);
+  T_EXPECT(i0.cached >= 4000, "a freed 4000-byte tensor is not cached (%zu bytes cached)",
+           i0.cached);
   T_EXPECT(t_device() == TCOLL_HOST ? i0.cached_host >= 4000 : i0.cached_device >= 4000,
-           "the block is not counted for its place (host %zu, device %zu)", i0.cached_host, i0.cached_device);
+           "the block is not counted for its place (host %zu, device %zu)", i0.cached_host,
+           i0.cached_device);
   tcoll_tensor_t b = t_alloc(F32, 1, &n);
   T_EXPECT(b.data == p, "the same size got %p, not the cached block %p", b.data, p);
   tcoll_cache_info_t i1 = info();
-  T_EXPECT(i1.reused == i0.reused + 1 && i1.allocated == i0.allocated, "reused %llu -> %llu, allocated %llu -> %llu",
-           (unsigned long long)i0.reused, (unsigned long long)i1.reused, (unsigned long long)i0.allocated,
+  T_EXPECT(i1.reused == i0.reused + 1 && i1.allocated == i0.allocated,
+           "reused %llu -> %llu, allocated %llu -> %llu", (unsigned long long)i0.reused,
+           (unsigned long long)i1.reused, (unsigned long long)i0.allocated,
            (unsigned long long)i1.allocated);
   tcoll_tensor_free(&b);
   /* Another size of the same class (4040 bytes: the class of 4096) gets it too. */
   int64_t m = 1010;
   tcoll_tensor_t c = t_alloc(F32, 1, &m);
   T_EXPECT(c.data == p, "a size of the same class got %p, not %p", c.data, p);
-  T_EXPECT(t_check_all("reused block, tcoll_tensor_alloc", &c, zero, NULL, 0) == 0, "not zero-filled");
+  T_EXPECT(t_check_all("reused block, tcoll_tensor_alloc", &c, zero, NULL, 0) == 0,
+           "not zero-filled");
   /* A much larger one does not fit in it. */
   int64_t big = 100000;
   tcoll_tensor_t d = t_alloc(F32, 1, &big);
   T_EXPECT(d.data != p, "a 400 KB tensor got the 4 KB block");
   tcoll_tensor_free(&c);
   tcoll_tensor_free(&d);
-  T_EXPECT(info().in_use == i0.in_use, "in_use %zu after freeing everything, %zu before", info().in_use, i0.in_use);
+  T_EXPECT(info().in_use == i0.in_use, "in_use %zu after freeing everything, %zu before",
+           info().in_use, i0.in_use);
 }
 END_TEST
 
@@ -106,12 +113,15 @@ START_TEST(limit_respected) {
   for (int k = 0; k < 6; k++) t[k] = t_alloc(F32, 1, &n);
   for (int k = 0; k < 6; k++) tcoll_tensor_free(&t[k]);
   tcoll_cache_info_t i1 = info();
-  T_EXPECT(i1.cached <= cfg.cache_bytes, "the cache holds %zu bytes, over its limit %zu", i1.cached, cfg.cache_bytes);
-  T_EXPECT(i1.cached == cfg.cache_bytes, "the cache holds %zu bytes, expected the limit %zu (two blocks)", i1.cached,
+  T_EXPECT(i1.cached <= cfg.cache_bytes, "the cache holds %zu bytes, over its limit %zu", i1.cached,
+           cfg.cache_bytes);
+  T_EXPECT(i1.cached == cfg.cache_bytes,
+           "the cache holds %zu bytes, expected the limit %zu (two blocks)", i1.cached,
            cfg.cache_bytes);
   T_EXPECT(i1.freed >= i0.freed + 4, "%llu blocks given back beyond the limit, expected at least 4",
            (unsigned long long)(i1.freed - i0.freed));
-  T_EXPECT(i1.limit == cfg.cache_bytes, "info.limit is %zu, expected %zu", i1.limit, cfg.cache_bytes);
+  T_EXPECT(i1.limit == cfg.cache_bytes, "info.limit is %zu, expected %zu", i1.limit,
+           cfg.cache_bytes);
   /* What went beyond the limit is back with the system (emulated device memory is host memory). */
   if (t_heap_measurable())
     T_EXPECT(t_heap_raw() <= h0 + cfg.cache_bytes + ((size_t)64 << 10),
@@ -119,7 +129,8 @@ START_TEST(limit_respected) {
   /* A lower limit applies at once; a block larger than the limit is not kept at all. */
   cfg.cache_bytes = (size_t)256 << 10;
   T_OK(tcoll_set_config(&cfg));
-  T_EXPECT(info().cached == 0, "%zu bytes cached after lowering the limit below every block", info().cached);
+  T_EXPECT(info().cached == 0, "%zu bytes cached after lowering the limit below every block",
+           info().cached);
   tcoll_tensor_t e = t_alloc(F32, 1, &n);
   tcoll_tensor_free(&e);
   T_EXPECT(info().cached == 0, "a 512 KiB block was kept with a limit of 256 KiB");
@@ -142,20 +153,23 @@ START_TEST(explicit_release) {
   tcoll_tensor_free(&a);
   tcoll_tensor_free(&b);
   tcoll_cache_info_t i0 = info();
-  T_EXPECT(i0.cached >= 2 * (size_t)n * 4, "%zu bytes cached after freeing two 1 MiB tensors", i0.cached);
+  T_EXPECT(i0.cached >= 2 * (size_t)n * 4, "%zu bytes cached after freeing two 1 MiB tensors",
+           i0.cached);
   T_OK(tcoll_cache_release());
   tcoll_cache_info_t i1 = info();
   T_EXPECT(i1.cached == 0 && i1.cached_host == 0 && i1.cached_pinned == 0 && i1.cached_device == 0,
-           "after tcoll_cache_release: %zu cached (host %zu, pinned %zu, device %zu)", i1.cached, i1.cached_host,
-           i1.cached_pinned, i1.cached_device);
-  T_EXPECT(i1.freed >= i0.freed + 2, "tcoll_cache_release gave back %llu blocks, expected at least 2",
+           "after tcoll_cache_release: %zu cached (host %zu, pinned %zu, device %zu)", i1.cached,
+           i1.cached_host, i1.cached_pinned, i1.cached_device);
+  T_EXPECT(i1.freed >= i0.freed + 2,
+           "tcoll_cache_release gave back %llu blocks, expected at least 2",
            (unsigned long long)(i1.freed - i0.freed));
   if (t_heap_measurable())
-    T_EXPECT(t_heap_raw() <= h0 + ((size_t)64 << 10), "the heap is %zu bytes above where it was before",
-             t_heap_raw() - h0);
+    T_EXPECT(t_heap_raw() <= h0 + ((size_t)64 << 10),
+             "the heap is %zu bytes above where it was before", t_heap_raw() - h0);
   /* The next allocation grows the cache again. */
   tcoll_tensor_t c = t_alloc(F32, 1, &n);
-  T_EXPECT(info().allocated == i1.allocated + 1, "an allocation after the release was not a new block");
+  T_EXPECT(info().allocated == i1.allocated + 1,
+           "an allocation after the release was not a new block");
   tcoll_tensor_free(&c);
   T_FAILS(tcoll_cache_info(NULL), TCOLL_ERR_INVALID_ARGUMENT, "info is NULL");
 }
@@ -168,8 +182,10 @@ START_TEST(alloc_zeros) {
   void *addr;
   poison_blocks(n, t_device(), 1, &addr);
   tcoll_tensor_t t = t_alloc(F32, 1, &n);
-  T_EXPECT(t.data == addr, "tcoll_tensor_alloc did not get the poisoned block (the test proves nothing)");
-  T_EXPECT(t_check_all("tcoll_tensor_alloc over a poisoned block", &t, zero, NULL, 0) == 0, "not all zeros");
+  T_EXPECT(t.data == addr,
+           "tcoll_tensor_alloc did not get the poisoned block (the test proves nothing)");
+  T_EXPECT(t_check_all("tcoll_tensor_alloc over a poisoned block", &t, zero, NULL, 0) == 0,
+           "not all zeros");
   tcoll_tensor_free(&t);
 }
 END_TEST
@@ -185,7 +201,8 @@ START_TEST(all_reduce_output_written) {
   T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
   T_OK(tcoll_wait(y.data));
   T_EXPECT(y.data == addr, "the output did not get the poisoned block (the test proves nothing)");
-  T_EXPECT(t_check_all("all_reduce output over a poisoned block", &y, sum_value, NULL, 0) == 0, "wrong output");
+  T_EXPECT(t_check_all("all_reduce output over a poisoned block", &y, sum_value, NULL, 0) == 0,
+           "wrong output");
   tcoll_tensor_free(&y);
   /* The same with a reused output of another collective: all_gather along dim 1. */
   int64_t shape[2] = {40, 25}, gshape[2] = {40, 25 * t_size};
@@ -225,8 +242,10 @@ START_TEST(reduce_off_root_zeros) {
   T_OK(tcoll_reduce(&x, dst, TCOLL_SUM, NULL, &y));
   T_OK(tcoll_wait(y.data));
   T_EXPECT(y.data == addr, "the output did not get the poisoned block (the test proves nothing)");
-  if (t_rank == dst) T_EXPECT(t_check_all("reduce on dst", &y, sum_value, NULL, 0) == 0, "wrong sums on dst");
-  else T_EXPECT(t_check_all("reduce off dst", &y, zero, NULL, 0) == 0, "not zeros off dst");
+  if (t_rank == dst)
+    T_EXPECT(t_check_all("reduce on dst", &y, sum_value, NULL, 0) == 0, "wrong sums on dst");
+  else
+    T_EXPECT(t_check_all("reduce off dst", &y, zero, NULL, 0) == 0, "not zeros off dst");
   tcoll_tensor_free(&y);
   tcoll_tensor_free(&x);
 }
@@ -249,9 +268,13 @@ START_TEST(grad_zero_outputs) {
   T_OK(tcoll_grad_gather(&x, root, NULL, ys, &node));
   for (int i = 0; i < t_size; i++) {
     T_OK(tcoll_wait(ys[i].data));
-    T_EXPECT(among(ys[i].data, addrs, k), "ys[%d] did not get a poisoned block (the test proves nothing)", i);
-    if (t_rank == root) T_EXPECT(t_check_all("gather on dst", &ys[i], rank_value, &i, 0) == 0, "wrong ys[%d]", i);
-    else T_EXPECT(t_check_all("gather off dst", &ys[i], zero, NULL, 0) == 0, "ys[%d] not zeros off dst", i);
+    T_EXPECT(among(ys[i].data, addrs, k),
+             "ys[%d] did not get a poisoned block (the test proves nothing)", i);
+    if (t_rank == root)
+      T_EXPECT(t_check_all("gather on dst", &ys[i], rank_value, &i, 0) == 0, "wrong ys[%d]", i);
+    else
+      T_EXPECT(t_check_all("gather off dst", &ys[i], zero, NULL, 0) == 0,
+               "ys[%d] not zeros off dst", i);
   }
   /* scatter backward (a gather to src): off src the grad inputs are zeros */
   tcoll_grad_node_t *sn = NULL;
@@ -267,7 +290,8 @@ START_TEST(grad_zero_outputs) {
   for (int i = 0; i < t_size; i++) {
     T_OK(tcoll_wait(gxs[i].data));
     T_EXPECT(among(gxs[i].data, addrs, k), "grad_inputs[%d] did not get a poisoned block", i);
-    if (t_rank != root) T_EXPECT(t_check_all("scatter backward off src", &gxs[i], zero, NULL, 0) == 0, "not zeros");
+    if (t_rank != root)
+      T_EXPECT(t_check_all("scatter backward off src", &gxs[i], zero, NULL, 0) == 0, "not zeros");
     tcoll_tensor_free(&gxs[i]);
   }
   tcoll_tensor_free(&piece);
@@ -282,7 +306,8 @@ START_TEST(grad_zero_outputs) {
   T_OK(tcoll_grad_backward(node, &y, 1, &gx, 1));
   T_OK(tcoll_wait(gx.data));
   T_EXPECT(gx.data == addrs[0], "the grad input did not get the poisoned block");
-  if (t_rank != root) T_EXPECT(t_check_all("broadcast backward off src", &gx, zero, NULL, 0) == 0, "not zeros");
+  if (t_rank != root)
+    T_EXPECT(t_check_all("broadcast backward off src", &gx, zero, NULL, 0) == 0, "not zeros");
   tcoll_tensor_free(&gx);
   tcoll_tensor_free(&y);
   tcoll_grad_node_free(node);
@@ -294,8 +319,10 @@ START_TEST(grad_zero_outputs) {
   T_OK(tcoll_wait(y.data));
   T_EXPECT(among(y.data, addrs, 3), "y did not get a poisoned block");
   int top = t_size - 1;
-  if (t_rank != root) T_EXPECT(t_check_all("grad reduce MAX off dst", &y, zero, NULL, 0) == 0, "not zeros");
-  else T_EXPECT(t_check_all("grad reduce MAX on dst", &y, rank_value, &top, 0) == 0, "wrong maximum");
+  if (t_rank != root)
+    T_EXPECT(t_check_all("grad reduce MAX off dst", &y, zero, NULL, 0) == 0, "not zeros");
+  else
+    T_EXPECT(t_check_all("grad reduce MAX on dst", &y, rank_value, &top, 0) == 0, "wrong maximum");
   tcoll_tensor_free(&y);
   tcoll_grad_node_free(node);
   tcoll_tensor_free(&x);
@@ -353,8 +380,10 @@ START_TEST(threads) {
     pthread_create(&th[i], NULL, churn, &w[i]);
   }
   for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
-  for (int i = 0; i < NTHREADS; i++) T_EXPECT(w[i].bad == 0, "thread %d saw %d wrong blocks", i, w[i].bad);
-  T_EXPECT(info().in_use == in_use, "%zu bytes in use after the threads freed everything, %zu before", info().in_use,
+  for (int i = 0; i < NTHREADS; i++)
+    T_EXPECT(w[i].bad == 0, "thread %d saw %d wrong blocks", i, w[i].bad);
+  T_EXPECT(info().in_use == in_use,
+           "%zu bytes in use after the threads freed everything, %zu before", info().in_use,
            in_use);
 }
 END_TEST

@@ -76,7 +76,10 @@ static void ag_case(tcoll_comm_t *comm, const char *want, tcoll_dtype_t d, int n
     len += snprintf(what + len, sizeof what - (size_t)len, "%s%lld", i ? "," : "",
                     (long long)shape[i]);
   snprintf(what + len, sizeof what - (size_t)len, "] along dim %d (%s) on %d ranks", dim,
-           variant == 0 ? "out of place" : variant == 1 ? "allocating" : "in place", size);
+           variant == 0   ? "out of place"
+           : variant == 1 ? "allocating"
+                          : "in place",
+           size);
   ag_ctx_t c = {rank, d, 1, shape[dim], 1, size};
   for (int i = 0; i < dim; i++) c.outer *= shape[i];
   for (int i = dim + 1; i < ndim; i++) c.inner *= shape[i];
@@ -106,8 +109,10 @@ static void ag_case(tcoll_comm_t *comm, const char *want, tcoll_dtype_t d, int n
     t_check_all(w2, &in, ag_in, &c, 0);
     tcoll_tensor_free(&in);
   }
-  if (out_keep) *out_keep = out;
-  else tcoll_tensor_free(&out);
+  if (out_keep)
+    *out_keep = out;
+  else
+    tcoll_tensor_free(&out);
 }
 
 static const struct {
@@ -115,10 +120,10 @@ static const struct {
   int64_t shape[3];
   int dim;
 } AG_SHAPES[] = {
-    {2, {3, 5}, 1},       {2, {4, 7}, 1},      {3, {2, 3, 5}, 1}, {3, {2, 3, 5}, 2},
-    {3, {3, 1, 4}, 2},    {3, {5, 2, 1}, 1},   {2, {1, 6}, 1},    {2, {5, 2}, 0},
-    {1, {9}, 0},          {2, {2500, 3}, 1},   {3, {7, 1300, 1}, 2},
-    {2, {3, 2048}, 1},    {3, {2, 0, 3}, 1},
+    {2, {3, 5}, 1},    {2, {4, 7}, 1},    {3, {2, 3, 5}, 1},    {3, {2, 3, 5}, 2},
+    {3, {3, 1, 4}, 2}, {3, {5, 2, 1}, 1}, {2, {1, 6}, 1},       {2, {5, 2}, 0},
+    {1, {9}, 0},       {2, {2500, 3}, 1}, {3, {7, 1300, 1}, 2}, {2, {3, 2048}, 1},
+    {3, {2, 0, 3}, 1},
 };
 static const tcoll_dtype_t AG_DTYPES[] = {TCOLL_FLOAT32, TCOLL_FLOAT64, TCOLL_INT32,    TCOLL_INT64,
                                           TCOLL_UINT8,   TCOLL_FLOAT16, TCOLL_BFLOAT16, TCOLL_BOOL};
@@ -170,7 +175,7 @@ START_TEST(cma_fallback) {
     ag_case(dup, "mpi", TCOLL_FLOAT32, 3, shape, dim, 0, &b);
     unsetenv("TCOLL_CMA");
     ag_case(NULL, want, TCOLL_FLOAT32, 3, shape, dim, 1, NULL); /* the world's probe stays */
-    ag_case(dup, "mpi", TCOLL_FLOAT32, 3, shape, dim, 1, NULL);  /* and dup's */
+    ag_case(dup, "mpi", TCOLL_FLOAT32, 3, shape, dim, 1, NULL); /* and dup's */
     size_t nb = tcoll_tensor_nbytes(&a);
     T_EXPECT(nb == tcoll_tensor_nbytes(&b) && !memcmp(a.data, b.data, nb),
              "cma fallback along dim %d: the MPI path's bits differ from cma's", dim);
@@ -200,9 +205,10 @@ static void read_fails_case(int64_t rows, int64_t cols, const char *err, const c
     char peer[32], errno_is[32];
     snprintf(peer, sizeof peer, "rank %d", 1 % t_size);
     snprintf(errno_is, sizeof errno_is, "errno %s", err);
-    T_EXPECT(rc == TCOLL_ERR_UNSUPPORTED, "a failed read of [%lld, %lld]: tcoll_wait returned %s "
-             "(expected TCOLL_ERR_UNSUPPORTED): %s", (long long)rows, (long long)cols,
-             tcoll_status_string(rc), tcoll_last_error());
+    T_EXPECT(rc == TCOLL_ERR_UNSUPPORTED,
+             "a failed read of [%lld, %lld]: tcoll_wait returned %s "
+             "(expected TCOLL_ERR_UNSUPPORTED): %s",
+             (long long)rows, (long long)cols, tcoll_status_string(rc), tcoll_last_error());
     const char *m = tcoll_last_error();
     T_EXPECT(t_contains(m, "process_vm_readv") && t_contains(m, peer) && t_contains(m, errno_is) &&
                  t_contains(m, read),
@@ -271,7 +277,8 @@ START_TEST(cma_push_fails) {
                  t_contains(text, "after 1040000 of 2080000 bytes") &&
                  t_contains(text, "through MPI instead"),
              "a failed push: no INFO line naming the call, the peer, errno 1, the bytes written "
-             "and the fallback; got:\n%s", text);
+             "and the fallback; got:\n%s",
+             text);
   } else {
     T_EXPECT(!t_contains(text, "process_vm_writev"), "rank %d logged a failed push:\n%s", t_rank,
              text);
@@ -332,10 +339,10 @@ START_TEST(cma_table) {
   MPI_Get_library_version(v, &len);
   bool ompi = strstr(v, "Open MPI") != NULL, mpich = !ompi && strstr(v, "MPICH") != NULL;
   bool cma = cma_works() && (ompi || mpich);
-  int64_t big[2] = {64, 256};                      /* 64 KiB per rank, runs of 1 KiB */
+  int64_t big[2] = {64, 256};                       /* 64 KiB per rank, runs of 1 KiB */
   int64_t large[2] = {16, 65536 / (int64_t)t_size}; /* ~4 MiB output, runs of 256 KiB / size */
-  int64_t narrow[3] = {256, 16, 4};                /* runs of 256 B */
-  int64_t small[2] = {4, 128};                     /* 2 KiB per rank */
+  int64_t narrow[3] = {256, 16, 4};                 /* runs of 256 B */
+  int64_t small[2] = {4, 128};                      /* 2 KiB per rank */
   ag_case(NULL, cma && t_size == 2 ? "cma" : "mpi", TCOLL_FLOAT32, 2, big, 1, 0, NULL);
   bool large_cma = cma && t_size >= 2 && t_size <= (ompi ? 4 : 2);
   ag_case(NULL, large_cma ? "cma" : "mpi", TCOLL_FLOAT32, 2, large, 1, 1, NULL);

@@ -11,7 +11,8 @@ typedef struct spec {
 } spec_t;
 
 enum { FWD, REV, ODD_EVEN, MIDDLE_OUT, NORDERS };
-static const char *const order_name[NORDERS] = {"forward", "reverse", "odd then even", "middle out"};
+static const char *const order_name[NORDERS] = {"forward", "reverse", "odd then even",
+                                                "middle out"};
 static int wait_index(int how, int n, int j) {
   switch (how) {
   case REV: return n - 1 - j;
@@ -24,8 +25,8 @@ static int wait_index(int how, int n, int j) {
 #define MAXN 80
 
 /* One all_reduce_coalesced of the specs (tensor t salted by 1000 * t) over comm, checked. */
-static void arc_case(const spec_t *sp, int n, int k, tcoll_redop_t op, double s, tcoll_comm_t *comm, const int *ids,
-                     int G, bool inplace, int how) {
+static void arc_case(const spec_t *sp, int n, int k, tcoll_redop_t op, double s, tcoll_comm_t *comm,
+                     const int *ids, int G, bool inplace, int how) {
   static tcoll_tensor_t in[MAXN], out[MAXN];
   static rc_t c[MAXN];
   bool ok = true;
@@ -42,29 +43,38 @@ static void arc_case(const spec_t *sp, int n, int k, tcoll_redop_t op, double s,
     int bad = 0;
     while (k_accepts(k, sp[bad].d)) bad++;
     T_REFUSED(tcoll_all_reduce_coalesced(in, n, op, comm, out), k, sp[bad].d);
-    T_EXPECT(tcoll_pending_count() == 0, "refused coalesced call left %zu pending", tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 0, "refused coalesced call left %zu pending",
+             tcoll_pending_count());
     for (int t = 0; t < n; t++) {
-      T_EXPECT(inplace || !sp[t].alloc || out[t].data == NULL, "refused coalesced call allocated out[%d]", t);
+      T_EXPECT(inplace || !sp[t].alloc || out[t].data == NULL,
+               "refused coalesced call allocated out[%d]", t);
       snprintf(what, sizeof what, "refused all_reduce_coalesced %s: in[%d]", kname(k), t);
       t_check_all(what, &in[t], rc_orig, &c[t], 0);
     }
   } else {
     T_OK(tcoll_all_reduce_coalesced(in, n, op, comm, out));
-    T_EXPECT(tcoll_pending_count() == (size_t)n, "all_reduce_coalesced %s: %zu pending (expected %d)", kname(k),
-             tcoll_pending_count(), n);
+    T_EXPECT(tcoll_pending_count() == (size_t)n,
+             "all_reduce_coalesced %s: %zu pending (expected %d)", kname(k), tcoll_pending_count(),
+             n);
     for (int j = 0; j < n; j++) {
       int t = wait_index(how, n, j);
       T_OK(tcoll_wait(out[t].data));
-      T_EXPECT(tcoll_pending_count() == (size_t)(n - j - 1), "all_reduce_coalesced (%s waits): %zu pending after %d",
-               order_name[how], tcoll_pending_count(), j + 1);
+      T_EXPECT(tcoll_pending_count() == (size_t)(n - j - 1),
+               "all_reduce_coalesced (%s waits): %zu pending after %d", order_name[how],
+               tcoll_pending_count(), j + 1);
     }
     for (int t = 0; t < n; t++) {
       snprintf(what, sizeof what, "all_reduce_coalesced %s %s out[%d] (%s, G=%d)", kname(k),
-               inplace ? "in place" : sp[t].alloc ? "allocating" : "preallocated", t, tcoll_dtype_name(sp[t].d), G);
-      if (!inplace && sp[t].alloc) t_expect_desc(what, &out[t], sp[t].d, sp[t].ndim, sp[t].shape, in[t].device);
+               inplace       ? "in place"
+               : sp[t].alloc ? "allocating"
+                             : "preallocated",
+               t, tcoll_dtype_name(sp[t].d), G);
+      if (!inplace && sp[t].alloc)
+        t_expect_desc(what, &out[t], sp[t].d, sp[t].ndim, sp[t].shape, in[t].device);
       t_check_all(what, &out[t], rc_want, &c[t], 0);
       if (!inplace) {
-        snprintf(what, sizeof what, "all_reduce_coalesced %s: in[%d] (must be unchanged)", kname(k), t);
+        snprintf(what, sizeof what, "all_reduce_coalesced %s: in[%d] (must be unchanged)", kname(k),
+                 t);
         t_check_all(what, &in[t], rc_orig, &c[t], 0);
       }
     }
@@ -77,20 +87,23 @@ static void arc_case(const spec_t *sp, int n, int k, tcoll_redop_t op, double s,
 
 /* Every dtype at least once, several twice, a 0-dim and a zero-size entry. */
 static const spec_t MIXED[] = {
-    {TCOLL_FLOAT32, 2, {2, 3}, false},  {TCOLL_INT32, 1, {5}, true},        {TCOLL_BOOL, 2, {4, 4}, false},
-    {TCOLL_FLOAT16, 3, {1, 2, 3}, true}, {TCOLL_INT8, 1, {7}, false},        {TCOLL_FLOAT32, 0, {0}, true},
-    {TCOLL_BFLOAT16, 2, {3, 1}, false}, {TCOLL_UINT8, 1, {9}, true},        {TCOLL_INT64, 2, {2, 2}, true},
-    {TCOLL_INT16, 1, {3}, false},       {TCOLL_FLOAT64, 1, {6}, true},      {TCOLL_INT32, 2, {0, 3}, true},
+    {TCOLL_FLOAT32, 2, {2, 3}, false},  {TCOLL_INT32, 1, {5}, true},
+    {TCOLL_BOOL, 2, {4, 4}, false},     {TCOLL_FLOAT16, 3, {1, 2, 3}, true},
+    {TCOLL_INT8, 1, {7}, false},        {TCOLL_FLOAT32, 0, {0}, true},
+    {TCOLL_BFLOAT16, 2, {3, 1}, false}, {TCOLL_UINT8, 1, {9}, true},
+    {TCOLL_INT64, 2, {2, 2}, true},     {TCOLL_INT16, 1, {3}, false},
+    {TCOLL_FLOAT64, 1, {6}, true},      {TCOLL_INT32, 2, {0, 3}, true},
     {TCOLL_FLOAT32, 1, {11}, true},     {TCOLL_BOOL, 1, {3}, true},
 };
 static const spec_t FLOATS[] = {
-    {TCOLL_FLOAT32, 2, {2, 3}, false}, {TCOLL_FLOAT64, 1, {4}, true},    {TCOLL_FLOAT16, 1, {5}, true},
-    {TCOLL_BFLOAT16, 2, {2, 2}, false}, {TCOLL_FLOAT32, 0, {0}, true},   {TCOLL_FLOAT16, 3, {1, 1, 3}, false},
+    {TCOLL_FLOAT32, 2, {2, 3}, false}, {TCOLL_FLOAT64, 1, {4}, true},
+    {TCOLL_FLOAT16, 1, {5}, true},     {TCOLL_BFLOAT16, 2, {2, 2}, false},
+    {TCOLL_FLOAT32, 0, {0}, true},     {TCOLL_FLOAT16, 3, {1, 1, 3}, false},
     {TCOLL_FLOAT32, 1, {0}, false},    {TCOLL_FLOAT64, 2, {3, 3}, true},
 };
 static const spec_t INTS[] = {
-    {TCOLL_INT32, 1, {5}, true}, {TCOLL_BOOL, 2, {4, 4}, false}, {TCOLL_UINT8, 1, {6}, false},
-    {TCOLL_INT8, 2, {2, 3}, true}, {TCOLL_INT64, 1, {4}, true},  {TCOLL_INT16, 0, {0}, false},
+    {TCOLL_INT32, 1, {5}, true},   {TCOLL_BOOL, 2, {4, 4}, false}, {TCOLL_UINT8, 1, {6}, false},
+    {TCOLL_INT8, 2, {2, 3}, true}, {TCOLL_INT64, 1, {4}, true},    {TCOLL_INT16, 0, {0}, false},
 };
 
 static void world_ids(int *ids) {
@@ -105,7 +118,8 @@ START_TEST(mixed_dtypes) {
   int n = (int)T_LEN(MIXED);
   const int ks[] = {K_SUM, K_MAX, K_MIN, K_PROD};
   for (size_t k = 0; k < T_LEN(ks); k++)
-    for (int how = 0; how < NORDERS; how++) arc_case(MIXED, n, ks[k], ks[k], 1, NULL, ids, t_size, false, how);
+    for (int how = 0; how < NORDERS; how++)
+      arc_case(MIXED, n, ks[k], ks[k], 1, NULL, ids, t_size, false, how);
 }
 END_TEST
 
@@ -119,7 +133,8 @@ START_TEST(avg_premul_bitwise) {
   arc_case(FLOATS, nf, K_AVG, TCOLL_AVG, 1, NULL, ids, t_size, false, REV);
   arc_case(FLOATS, nf, K_PREMUL, half, 0.5, NULL, ids, t_size, false, MIDDLE_OUT);
   arc_case(FLOATS, nf, K_PREMUL, twice, 2.0, NULL, ids, t_size, false, FWD);
-  for (int k = K_BAND; k <= K_BXOR; k++) arc_case(INTS, ni, k, k, 1, NULL, ids, t_size, false, k % NORDERS);
+  for (int k = K_BAND; k <= K_BXOR; k++)
+    arc_case(INTS, ni, k, k, 1, NULL, ids, t_size, false, k % NORDERS);
   /* the same on float / integer lists that also take every other op */
   arc_case(FLOATS, nf, K_PROD, TCOLL_PRODUCT, 1, NULL, ids, t_size, false, ODD_EVEN);
   arc_case(INTS, ni, K_SUM, TCOLL_SUM, 1, NULL, ids, t_size, false, REV);
@@ -135,7 +150,9 @@ START_TEST(in_place) {
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.25, &premul));
   for (int k = 0; k < K_NKINDS; k++) {
-    const spec_t *sp = k == K_AVG || k == K_PREMUL ? FLOATS : k >= K_BAND && k <= K_BXOR ? INTS : MIXED;
+    const spec_t *sp = k == K_AVG || k == K_PREMUL  ? FLOATS
+                       : k >= K_BAND && k <= K_BXOR ? INTS
+                                                    : MIXED;
     int n = sp == FLOATS ? (int)T_LEN(FLOATS) : sp == INTS ? (int)T_LEN(INTS) : (int)T_LEN(MIXED);
     arc_case(sp, n, k, kop(k, premul), 0.25, NULL, ids, t_size, true, k % NORDERS);
   }
@@ -176,17 +193,22 @@ START_TEST(refusals) {
   T_OK(tcoll_redop_destroy(premul));
 
   int64_t s4[1] = {4}, s3[1] = {3};
-  tcoll_tensor_t in[3] = {t_alloc(TCOLL_FLOAT32, 1, s4), t_alloc(TCOLL_INT32, 1, s4), t_alloc(TCOLL_FLOAT32, 1, s4)};
+  tcoll_tensor_t in[3] = {t_alloc(TCOLL_FLOAT32, 1, s4), t_alloc(TCOLL_INT32, 1, s4),
+                          t_alloc(TCOLL_FLOAT32, 1, s4)};
   tcoll_tensor_t out[3] = {t_empty(), t_alloc(TCOLL_INT32, 1, s3), t_empty()};
-  T_FAILS(tcoll_all_reduce_coalesced(in, 3, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "out[1]->shape");
+  T_FAILS(tcoll_all_reduce_coalesced(in, 3, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "out[1]->shape");
   tcoll_tensor_free(&out[1]);
   out[1] = t_alloc(TCOLL_INT32, 1, s4);
   tcoll_tensor_t keep = out[2];
   out[2] = in[0]; /* writes over another entry's input */
-  T_FAILS(tcoll_all_reduce_coalesced(in, 3, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+  T_FAILS(tcoll_all_reduce_coalesced(in, 3, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "overlaps");
   out[2] = keep;
-  T_FAILS(tcoll_all_reduce_coalesced(in, -1, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "n is -1");
-  T_FAILS(tcoll_all_reduce_coalesced(NULL, 2, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "in");
+  T_FAILS(tcoll_all_reduce_coalesced(in, -1, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "n is -1");
+  T_FAILS(tcoll_all_reduce_coalesced(NULL, 2, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "in");
   T_FAILS(tcoll_all_reduce_coalesced(in, 2, 77, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "77");
   T_EXPECT(out[0].data == NULL && out[2].data == NULL, "refused calls allocated outputs");
   T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu pending", tcoll_pending_count());
@@ -196,7 +218,8 @@ START_TEST(refusals) {
   tcoll_tensor_t dup_in[2] = {in[0], in[2]};
   int rc = tcoll_all_reduce_coalesced(dup_in, 2, TCOLL_SUM, NULL, dup_out);
   T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT && t_contains(tcoll_last_error(), "overlaps"),
-           "two entries with one output buffer: %s: %s", tcoll_status_string(rc), tcoll_last_error());
+           "two entries with one output buffer: %s: %s", tcoll_status_string(rc),
+           tcoll_last_error());
   T_EXPECT(tcoll_pending_count() == 0, "refused call left %zu pending", tcoll_pending_count());
   tcoll_tensor_free(&dup_out[0]);
   /* n == 0 is a no-op */
@@ -206,12 +229,14 @@ START_TEST(refusals) {
    * and frees what it allocated */
   T_OK(tcoll_all_reduce(&in[1], TCOLL_SUM, NULL, &out[1]));
   T_FAILS(tcoll_all_reduce_coalesced(in, 3, TCOLL_SUM, NULL, out), TCOLL_ERR_BUSY, "pending");
-  T_EXPECT(tcoll_pending_count() == 1, "%zu pending after a BUSY refusal (expected 1)", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 1, "%zu pending after a BUSY refusal (expected 1)",
+           tcoll_pending_count());
   T_EXPECT(out[0].data == NULL && out[2].data == NULL, "BUSY refusal left allocated outputs");
   T_OK(tcoll_wait(out[1].data));
   if (in[0].device != TCOLL_HOST) { /* entries on different devices */
     tcoll_tensor_t mixed[2] = {in[0], t_host(TCOLL_FLOAT32, 1, s4)}, mo[2] = {t_empty(), t_empty()};
-    T_FAILS(tcoll_all_reduce_coalesced(mixed, 2, TCOLL_SUM, NULL, mo), TCOLL_ERR_INVALID_ARGUMENT, "in[1]->device");
+    T_FAILS(tcoll_all_reduce_coalesced(mixed, 2, TCOLL_SUM, NULL, mo), TCOLL_ERR_INVALID_ARGUMENT,
+            "in[1]->device");
     tcoll_tensor_free(&mixed[1]);
   }
   /* the library is still usable: the same call goes through now */
@@ -257,12 +282,15 @@ START_TEST(large_counts) {
   int ids[T_MAX_G];
   world_ids(ids);
   const spec_t big[] = {
-      {TCOLL_FLOAT32, 1, {1201}, false}, {TCOLL_INT32, 2, {3, 777}, true},  {TCOLL_FLOAT32, 2, {999, 2}, true},
-      {TCOLL_FLOAT16, 1, {2501}, false}, {TCOLL_INT32, 1, {1}, false},      {TCOLL_FLOAT32, 1, {1000}, true},
-      {TCOLL_BOOL, 1, {1003}, true},     {TCOLL_FLOAT64, 3, {7, 11, 13}, false},
+      {TCOLL_FLOAT32, 1, {1201}, false},  {TCOLL_INT32, 2, {3, 777}, true},
+      {TCOLL_FLOAT32, 2, {999, 2}, true}, {TCOLL_FLOAT16, 1, {2501}, false},
+      {TCOLL_INT32, 1, {1}, false},       {TCOLL_FLOAT32, 1, {1000}, true},
+      {TCOLL_BOOL, 1, {1003}, true},      {TCOLL_FLOAT64, 3, {7, 11, 13}, false},
   };
-  const spec_t fbig[] = {{TCOLL_FLOAT32, 1, {3001}, true}, {TCOLL_BFLOAT16, 2, {2, 1001}, false},
-                         {TCOLL_FLOAT16, 1, {999}, true}, {TCOLL_FLOAT32, 1, {5}, false}};
+  const spec_t fbig[] = {{TCOLL_FLOAT32, 1, {3001}, true},
+                         {TCOLL_BFLOAT16, 2, {2, 1001}, false},
+                         {TCOLL_FLOAT16, 1, {999}, true},
+                         {TCOLL_FLOAT32, 1, {5}, false}};
   int n = (int)T_LEN(big);
   arc_case(big, n, K_SUM, TCOLL_SUM, 1, NULL, ids, t_size, false, REV);
   arc_case(big, n, K_MIN, TCOLL_MIN, 1, NULL, ids, t_size, true, ODD_EVEN);
@@ -279,8 +307,11 @@ END_TEST
 START_TEST(empty_groups_tiny_limits) {
   int ids[T_MAX_G];
   world_ids(ids);
-  const spec_t sp[] = {{TCOLL_FLOAT32, 1, {3}, true}, {TCOLL_INT16, 1, {0}, false}, {TCOLL_FLOAT32, 2, {2, 2}, false},
-                       {TCOLL_INT16, 2, {0, 5}, true}, {TCOLL_BOOL, 1, {0}, true}};
+  const spec_t sp[] = {{TCOLL_FLOAT32, 1, {3}, true},
+                       {TCOLL_INT16, 1, {0}, false},
+                       {TCOLL_FLOAT32, 2, {2, 2}, false},
+                       {TCOLL_INT16, 2, {0, 5}, true},
+                       {TCOLL_BOOL, 1, {0}, true}};
   arc_case(sp, 5, K_SUM, TCOLL_SUM, 1, NULL, ids, t_size, false, MIDDLE_OUT);
   arc_case(sp + 1, 1, K_MAX, TCOLL_MAX, 1, NULL, ids, t_size, false, FWD);
   for (int64_t lim = 1; lim <= 2; lim++) {
@@ -302,10 +333,12 @@ START_TEST(chained) {
   tcoll_tensor_t in[2] = {t_alloc(TCOLL_FLOAT32, 1, s1), t_alloc(TCOLL_INT64, 2, s2)};
   t_set_all(&in[0], rc_fill, &c0);
   t_set_all(&in[1], rc_fill, &c1);
-  tcoll_tensor_t mid[2] = {t_empty(), t_empty()}, out[2] = {t_alloc(TCOLL_FLOAT32, 1, s1), t_empty()};
+  tcoll_tensor_t mid[2] = {t_empty(), t_empty()},
+                 out[2] = {t_alloc(TCOLL_FLOAT32, 1, s1), t_empty()};
   T_OK(tcoll_all_reduce_coalesced(in, 2, TCOLL_SUM, NULL, mid));
   T_OK(tcoll_all_reduce_coalesced(mid, 2, TCOLL_SUM, NULL, out));
-  T_EXPECT(tcoll_pending_count() == 2, "%zu pending (expected the two final outputs)", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 2, "%zu pending (expected the two final outputs)",
+           tcoll_pending_count());
   T_OK(tcoll_wait(out[1].data));
   T_OK(tcoll_wait(out[0].data));
   for (int t = 0; t < 2; t++) {
@@ -314,7 +347,8 @@ START_TEST(chained) {
     t_read(&out[t], got);
     for (int64_t i = 0; i < tcoll_tensor_numel(&out[t]); i++) {
       double want = G * rref(c->d, K_SUM, 1, c->salt + i, c->ids, G);
-      T_EXPECT(got[i] == want, "chained coalesced out[%d][%lld] = %g, expected %g", t, (long long)i, got[i], want);
+      T_EXPECT(got[i] == want, "chained coalesced out[%d][%lld] = %g, expected %g", t, (long long)i,
+               got[i], want);
     }
   }
   for (int t = 0; t < 2; t++) {

@@ -1,5 +1,6 @@
 /* Communicators and meshes: world, from_mpi, split, rank lists (cached, members only), 2-D
- * rank lists, names, free rules, and device meshes laid out like DeviceMesh(arange(n).view(dims)). */
+ * rank lists, names, free rules, and device meshes laid out like DeviceMesh(arange(n).view(dims)).
+ */
 #include "harness.h"
 
 #include <stdlib.h>
@@ -40,8 +41,8 @@ static void member_world_ranks(tcoll_comm_t *comm, int64_t *ranks) {
 
 /* Communicators made right after a collective whose later steps this rank starts (t_pending_ring:
  * rank 0 posts a ring reduce_scatter on the world and creates a communicator without waiting, the
- * others wait for the reduce_scatter first). Beyond 2 ranks the ring's second step starts only when rank 0
- * drives it, so each creation's rendezvous must drive it while it waits (a blocking
+ * others wait for the reduce_scatter first). Beyond 2 ranks the ring's second step starts only when
+ * rank 0 drives it, so each creation's rendezvous must drive it while it waits (a blocking
  * MPI_Comm_split / MPI_Comm_dup / MPI_Comm_create_group hung here). */
 START_TEST(create_after_pending) {
   long want = (long)t_size * (t_size - 1) / 2;
@@ -88,13 +89,16 @@ START_TEST(world) {
   MPI_Comm m = tcoll_comm_mpi(w);
   int cmp = MPI_UNEQUAL;
   MPI_Comm_compare(m, MPI_COMM_WORLD, &cmp);
-  T_EXPECT(cmp == MPI_CONGRUENT, "world's MPI communicator is not a duplicate of MPI_COMM_WORLD (%d)", cmp);
+  T_EXPECT(cmp == MPI_CONGRUENT,
+           "world's MPI communicator is not a duplicate of MPI_COMM_WORLD (%d)", cmp);
   T_EXPECT(!strcmp(tcoll_comm_name(w), "world"), "world is named \"%s\"", tcoll_comm_name(w));
   T_EXPECT(tcoll_comm_lookup("world") == w, "lookup(\"world\") is not the world");
   /* NULL means the world, in collectives and in the accessors alike. */
-  T_EXPECT(sum_of_world_ranks(NULL) == (long)t_size * (t_size - 1) / 2, "all_reduce with comm NULL");
+  T_EXPECT(sum_of_world_ranks(NULL) == (long)t_size * (t_size - 1) / 2,
+           "all_reduce with comm NULL");
   T_EXPECT(sum_of_world_ranks(w) == (long)t_size * (t_size - 1) / 2, "all_reduce on world");
-  T_EXPECT(tcoll_comm_rank(NULL) == t_rank && tcoll_comm_size(NULL) == t_size, "rank/size of NULL are not the world's");
+  T_EXPECT(tcoll_comm_rank(NULL) == t_rank && tcoll_comm_size(NULL) == t_size,
+           "rank/size of NULL are not the world's");
   T_EXPECT(tcoll_comm_mpi(NULL) == tcoll_comm_mpi(w), "tcoll_comm_mpi(NULL) is not the world's");
   T_EXPECT(!strcmp(tcoll_comm_name(NULL), "world"), "tcoll_comm_name(NULL) is not \"world\"");
   /* Library communicators return errors instead of aborting. */
@@ -116,8 +120,8 @@ START_TEST(from_mpi) {
   MPI_Errhandler before; /* MPI_COMM_WORLD's (the dup inherited it), tcoll's stand-in or not */
   MPI_Comm_get_errhandler(mine, &before);
   T_OK(tcoll_comm_from_mpi(mine, &c));
-  T_EXPECT(c && tcoll_comm_rank(c) == my_rank && tcoll_comm_size(c) == my_size, "from_mpi: rank %d of %d",
-           tcoll_comm_rank(c), tcoll_comm_size(c));
+  T_EXPECT(c && tcoll_comm_rank(c) == my_rank && tcoll_comm_size(c) == my_size,
+           "from_mpi: rank %d of %d", tcoll_comm_rank(c), tcoll_comm_size(c));
   /* A duplicate: same group, a different communicator. */
   int cmp = MPI_UNEQUAL;
   MPI_Comm_compare(tcoll_comm_mpi(c), mine, &cmp);
@@ -136,7 +140,8 @@ START_TEST(from_mpi) {
   T_EXPECT(mine_sum == want, "the caller's MPI_Allreduce gives %d, expected %ld", mine_sum, want);
   T_OK(tcoll_wait(out.data));
   for (int i = 0; i < 4; i++)
-    T_EXPECT(((int32_t *)out.data)[i] == want + (long)i * my_size, "element %d is %d", i, ((int32_t *)out.data)[i]);
+    T_EXPECT(((int32_t *)out.data)[i] == want + (long)i * my_size, "element %d is %d", i,
+             ((int32_t *)out.data)[i]);
   T_EXPECT(sum_of_world_ranks(c) == want, "sum over the from_mpi communicator");
   /* The caller's error handler is left alone. */
   MPI_Errhandler eh;
@@ -153,7 +158,8 @@ START_TEST(from_mpi) {
   /* From MPI_COMM_WORLD itself. */
   T_OK(tcoll_comm_from_mpi(MPI_COMM_WORLD, &c));
   T_EXPECT(c != tcoll_comm_world(), "from_mpi(MPI_COMM_WORLD) returned tcoll's world");
-  T_EXPECT(sum_of_world_ranks(c) == (long)t_size * (t_size - 1) / 2, "sum over from_mpi(MPI_COMM_WORLD)");
+  T_EXPECT(sum_of_world_ranks(c) == (long)t_size * (t_size - 1) / 2,
+           "sum over from_mpi(MPI_COMM_WORLD)");
   T_OK(tcoll_comm_free(&c));
   /* Bad arguments. */
   T_FAILS(tcoll_comm_from_mpi(MPI_COMM_NULL, &c), TCOLL_ERR_INVALID_ARGUMENT, "MPI_COMM_NULL");
@@ -181,13 +187,15 @@ START_TEST(split) {
     size++;
     if (r > t_rank) rank++;
   }
-  T_EXPECT(c && tcoll_comm_size(c) == size && tcoll_comm_rank(c) == rank, "split: rank %d of %d, expected %d of %d",
-           tcoll_comm_rank(c), tcoll_comm_size(c), rank, size);
+  T_EXPECT(c && tcoll_comm_size(c) == size && tcoll_comm_rank(c) == rank,
+           "split: rank %d of %d, expected %d of %d", tcoll_comm_rank(c), tcoll_comm_size(c), rank,
+           size);
   int64_t ranks[4] = {-1, -1, -1, -1};
   member_world_ranks(c, ranks);
   for (int i = 0; i < size; i++) {
     int want = t_rank % 2 + 2 * (size - 1 - i);
-    T_EXPECT(ranks[i] == want, "split member %d is world rank %lld, expected %d", i, (long long)ranks[i], want);
+    T_EXPECT(ranks[i] == want, "split member %d is world rank %lld, expected %d", i,
+             (long long)ranks[i], want);
   }
   /* A split of the split (parent other than world): everyone alone. */
   tcoll_comm_t *alone = NULL;
@@ -203,8 +211,10 @@ START_TEST(split) {
   if (t_rank == 0) {
     T_EXPECT(d == NULL, "negative color gave a communicator");
   } else {
-    T_EXPECT(d && tcoll_comm_size(d) == t_size - 1 && tcoll_comm_rank(d) == t_rank - 1, "split without rank 0");
-    T_EXPECT(sum_of_world_ranks(d) == (long)t_size * (t_size - 1) / 2, "sum over the split without rank 0");
+    T_EXPECT(d && tcoll_comm_size(d) == t_size - 1 && tcoll_comm_rank(d) == t_rank - 1,
+             "split without rank 0");
+    T_EXPECT(sum_of_world_ranks(d) == (long)t_size * (t_size - 1) / 2,
+             "sum over the split without rank 0");
     T_OK(tcoll_comm_free(&d));
   }
   T_FAILS(tcoll_comm_split(NULL, 0, 0, NULL), TCOLL_ERR_INVALID_ARGUMENT, "out is NULL");
@@ -222,11 +232,13 @@ START_TEST(from_ranks) {
     tcoll_comm_t *a = NULL, *b = NULL, *other = NULL;
     T_OK(tcoll_comm_from_ranks(NULL, list, n, "tp", &a));
     int want_rank = t_size - 1 - t_rank; /* position in the list */
-    T_EXPECT(a && tcoll_comm_size(a) == n && tcoll_comm_rank(a) == want_rank, "from_ranks: rank %d of %d, expected %d of %d",
-             tcoll_comm_rank(a), tcoll_comm_size(a), want_rank, n);
+    T_EXPECT(a && tcoll_comm_size(a) == n && tcoll_comm_rank(a) == want_rank,
+             "from_ranks: rank %d of %d, expected %d of %d", tcoll_comm_rank(a), tcoll_comm_size(a),
+             want_rank, n);
     int64_t ranks[4] = {-1, -1, -1, -1};
     member_world_ranks(a, ranks);
-    for (int i = 0; i < n; i++) T_EXPECT(ranks[i] == list[i], "member %d is world rank %lld", i, (long long)ranks[i]);
+    for (int i = 0; i < n; i++)
+      T_EXPECT(ranks[i] == list[i], "member %d is world rank %lld", i, (long long)ranks[i]);
     long want = 0;
     for (int i = 0; i < n; i++) want += list[i];
     T_EXPECT(sum_of_world_ranks(a) == want, "sum over from_ranks");
@@ -252,7 +264,8 @@ START_TEST(from_ranks) {
     int inc[4];
     for (int i = 0; i < n; i++) inc[i] = list[n - 1 - i];
     T_OK(tcoll_comm_from_ranks(NULL, inc, n, "tp", &a));
-    T_EXPECT(a && tcoll_comm_rank(a) == n - 1 - want_rank, "increasing list: rank %d", tcoll_comm_rank(a));
+    T_EXPECT(a && tcoll_comm_rank(a) == n - 1 - want_rank, "increasing list: rank %d",
+             tcoll_comm_rank(a));
     T_OK(tcoll_comm_free(&a));
     /* NULL tag is the empty tag. */
     T_OK(tcoll_comm_from_ranks(NULL, list, n, NULL, &a));
@@ -264,18 +277,26 @@ START_TEST(from_ranks) {
   /* Refusals are local: every rank checks them. */
   tcoll_comm_t *x = NULL;
   int dup[2] = {t_rank, t_rank};
-  if (t_size >= 2) T_FAILS(tcoll_comm_from_ranks(NULL, dup, 2, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "twice");
-  else T_FAILS(tcoll_comm_from_ranks(NULL, dup, 2, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "n is 2");
+  if (t_size >= 2)
+    T_FAILS(tcoll_comm_from_ranks(NULL, dup, 2, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "twice");
+  else
+    T_FAILS(tcoll_comm_from_ranks(NULL, dup, 2, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "n is 2");
   int range[2] = {t_rank, t_size};
-  if (t_size >= 2) T_FAILS(tcoll_comm_from_ranks(NULL, range, 2, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "ranks[1] is");
-  T_FAILS(tcoll_comm_from_ranks(NULL, range + 1, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "ranks[0] is");
+  if (t_size >= 2)
+    T_FAILS(tcoll_comm_from_ranks(NULL, range, 2, "", &x), TCOLL_ERR_INVALID_ARGUMENT,
+            "ranks[1] is");
+  T_FAILS(tcoll_comm_from_ranks(NULL, range + 1, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT,
+          "ranks[0] is");
   int neg[1] = {-1};
-  T_FAILS(tcoll_comm_from_ranks(NULL, neg, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "ranks[0] is -1");
+  T_FAILS(tcoll_comm_from_ranks(NULL, neg, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT,
+          "ranks[0] is -1");
   if (t_size >= 2) {
     int others[1] = {(t_rank + 1) % t_size};
-    T_FAILS(tcoll_comm_from_ranks(NULL, others, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "not in ranks");
+    T_FAILS(tcoll_comm_from_ranks(NULL, others, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT,
+            "not in ranks");
   }
-  T_FAILS(tcoll_comm_from_ranks(NULL, NULL, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "ranks is NULL");
+  T_FAILS(tcoll_comm_from_ranks(NULL, NULL, 1, "", &x), TCOLL_ERR_INVALID_ARGUMENT,
+          "ranks is NULL");
   T_FAILS(tcoll_comm_from_ranks(NULL, dup, 0, "", &x), TCOLL_ERR_INVALID_ARGUMENT, "n is 0");
   T_FAILS(tcoll_comm_from_ranks(NULL, dup, 1, "", NULL), TCOLL_ERR_INVALID_ARGUMENT, "out is NULL");
   T_EXPECT(x == NULL, "a refused from_ranks set *out");
@@ -293,17 +314,19 @@ START_TEST(cache_per_parent) {
     T_OK(tcoll_comm_split(NULL, 0, t_rank, &p1)); /* parent rank = world rank */
     if (member) T_OK(tcoll_comm_from_ranks(p1, list, n, "t", &c1));
     void *old = p1;
-    T_OK(tcoll_comm_free(&p1)); /* c1 stays alive in the cache */
+    T_OK(tcoll_comm_free(&p1));                            /* c1 stays alive in the cache */
     T_OK(tcoll_comm_split(NULL, 0, t_size - t_rank, &p2)); /* parent rank = size-1 - world rank */
     if (member) {
       T_OK(tcoll_comm_from_ranks(p2, list, n, "t", &c2));
-      T_EXPECT(c2 && c2 != c1, "round %d: another parent%s gave the cached communicator of a freed parent", round,
+      T_EXPECT(c2 && c2 != c1,
+               "round %d: another parent%s gave the cached communicator of a freed parent", round,
                (void *)p2 == old ? " (at the freed parent's address)" : "");
       int want = t_size > 1 && t_rank == 0 ? 1 : 0;
-      T_EXPECT(tcoll_comm_rank(c2) == want, "round %d: rank %d in the new group, expected %d", round,
-               tcoll_comm_rank(c2), want);
-      T_EXPECT(c2 && c1 && sum_of_world_ranks(c2) == t_size - 1 && sum_of_world_ranks(c1) == t_size - 1,
-               "round %d: collectives over the two groups", round);
+      T_EXPECT(tcoll_comm_rank(c2) == want, "round %d: rank %d in the new group, expected %d",
+               round, tcoll_comm_rank(c2), want);
+      T_EXPECT(
+          c2 && c1 && sum_of_world_ranks(c2) == t_size - 1 && sum_of_world_ranks(c1) == t_size - 1,
+          "round %d: collectives over the two groups", round);
     }
     T_OK(tcoll_comm_free(&c1));
     T_OK(tcoll_comm_free(&c2));
@@ -321,8 +344,9 @@ START_TEST(from_rank_groups) {
   tcoll_comm_t *c = NULL;
   T_OK(tcoll_comm_from_rank_groups(NULL, ranks, ng, gs, "mpmd", &c));
   int row = t_rank % ng, col = t_rank / ng;
-  T_EXPECT(c && tcoll_comm_size(c) == gs && tcoll_comm_rank(c) == col, "rank groups: rank %d of %d, expected %d of %d",
-           tcoll_comm_rank(c), tcoll_comm_size(c), col, gs);
+  T_EXPECT(c && tcoll_comm_size(c) == gs && tcoll_comm_rank(c) == col,
+           "rank groups: rank %d of %d, expected %d of %d", tcoll_comm_rank(c), tcoll_comm_size(c),
+           col, gs);
   long want = 0;
   for (int k = 0; k < gs; k++) want += row + k * ng;
   T_EXPECT(sum_of_world_ranks(c) == want, "sum over my row");
@@ -337,7 +361,8 @@ START_TEST(from_rank_groups) {
   int rev[4];
   for (int i = 0; i < t_size; i++) rev[i] = t_size - 1 - i;
   T_OK(tcoll_comm_from_rank_groups(NULL, rev, 1, t_size, "rev", &c));
-  T_EXPECT(c && tcoll_comm_rank(c) == t_size - 1 - t_rank, "reversed row: rank %d", tcoll_comm_rank(c));
+  T_EXPECT(c && tcoll_comm_rank(c) == t_size - 1 - t_rank, "reversed row: rank %d",
+           tcoll_comm_rank(c));
   T_OK(tcoll_comm_free(&c));
 
   /* Only the listed ranks call: with 3+ ranks, one row {2, 1} without rank 0. */
@@ -363,7 +388,8 @@ START_TEST(from_rank_groups) {
     T_FAILS(tcoll_comm_from_rank_lists(NULL, rows, sizes, 2, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
             "group sizes must be identical found 1 and 2");
   } else {
-    T_FAILS(tcoll_comm_from_rank_lists(NULL, rows, sizes, 2, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "");
+    T_FAILS(tcoll_comm_from_rank_lists(NULL, rows, sizes, 2, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+            "");
   }
   /* The ragged form with equal rows works like rank_groups. */
   int all[4];
@@ -371,22 +397,29 @@ START_TEST(from_rank_groups) {
   const int *one_row[1] = {all};
   int one_size[1] = {t_size};
   T_OK(tcoll_comm_from_rank_lists(NULL, one_row, one_size, 1, "lists", &c));
-  T_EXPECT(c && tcoll_comm_rank(c) == t_rank && tcoll_comm_size(c) == t_size, "rank lists: rank %d of %d",
-           tcoll_comm_rank(c), tcoll_comm_size(c));
+  T_EXPECT(c && tcoll_comm_rank(c) == t_rank && tcoll_comm_size(c) == t_size,
+           "rank lists: rank %d of %d", tcoll_comm_rank(c), tcoll_comm_size(c));
   T_OK(tcoll_comm_free(&c));
   /* Duplicates across rows, ranks out of range, a caller in no row. */
   if (t_size >= 2) {
     int twice[2] = {0, 0};
-    T_FAILS(tcoll_comm_from_rank_groups(NULL, twice, 2, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "twice");
+    T_FAILS(tcoll_comm_from_rank_groups(NULL, twice, 2, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+            "twice");
     int notme[1] = {(t_rank + 1) % t_size};
-    T_FAILS(tcoll_comm_from_rank_groups(NULL, notme, 1, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "in no row");
+    T_FAILS(tcoll_comm_from_rank_groups(NULL, notme, 1, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+            "in no row");
   }
   int bad[1] = {t_size};
-  T_FAILS(tcoll_comm_from_rank_groups(NULL, bad, 1, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "rows[0][0] is");
-  T_FAILS(tcoll_comm_from_rank_groups(NULL, all, 0, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "ngroups is 0");
-  T_FAILS(tcoll_comm_from_rank_groups(NULL, all, 1, 0, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "group_size is 0");
-  T_FAILS(tcoll_comm_from_rank_groups(NULL, all, 1, t_size + 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "");
-  T_FAILS(tcoll_comm_from_rank_groups(NULL, NULL, 1, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT, "ranks is NULL");
+  T_FAILS(tcoll_comm_from_rank_groups(NULL, bad, 1, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+          "rows[0][0] is");
+  T_FAILS(tcoll_comm_from_rank_groups(NULL, all, 0, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+          "ngroups is 0");
+  T_FAILS(tcoll_comm_from_rank_groups(NULL, all, 1, 0, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+          "group_size is 0");
+  T_FAILS(tcoll_comm_from_rank_groups(NULL, all, 1, t_size + 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+          "");
+  T_FAILS(tcoll_comm_from_rank_groups(NULL, NULL, 1, 1, "", &c), TCOLL_ERR_INVALID_ARGUMENT,
+          "ranks is NULL");
   T_EXPECT(c == NULL, "a refused call set *out");
 }
 END_TEST
@@ -395,9 +428,11 @@ START_TEST(names) {
   tcoll_comm_t *a = NULL, *b = NULL;
   T_OK(tcoll_comm_split(NULL, 0, t_rank, &a));
   T_OK(tcoll_comm_split(NULL, 0, t_rank, &b));
-  T_EXPECT(!strcmp(tcoll_comm_name(a), ""), "a new communicator is named \"%s\"", tcoll_comm_name(a));
+  T_EXPECT(!strcmp(tcoll_comm_name(a), ""), "a new communicator is named \"%s\"",
+           tcoll_comm_name(a));
   T_EXPECT(tcoll_comm_lookup("tp") == NULL, "lookup of an unused name");
-  T_EXPECT(tcoll_comm_lookup("") == NULL && tcoll_comm_lookup(NULL) == NULL, "lookup of \"\" or NULL");
+  T_EXPECT(tcoll_comm_lookup("") == NULL && tcoll_comm_lookup(NULL) == NULL,
+           "lookup of \"\" or NULL");
   T_OK(tcoll_comm_set_name(a, "tp"));
   T_EXPECT(!strcmp(tcoll_comm_name(a), "tp"), "name is \"%s\"", tcoll_comm_name(a));
   T_EXPECT(tcoll_comm_lookup("tp") == a, "lookup(\"tp\")");
@@ -466,7 +501,8 @@ START_TEST(free_rules) {
   T_EXPECT(c == NULL, "tcoll_comm_free did not set *comm to NULL");
   T_EXPECT(tcoll_pending_count() == 0, "freeing a communicator left its work pending");
   for (int i = 0; i < 8; i++)
-    T_EXPECT(((int32_t *)out.data)[i] == i * t_size * (t_size + 1) / 2, "element %d is %d", i, ((int32_t *)out.data)[i]);
+    T_EXPECT(((int32_t *)out.data)[i] == i * t_size * (t_size + 1) / 2, "element %d is %d", i,
+             ((int32_t *)out.data)[i]);
   /* A freed communicator is no longer accepted. */
   T_FAILS(tcoll_comm_free(&keep), TCOLL_ERR_INVALID_ARGUMENT, "not a live tcoll communicator");
   tcoll_tensor_t out2 = t_empty();
@@ -479,7 +515,8 @@ START_TEST(free_rules) {
   tcoll_comm_t *slice = tcoll_mesh_comm(m, 0);
   T_FAILS(tcoll_comm_free(&slice), TCOLL_ERR_INVALID_ARGUMENT, "mesh");
   T_EXPECT(slice == tcoll_mesh_comm(m, 0), "a refused free changed *comm");
-  T_EXPECT(sum_of_world_ranks(slice) == (long)t_size * (t_size - 1) / 2, "slice after a refused free");
+  T_EXPECT(sum_of_world_ranks(slice) == (long)t_size * (t_size - 1) / 2,
+           "slice after a refused free");
   T_OK(tcoll_mesh_free(&m));
   T_EXPECT(m == NULL, "tcoll_mesh_free did not set *mesh to NULL");
   T_FAILS(tcoll_comm_free(&slice), TCOLL_ERR_INVALID_ARGUMENT, "not a live tcoll communicator");
@@ -492,7 +529,8 @@ END_TEST
 
 /* Checks one mesh over parent, whose rank of this process is prank (parent rank p is world rank
  * to_world[p]). */
-static void check_mesh(tcoll_comm_t *parent, int prank, const int *to_world, int ndim, const int *dims) {
+static void check_mesh(tcoll_comm_t *parent, int prank, const int *to_world, int ndim,
+                       const int *dims) {
   tcoll_mesh_t *m = NULL;
   int rc = tcoll_mesh_create(parent, ndim, dims, &m);
   T_EXPECT(rc == TCOLL_SUCCESS, "mesh_create(ndim %d): %s", ndim, tcoll_last_error());
@@ -506,11 +544,12 @@ static void check_mesh(tcoll_comm_t *parent, int prank, const int *to_world, int
     s *= dims[d];
   }
   for (int d = 0; d < ndim; d++) {
-    T_EXPECT(tcoll_mesh_coord(m, d) == coord[d], "dims %d: coord[%d] is %d, expected %d", ndim, d, tcoll_mesh_coord(m, d),
-             coord[d]);
+    T_EXPECT(tcoll_mesh_coord(m, d) == coord[d], "dims %d: coord[%d] is %d, expected %d", ndim, d,
+             tcoll_mesh_coord(m, d), coord[d]);
     tcoll_comm_t *sl = tcoll_mesh_comm(m, d);
     T_EXPECT(sl && tcoll_comm_size(sl) == dims[d] && tcoll_comm_rank(sl) == coord[d],
-             "slice %d: rank %d of %d, expected %d of %d", d, tcoll_comm_rank(sl), tcoll_comm_size(sl), coord[d], dims[d]);
+             "slice %d: rank %d of %d, expected %d of %d", d, tcoll_comm_rank(sl),
+             tcoll_comm_size(sl), coord[d], dims[d]);
     if (!sl) continue;
     /* Its members: the parent ranks that differ from mine only in coordinate d, in order. */
     int64_t members[4] = {-1, -1, -1, -1};
@@ -519,14 +558,16 @@ static void check_mesh(tcoll_comm_t *parent, int prank, const int *to_world, int
     for (int k = 0; k < dims[d]; k++) {
       int p = prank + (k - coord[d]) * stride[d];
       want_sum += to_world[p];
-      T_EXPECT(members[k] == to_world[p], "slice %d member %d is world rank %lld, expected %d", d, k,
-               (long long)members[k], to_world[p]);
+      T_EXPECT(members[k] == to_world[p], "slice %d member %d is world rank %lld, expected %d", d,
+               k, (long long)members[k], to_world[p]);
     }
     T_EXPECT(sum_of_world_ranks(sl) == want_sum, "slice %d: sum of world ranks", d);
   }
-  T_EXPECT(tcoll_mesh_comm(m, ndim) == NULL && t_contains(tcoll_last_error(), "dim is"), "mesh_comm with a bad dim");
+  T_EXPECT(tcoll_mesh_comm(m, ndim) == NULL && t_contains(tcoll_last_error(), "dim is"),
+           "mesh_comm with a bad dim");
   T_EXPECT(tcoll_mesh_comm(m, -1) == NULL, "mesh_comm(-1)");
-  T_EXPECT(tcoll_mesh_coord(m, ndim) == -1 && tcoll_mesh_coord(m, -1) == -1, "mesh_coord with a bad dim");
+  T_EXPECT(tcoll_mesh_coord(m, ndim) == -1 && tcoll_mesh_coord(m, -1) == -1,
+           "mesh_coord with a bad dim");
   T_OK(tcoll_mesh_free(&m));
 }
 
@@ -571,11 +612,13 @@ START_TEST(meshes) {
   int neg[2] = {n, -1};
   T_FAILS(tcoll_mesh_create(NULL, 2, neg, &m), TCOLL_ERR_INVALID_ARGUMENT, "dims[1] is -1");
   T_FAILS(tcoll_mesh_create(NULL, 0, d1, &m), TCOLL_ERR_INVALID_ARGUMENT, "ndim is 0");
-  T_FAILS(tcoll_mesh_create(NULL, TCOLL_MAX_DIMS + 1, d1, &m), TCOLL_ERR_INVALID_ARGUMENT, "ndim is 9");
+  T_FAILS(tcoll_mesh_create(NULL, TCOLL_MAX_DIMS + 1, d1, &m), TCOLL_ERR_INVALID_ARGUMENT,
+          "ndim is 9");
   T_FAILS(tcoll_mesh_create(NULL, 1, NULL, &m), TCOLL_ERR_INVALID_ARGUMENT, "dims is NULL");
   T_FAILS(tcoll_mesh_create(NULL, 1, d1, NULL), TCOLL_ERR_INVALID_ARGUMENT, "out is NULL");
   T_EXPECT(m == NULL, "a refused mesh_create set *out");
-  T_EXPECT(tcoll_mesh_comm(NULL, 0) == NULL && t_contains(tcoll_last_error(), "mesh is NULL"), "mesh_comm(NULL)");
+  T_EXPECT(tcoll_mesh_comm(NULL, 0) == NULL && t_contains(tcoll_last_error(), "mesh is NULL"),
+           "mesh_comm(NULL)");
   T_EXPECT(tcoll_mesh_ndim(NULL) == 0 && tcoll_mesh_coord(NULL, 0) == -1, "NULL mesh accessors");
   T_OK(tcoll_comm_free(&parent));
 }

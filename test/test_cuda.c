@@ -59,7 +59,8 @@ START_TEST(backend) {
   T_EXPECT(tcoll_device_count() >= 1, "no CUDA device");
   const char *e = getenv("TCOLL_CUDA_AWARE");
   if (!e || strcmp(e, "1") != 0)
-    T_EXPECT(tcoll_mpi_device_direct(1) == 0, "nonblocking collectives take device buffers on Open MPI 4.x");
+    T_EXPECT(tcoll_mpi_device_direct(1) == 0,
+             "nonblocking collectives take device buffers on Open MPI 4.x");
 }
 END_TEST
 
@@ -73,7 +74,8 @@ START_TEST(pipeline) {
       T_OK(tcoll_set_stream(0, s));
     }
     int64_t n = (1 << 20) + 3; /* 4 MiB of floats: 65 chunks */
-    tcoll_tensor_t x = on(0, TCOLL_FLOAT32, n), y = t_empty(), g = t_empty(), r = t_empty(), b = t_empty();
+    tcoll_tensor_t x = on(0, TCOLL_FLOAT32, n), y = t_empty(), g = t_empty(), r = t_empty(),
+                   b = t_empty();
     t_set_all(&x, mine, &t_rank);
     T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
     T_OK(tcoll_broadcast(&x, 0, NULL, &b));
@@ -171,8 +173,10 @@ START_TEST(local_kernels) {
     double tri = (double)groups * (groups + 1) / 2;
     char what[64];
     snprintf(what, sizeof what, "cuda reduce_add %s", tcoll_dtype_name((tcoll_dtype_t)dt));
-    if (dt == TCOLL_BOOL) t_check_all(what, &out, one, NULL, 0);
-    else t_check_all(what, &out, times, &tri, 0);
+    if (dt == TCOLL_BOOL)
+      t_check_all(what, &out, one, NULL, 0);
+    else
+      t_check_all(what, &out, times, &tri, 0);
     tcoll_tensor_free(&out);
     for (int g = 0; g < groups; g++) tcoll_tensor_free(&in[g]);
   }
@@ -199,8 +203,8 @@ START_TEST(kernel_nan_inf) {
     double v[4];
     t_read(&out, v);
     T_EXPECT(isnan(v[0]) && isinf(v[1]) && v[1] > 0 && isinf(v[2]) && v[2] < 0 && v[3] == 6.0,
-             "%s add kernel: NaN + 2, inf + 3, -inf + 4, 1 + 5 gave %g %g %g %g", tcoll_dtype_name(dts[k]), v[0], v[1],
-             v[2], v[3]);
+             "%s add kernel: NaN + 2, inf + 3, -inf + 4, 1 + 5 gave %g %g %g %g",
+             tcoll_dtype_name(dts[k]), v[0], v[1], v[2], v[3]);
     tcoll_tensor_free(&out);
     tcoll_tensor_free(&in[0]);
     tcoll_tensor_free(&in[1]);
@@ -237,8 +241,8 @@ START_TEST(kernel_beyond_2g) {
     size_t len = (size_t)(n - at < BLOCK ? n - at : BLOCK);
     bad_blocks += memcmp((char *)a.data + at, ps, len) != 0;
   }
-  T_EXPECT(bad_blocks == 0, "add kernel over %lld uint8 elements: %lld blocks of %d wrong", (long long)n,
-           (long long)bad_blocks, BLOCK);
+  T_EXPECT(bad_blocks == 0, "add kernel over %lld uint8 elements: %lld blocks of %d wrong",
+           (long long)n, (long long)bad_blocks, BLOCK);
   tcoll_tensor_free(&out);
   tcoll_tensor_free(&da);
   tcoll_tensor_free(&a);
@@ -290,7 +294,8 @@ static void half_precision_round(void) {
   T_OK(tcoll_reduce_scatter(&y, TCOLL_SUM, 1, NULL, &r));
   T_OK(tcoll_wait(g.data));
   T_OK(tcoll_wait(r.data));
-  double *gv = malloc((size_t)(4 * cols * t_size) * sizeof *gv), *rv = malloc((size_t)(4 * cols) * sizeof *rv);
+  double *gv = malloc((size_t)(4 * cols * t_size) * sizeof *gv),
+         *rv = malloc((size_t)(4 * cols) * sizeof *rv);
   t_read(&g, gv);
   t_read(&r, rv);
   int gbad = 0, rbad = 0;
@@ -350,7 +355,8 @@ START_TEST(busy_stream) {
     T_EXPECT(e == 0, "spin / fill kernel launch failed: error %d", e);
     T_OK(tcoll_all_reduce_coalesced(&x, 1, TCOLL_SUM, NULL, c));
     T_OK(tcoll_wait(c[0].data));
-    t_check_all("all_reduce_coalesced of an input written by a kernel on a busy stream", &c[0], summed, NULL, 0);
+    t_check_all("all_reduce_coalesced of an input written by a kernel on a busy stream", &c[0],
+                summed, NULL, 0);
     tcoll_tensor_free(&x);
     tcoll_tensor_free(&y);
     tcoll_tensor_free(&c[0]);

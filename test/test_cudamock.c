@@ -37,7 +37,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define HAS(text, needle) T_EXPECT(t_contains(text, needle), "\"%s\" lacks \"%s\"", (text), (needle))
+#define HAS(text, needle) \
+  T_EXPECT(t_contains(text, needle), "\"%s\" lacks \"%s\"", (text), (needle))
 
 enum { CUDA_ERROR_UNKNOWN = 999, CUDA_ERROR_INSUFFICIENT_DRIVER = 35, CUDA_ERROR_NO_DEVICE = 100 };
 
@@ -104,8 +105,9 @@ static void scenario_init(void) {
   T_EXPECT(rc == TCOLL_ERR_CUDA, "tcoll_init with a visible GPU and a failing runtime returned %s",
            tcoll_status_string(rc));
   HAS(tcoll_last_error(), "a GPU is visible (");
-  HAS(tcoll_last_error(), "cudaGetDeviceCount failed: CUDA driver version is insufficient for CUDA runtime version "
-                          "(cudaErrorInsufficientDriver)");
+  HAS(tcoll_last_error(),
+      "cudaGetDeviceCount failed: CUDA driver version is insufficient for CUDA runtime version "
+      "(cudaErrorInsufficientDriver)");
   HAS(tcoll_last_error(), "CUDA driver 13.0, runtime 13.0");
   T_EXPECT(!tcoll_initialized(), "tcoll is initialized after a failed tcoll_init");
 
@@ -113,9 +115,13 @@ static void scenario_init(void) {
   unsetenv("MOCK_CUDA_GPU_NODES");
   mock_cuda_fail("cudaGetDeviceCount", 1, CUDA_ERROR_INSUFFICIENT_DRIVER);
   T_OK(init_logged(log, sizeof log));
-  T_EXPECT(strcmp(tcoll_device_backend(), "none") == 0, "backend %s without a visible GPU", tcoll_device_backend());
-  HAS(log, "INFO: devices: backend none, 0 device(s): no GPU (cudaGetDeviceCount: CUDA driver version is "
-           "insufficient for CUDA runtime version, cudaErrorInsufficientDriver); CUDA driver 13.0, runtime 13.0");
+  T_EXPECT(strcmp(tcoll_device_backend(), "none") == 0, "backend %s without a visible GPU",
+           tcoll_device_backend());
+  HAS(log,
+      "INFO: devices: backend none, 0 device(s): no GPU (cudaGetDeviceCount: CUDA driver version "
+      "is "
+      "insufficient for CUDA runtime version, cudaErrorInsufficientDriver); CUDA driver 13.0, "
+      "runtime 13.0");
   T_OK(tcoll_finalize());
 
   /* GPUs hidden on purpose with CUDA_VISIBLE_DEVICES: no device, no error. */
@@ -123,21 +129,25 @@ static void scenario_init(void) {
   setenv("CUDA_VISIBLE_DEVICES", "", 1);
   mock_cuda_fail("cudaGetDeviceCount", 1, CUDA_ERROR_NO_DEVICE);
   T_OK(tcoll_init(NULL, NULL));
-  T_EXPECT(strcmp(tcoll_device_backend(), "none") == 0, "backend %s with every GPU hidden", tcoll_device_backend());
+  T_EXPECT(strcmp(tcoll_device_backend(), "none") == 0, "backend %s with every GPU hidden",
+           tcoll_device_backend());
   T_OK(tcoll_finalize());
   unsetenv("CUDA_VISIBLE_DEVICES");
 
   /* ...but a visible GPU that reports no device is an error. */
   mock_cuda_fail("cudaGetDeviceCount", 1, CUDA_ERROR_NO_DEVICE);
   rc = tcoll_init(NULL, NULL);
-  T_EXPECT(rc == TCOLL_ERR_CUDA, "tcoll_init with a visible GPU and no device returned %s", tcoll_status_string(rc));
+  T_EXPECT(rc == TCOLL_ERR_CUDA, "tcoll_init with a visible GPU and no device returned %s",
+           tcoll_status_string(rc));
   HAS(tcoll_last_error(), "no CUDA-capable device is detected (cudaErrorNoDevice)");
 
   /* A working runtime: the INFO line names backend, devices, versions and CUDA-awareness. */
   T_OK(init_logged(log, sizeof log));
-  T_EXPECT(strcmp(tcoll_device_backend(), "cuda") == 0 && tcoll_device_count() == 2, "backend %s with %d device(s)",
-           tcoll_device_backend(), tcoll_device_count());
-  HAS(log, "INFO: devices: backend cuda, 2 device(s): CUDA driver 13.0, runtime 13.0; MPI CUDA-aware: no");
+  T_EXPECT(strcmp(tcoll_device_backend(), "cuda") == 0 && tcoll_device_count() == 2,
+           "backend %s with %d device(s)", tcoll_device_backend(), tcoll_device_count());
+  HAS(log,
+      "INFO: devices: backend cuda, 2 device(s): CUDA driver 13.0, runtime 13.0; MPI CUDA-aware: "
+      "no");
   HAS(log, "device buffers of nonblocking collectives: staged");
   T_OK(tcoll_finalize());
   unsetenv("MOCK_CUDA_GPU_NODES");
@@ -157,7 +167,8 @@ static void collectives_on(int dev) {
   T_OK(tcoll_all_reduce_coalesced(small, 2, TCOLL_SUM, NULL, out));
   T_OK(tcoll_wait_all());
   T_EXPECT(wrong(&y, rank_sum(t_size)) == 0, "all_reduce on device %d is wrong", dev);
-  T_EXPECT(wrong(&out[1], rank_sum(t_size)) == 0, "all_reduce_coalesced on device %d is wrong", dev);
+  T_EXPECT(wrong(&out[1], rank_sum(t_size)) == 0, "all_reduce_coalesced on device %d is wrong",
+           dev);
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&y);
   for (int i = 0; i < 2; i++) {
@@ -178,11 +189,12 @@ static void scenario_host(void) {
 static void scenario_device1(void) {
   T_OK(tcoll_init(NULL, NULL));
   collectives_on(1);
-  T_EXPECT(mock_cuda_context_mask() == 2u, "working on device 1 created contexts %#x (expected device 1's only)",
+  T_EXPECT(mock_cuda_context_mask() == 2u,
+           "working on device 1 created contexts %#x (expected device 1's only)",
            mock_cuda_context_mask());
   T_OK(tcoll_finalize());
-  T_EXPECT(mock_cuda_context_mask() == 2u, "after finalize: contexts %#x (expected device 1's only)",
-           mock_cuda_context_mask());
+  T_EXPECT(mock_cuda_context_mask() == 2u,
+           "after finalize: contexts %#x (expected device 1's only)", mock_cuda_context_mask());
   /* This thread had no device of its own: it keeps device 1 rather than make 0 current. */
   T_EXPECT(mock_cuda_thread_device() == 1, "the thread's device is %d", mock_cuda_thread_device());
 }
@@ -191,10 +203,12 @@ static void scenario_guard(void) {
   T_OK(tcoll_init(NULL, NULL));
   T_EXPECT(mock_cuda_select(0) == 0, "cudaSetDevice(0) failed");
   collectives_on(1);
-  T_EXPECT(mock_cuda_thread_device() == 0, "the thread chose device 0 but is on %d after tcoll's calls on device 1",
+  T_EXPECT(mock_cuda_thread_device() == 0,
+           "the thread chose device 0 but is on %d after tcoll's calls on device 1",
            mock_cuda_thread_device());
   T_OK(tcoll_finalize());
-  T_EXPECT(mock_cuda_thread_device() == 0, "after finalize the thread is on device %d", mock_cuda_thread_device());
+  T_EXPECT(mock_cuda_thread_device() == 0, "after finalize the thread is on device %d",
+           mock_cuda_thread_device());
 }
 
 /* ------------------------------------------------------------------ faults */
@@ -202,11 +216,26 @@ static void scenario_guard(void) {
 /* The calls of lib/cuda/cuda_device.c that can fail (version queries and the entry point lookup
  * only degrade the log line; cudaGetDeviceCount is the init scenario's). */
 static const char *const fallible[] = {
-    "cudaGetDevice",           "cudaSetDevice",        "cudaMalloc",          "cudaFree",
-    "cudaHostAlloc",           "cudaFreeHost",         "cudaMemcpyAsync",     "cudaMemsetAsync",
-    "cudaStreamCreateWithFlags", "cudaStreamDestroy",  "cudaStreamSynchronize", "cudaStreamWaitEvent",
-    "cudaEventCreateWithFlags", "cudaEventDestroy",    "cudaEventRecord",     "cudaEventSynchronize",
-    "cudaEventQuery",          "cudaDeviceSynchronize", "cudaPointerGetAttributes", "cudaLaunchKernel",
+    "cudaGetDevice",
+    "cudaSetDevice",
+    "cudaMalloc",
+    "cudaFree",
+    "cudaHostAlloc",
+    "cudaFreeHost",
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
+    "cudaStreamCreateWithFlags",
+    "cudaStreamDestroy",
+    "cudaStreamSynchronize",
+    "cudaStreamWaitEvent",
+    "cudaEventCreateWithFlags",
+    "cudaEventDestroy",
+    "cudaEventRecord",
+    "cudaEventSynchronize",
+    "cudaEventQuery",
+    "cudaDeviceSynchronize",
+    "cudaPointerGetAttributes",
+    "cudaLaunchKernel",
 };
 
 typedef struct outcome {
@@ -219,9 +248,9 @@ static void note(outcome_t *o, int rc) {
   o->status = rc;
   snprintf(o->msg, sizeof o->msg, "%s", tcoll_last_error());
 }
-#define STEP(call)                                                                                                   \
-  do {                                                                                                               \
-    if (o->status == TCOLL_SUCCESS) note(o, (call));                                                                 \
+#define STEP(call)                                   \
+  do {                                               \
+    if (o->status == TCOLL_SUCCESS) note(o, (call)); \
   } while (0)
 
 /* Reading t back is part of the round: a failure there is the round's outcome. */
@@ -253,7 +282,7 @@ static void round_of_work(tcoll_comm_t *mine, outcome_t *o) {
   STEP(tcoll_stream_create(0, &s));
   STEP(tcoll_set_stream(0, s));
   STEP(tcoll_all_reduce(&x, TCOLL_SUM, mine, &y));                  /* pipelined */
-  STEP(tcoll_broadcast(&small[0], 0, mine, &z));                     /* whole buffer, copy-back */
+  STEP(tcoll_broadcast(&small[0], 0, mine, &z));                    /* whole buffer, copy-back */
   STEP(tcoll_all_reduce_coalesced(small, 2, TCOLL_SUM, mine, out)); /* pieces */
   STEP(tcoll_wait(y.data));
   STEP(tcoll_wait(z.data));
@@ -299,8 +328,10 @@ static long one_case(const char *call, int nth, outcome_t *o, char *log, size_t 
 /* A failure of `call` was told: as the status of a call, or where nobody could be told (frees,
  * destroys, giving a thread its device back, finalize) as a warning. */
 static bool told(const char *call, const outcome_t *o, const char *log) {
-  const char *name = strcmp(call, "cudaLaunchKernel") == 0 ? "the add kernel (float32, 3000 elements)" : call;
-  if (o->status == TCOLL_ERR_CUDA && strstr(o->msg, name) && strstr(o->msg, "unknown error (cudaErrorUnknown)"))
+  const char *name =
+      strcmp(call, "cudaLaunchKernel") == 0 ? "the add kernel (float32, 3000 elements)" : call;
+  if (o->status == TCOLL_ERR_CUDA && strstr(o->msg, name) &&
+      strstr(o->msg, "unknown error (cudaErrorUnknown)"))
     return true;
   for (const char *l = log; (l = strstr(l, "WARN: ")); l++) {
     const char *end = strchr(l, '\n');
@@ -316,7 +347,8 @@ static void scenario_faults(void) {
   static char log[1 << 16];
   outcome_t o;
   int cases = 0;
-  const char *only = getenv("T_FAULT"); /* "call:nth": that case alone, its log on stderr (debugging) */
+  const char *only =
+      getenv("T_FAULT"); /* "call:nth": that case alone, its log on stderr (debugging) */
   if (only) {
     char call[64];
     int nth = 1;
@@ -335,9 +367,10 @@ static void scenario_faults(void) {
     long step = uses > 12 ? uses / 12 : 1;
     for (long nth = 1; nth <= uses; nth += step, cases++) {
       one_case(call, (int)nth, &o, log, sizeof log);
-      T_EXPECT(told(call, &o, log),
-               "%s failing at its call %ld of %ld was not reported: status %s \"%s\"; stderr: %.600s",
-               call, nth, uses, tcoll_status_string(o.status), o.msg, log);
+      T_EXPECT(
+          told(call, &o, log),
+          "%s failing at its call %ld of %ld was not reported: status %s \"%s\"; stderr: %.600s",
+          call, nth, uses, tcoll_status_string(o.status), o.msg, log);
     }
   }
   one_case("cudaMalloc", 0, &o, log, sizeof log); /* and everything works again */
@@ -355,7 +388,8 @@ static void first_stream_fails_at_alloc(void) {
   mock_cuda_fail("cudaStreamCreateWithFlags", 1, CUDA_ERROR_UNKNOWN);
   int rc = make(&t, 0, 8, 0);
   mock_cuda_fail_none();
-  T_EXPECT(rc == TCOLL_ERR_CUDA, "a device allocation whose zero-fill stream cannot be made gave %s",
+  T_EXPECT(rc == TCOLL_ERR_CUDA,
+           "a device allocation whose zero-fill stream cannot be made gave %s",
            tcoll_status_string(rc));
   HAS(tcoll_last_error(), "cudaStreamCreateWithFlags failed: unknown error (cudaErrorUnknown)");
   T_EXPECT(t.data == NULL, "a failed allocation left data %p", t.data);
@@ -406,7 +440,8 @@ static void reuse_fails(const char *call) {
   mock_cuda_fail(call, 1, CUDA_ERROR_UNKNOWN);
   int rc = tcoll_tensor_alloc(&t, TCOLL_FLOAT32, 1, shape, 0);
   mock_cuda_fail_none();
-  T_EXPECT(rc == TCOLL_ERR_CUDA, "reusing a block whose fence's %s fails gave %s", call, tcoll_status_string(rc));
+  T_EXPECT(rc == TCOLL_ERR_CUDA, "reusing a block whose fence's %s fails gave %s", call,
+           tcoll_status_string(rc));
   char want[128];
   snprintf(want, sizeof want, "%s failed: unknown error (cudaErrorUnknown)", call);
   HAS(tcoll_last_error(), want);
@@ -414,9 +449,10 @@ static void reuse_fails(const char *call) {
   T_OK(tcoll_cache_info(&after));
   T_EXPECT(after.freed == before.freed + 1 && after.cached_device < before.cached_device &&
                after.in_use == before.in_use,
-           "the block was not given back: freed %llu -> %llu, cached on devices %zu -> %zu, in use %zu -> %zu",
-           (unsigned long long)before.freed, (unsigned long long)after.freed, before.cached_device, after.cached_device,
-           before.in_use, after.in_use);
+           "the block was not given back: freed %llu -> %llu, cached on devices %zu -> %zu, in use "
+           "%zu -> %zu",
+           (unsigned long long)before.freed, (unsigned long long)after.freed, before.cached_device,
+           after.cached_device, before.in_use, after.in_use);
   T_OK(tcoll_tensor_alloc(&t, TCOLL_FLOAT32, 1, shape, 0)); /* and the next allocation works */
   tcoll_tensor_free(&t);
 }
@@ -433,7 +469,8 @@ static void scenario_reuse(void) {
 static void scenario_pinned(void) {
   T_OK(tcoll_init(NULL, NULL));
   int64_t n = 64;
-  tcoll_tensor_t a, b, list[8], outs[8], gl[8], one = t_empty(), all = t_empty(), pair[2] = {t_empty(), t_empty()};
+  tcoll_tensor_t a, b, list[8], outs[8], gl[8], one = t_empty(), all = t_empty(),
+                                                pair[2] = {t_empty(), t_empty()};
   tcoll_tensor_t both[2];
   T_OK(make(&a, 0, n, t_rank));
   T_OK(make(&b, 0, n * t_size, t_rank));
@@ -479,7 +516,8 @@ static void scenario_pinned(void) {
   T_OK(tcoll_grad_backward(node, gy, t_size, &gx, 1));
   T_OK(tcoll_wait_all());
   long pageable = mock_cuda_pageable_copies() - before;
-  T_EXPECT(pageable == 0, "%ld asynchronous copies between device and pageable host memory in staging", pageable);
+  T_EXPECT(pageable == 0,
+           "%ld asynchronous copies between device and pageable host memory in staging", pageable);
   tcoll_grad_node_free(node);
   tcoll_tensor_free(&gx);
   for (int r = 0; r < t_size; r++) {
@@ -501,7 +539,8 @@ static void scenario_aware(void) {
   T_OK(tcoll_init(NULL, NULL));
   T_EXPECT(tcoll_mpi_device_direct(1) == 1, "TCOLL_CUDA_AWARE=1 but device buffers are staged");
   int64_t n = 6 * t_size;
-  tcoll_tensor_t x[2], r[2] = {t_empty(), t_empty()}, a[2] = {t_empty(), t_empty()}, g[2] = {t_empty(), t_empty()};
+  tcoll_tensor_t x[2], r[2] = {t_empty(), t_empty()}, a[2] = {t_empty(), t_empty()},
+                       g[2] = {t_empty(), t_empty()};
   T_OK(make(&x[0], 0, n, t_rank));
   T_OK(make(&x[1], 0, 2 * n, t_rank));
   int dims[2] = {0, 0};
@@ -518,7 +557,8 @@ static void scenario_aware(void) {
   for (int64_t i = 0; i < n / t_size; i++)
     bad += ((float *)h.data)[i] != (float)(rank_sum(t_size) * value(0, t_rank * (n / t_size) + i));
   T_EXPECT(bad == 0, "reduce_scatter_coalesced with TCOLL_CUDA_AWARE=1: %d wrong", bad);
-  T_EXPECT(wrong(&a[1], rank_sum(t_size)) == 0, "all_reduce_coalesced with TCOLL_CUDA_AWARE=1 is wrong");
+  T_EXPECT(wrong(&a[1], rank_sum(t_size)) == 0,
+           "all_reduce_coalesced with TCOLL_CUDA_AWARE=1 is wrong");
   tcoll_tensor_free(&h);
   for (int i = 0; i < 2; i++) {
     tcoll_tensor_free(&x[i]);
@@ -536,16 +576,26 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &t_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &t_size);
-  if (!strcmp(scenario, "init")) scenario_init();
-  else if (!strcmp(scenario, "host")) scenario_host();
-  else if (!strcmp(scenario, "device1")) scenario_device1();
-  else if (!strcmp(scenario, "guard")) scenario_guard();
-  else if (!strcmp(scenario, "faults")) scenario_faults();
-  else if (!strcmp(scenario, "pinned")) scenario_pinned();
-  else if (!strcmp(scenario, "reuse")) scenario_reuse();
-  else if (!strcmp(scenario, "copyback")) scenario_copyback();
-  else if (!strcmp(scenario, "aware")) scenario_aware();
-  else T_EXPECT(0, "unknown scenario \"%s\"", scenario);
+  if (!strcmp(scenario, "init"))
+    scenario_init();
+  else if (!strcmp(scenario, "host"))
+    scenario_host();
+  else if (!strcmp(scenario, "device1"))
+    scenario_device1();
+  else if (!strcmp(scenario, "guard"))
+    scenario_guard();
+  else if (!strcmp(scenario, "faults"))
+    scenario_faults();
+  else if (!strcmp(scenario, "pinned"))
+    scenario_pinned();
+  else if (!strcmp(scenario, "reuse"))
+    scenario_reuse();
+  else if (!strcmp(scenario, "copyback"))
+    scenario_copyback();
+  else if (!strcmp(scenario, "aware"))
+    scenario_aware();
+  else
+    T_EXPECT(0, "unknown scenario \"%s\"", scenario);
   char name[80];
   snprintf(name, sizeof name, "test_cudamock %s", scenario);
   int rc = t_verdict(name);

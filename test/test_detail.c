@@ -18,7 +18,8 @@ static void expect_usable(void) {
   t_set_all(&x, one, NULL);
   T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
   T_OK(tcoll_wait(y.data));
-  for (int i = 0; i < 5; i++) T_EXPECT(t_get(&y, i) == t_size, "y[%d] = %g, expected %d", i, t_get(&y, i), t_size);
+  for (int i = 0; i < 5; i++)
+    T_EXPECT(t_get(&y, i) == t_size, "y[%d] = %g, expected %d", i, t_get(&y, i), t_size);
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&y);
   T_EXPECT(tcoll_pending_count() == 0, "%zu pending after a refused call", tcoll_pending_count());
@@ -27,7 +28,8 @@ static void expect_usable(void) {
 START_TEST(config_says_detail) {
   tcoll_config_t c;
   T_OK(tcoll_get_config(&c));
-  T_EXPECT(c.debug == TCOLL_LOG_DETAIL, "debug level is %d, expected DETAIL from TCOLL_DEBUG", (int)c.debug);
+  T_EXPECT(c.debug == TCOLL_LOG_DETAIL, "debug level is %d, expected DETAIL from TCOLL_DEBUG",
+           (int)c.debug);
 }
 END_TEST
 
@@ -88,24 +90,28 @@ START_TEST(missing_rank_times_out) {
   if (t_rank != 1) {
     int rc = tcoll_all_reduce(&x, TCOLL_SUM, c, &y);
     const char *m = tcoll_last_error();
-    T_EXPECT(rc == TCOLL_ERR_TIMEOUT, "all_reduce with rank 1 missing returned %s: %s", tcoll_status_string(rc), m);
-    T_EXPECT(t_contains(m, "DETAIL check of all_reduce (comm seq 1)") && t_contains(m, "not every rank arrived within 0.3 s") &&
+    T_EXPECT(rc == TCOLL_ERR_TIMEOUT, "all_reduce with rank 1 missing returned %s: %s",
+             tcoll_status_string(rc), m);
+    T_EXPECT(t_contains(m, "DETAIL check of all_reduce (comm seq 1)") &&
+                 t_contains(m, "not every rank arrived within 0.3 s") &&
                  t_contains(m, "no longer usable"),
              "message: %s", m);
     T_EXPECT(y.data == NULL, "the refused all_reduce left an output allocated");
     T_EXPECT(tcoll_pending_count() == 0, "%zu pending after the timeout", tcoll_pending_count());
     rc = tcoll_broadcast(&x, 0, c, &y);
     m = tcoll_last_error();
-    T_EXPECT(rc == TCOLL_ERR_STATE, "a call after the timeout returned %s: %s", tcoll_status_string(rc), m);
-    T_EXPECT(t_contains(m, "is no longer usable: the DETAIL check of its collective seq 1 timed out") &&
-                 t_contains(m, "broadcast started nothing"),
-             "message: %s", m);
+    T_EXPECT(rc == TCOLL_ERR_STATE, "a call after the timeout returned %s: %s",
+             tcoll_status_string(rc), m);
+    T_EXPECT(
+        t_contains(m, "is no longer usable: the DETAIL check of its collective seq 1 timed out") &&
+            t_contains(m, "broadcast started nothing"),
+        "message: %s", m);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (t_rank == 1) {
     int rc = tcoll_broadcast(&x, 0, c, &y);
-    T_EXPECT(rc == TCOLL_ERR_TIMEOUT, "the late rank's broadcast returned %s: %s", tcoll_status_string(rc),
-             tcoll_last_error());
+    T_EXPECT(rc == TCOLL_ERR_TIMEOUT, "the late rank's broadcast returned %s: %s",
+             tcoll_status_string(rc), tcoll_last_error());
   }
   set_timeout(0.0);
   MPI_Barrier(MPI_COMM_WORLD); /* the others' abandoned exchange completes meanwhile */
@@ -121,10 +127,12 @@ START_TEST(different_ops) {
   if (t_size < 2) return;
   int64_t shape[1] = {4};
   tcoll_tensor_t x = t_alloc(TCOLL_FLOAT32, 1, shape), y = t_empty();
-  int rc = t_rank == 0 ? tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y) : tcoll_all_gather(&x, 0, NULL, &y);
+  int rc =
+      t_rank == 0 ? tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y) : tcoll_all_gather(&x, 0, NULL, &y);
   T_EXPECT(rc == TCOLL_ERR_MISMATCH, "got %s: %s", tcoll_status_string(rc), tcoll_last_error());
   const char *m = tcoll_last_error();
-  T_EXPECT(t_contains(m, "op: rank 0 all_reduce, rank 1 all_gather"), "message lacks the op field: %s", m);
+  T_EXPECT(t_contains(m, "op: rank 0 all_reduce, rank 1 all_gather"),
+           "message lacks the op field: %s", m);
   T_EXPECT(y.data == NULL, "a refused call allocated its output");
   tcoll_tensor_free(&x);
   expect_usable();
@@ -139,7 +147,8 @@ START_TEST(different_shapes_and_dtypes) {
   int rc = tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y);
   T_EXPECT(rc == TCOLL_ERR_MISMATCH, "got %s: %s", tcoll_status_string(rc), tcoll_last_error());
   const char *m = tcoll_last_error();
-  T_EXPECT(t_contains(m, "dtype: rank 0 float32, rank 1 float64"), "message lacks the dtype field: %s", m);
+  T_EXPECT(t_contains(m, "dtype: rank 0 float32, rank 1 float64"),
+           "message lacks the dtype field: %s", m);
   char want[64];
   snprintf(want, sizeof want, "rank %d [2, 3]", t_size - 1);
   T_EXPECT(t_contains(m, want), "message lacks \"%s\": %s", want, m);
@@ -156,7 +165,8 @@ START_TEST(different_roots_and_ops) {
   T_EXPECT(rc == TCOLL_ERR_MISMATCH && t_contains(tcoll_last_error(), "root: rank 0 0, rank 1 1"),
            "broadcast roots: %s: %s", tcoll_status_string(rc), tcoll_last_error());
   rc = tcoll_all_reduce(&x, t_rank == 0 ? TCOLL_MAX : TCOLL_SUM, NULL, &z);
-  T_EXPECT(rc == TCOLL_ERR_MISMATCH && t_contains(tcoll_last_error(), "reduce op: rank 0 max, rank 1 sum"),
+  T_EXPECT(rc == TCOLL_ERR_MISMATCH &&
+               t_contains(tcoll_last_error(), "reduce op: rank 0 max, rank 1 sum"),
            "reduce ops: %s: %s", tcoll_status_string(rc), tcoll_last_error());
   tcoll_tensor_free(&x);
   expect_usable();
@@ -172,10 +182,12 @@ START_TEST(local_failure_reaches_the_others) {
   int rc = tcoll_broadcast(&x, t_rank == 0 ? t_size + 5 : 0, NULL, &y);
   if (t_rank == 0) {
     T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "rank 0 got %s", tcoll_status_string(rc));
-    T_EXPECT(t_contains(tcoll_last_error(), "src is"), "rank 0's own message was replaced: %s", tcoll_last_error());
+    T_EXPECT(t_contains(tcoll_last_error(), "src is"), "rank 0's own message was replaced: %s",
+             tcoll_last_error());
   } else {
     T_EXPECT(rc == TCOLL_ERR_MISMATCH, "got %s: %s", tcoll_status_string(rc), tcoll_last_error());
-    T_EXPECT(t_contains(tcoll_last_error(), "rank 0 could not start broadcast"), "message: %s", tcoll_last_error());
+    T_EXPECT(t_contains(tcoll_last_error(), "rank 0 could not start broadcast"), "message: %s",
+             tcoll_last_error());
   }
   tcoll_tensor_free(&x);
   expect_usable();
@@ -192,9 +204,11 @@ START_TEST(busy_on_one_rank) {
   T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &held)); /* pending on every rank */
   int rc = tcoll_all_reduce(&x, TCOLL_SUM, NULL, t_rank == 1 ? &held : &y);
   if (t_rank == 1)
-    T_EXPECT(rc == TCOLL_ERR_BUSY, "rank 1 got %s: %s", tcoll_status_string(rc), tcoll_last_error());
+    T_EXPECT(rc == TCOLL_ERR_BUSY, "rank 1 got %s: %s", tcoll_status_string(rc),
+             tcoll_last_error());
   else
-    T_EXPECT(rc == TCOLL_ERR_MISMATCH && t_contains(tcoll_last_error(), "rank 1 could not start all_reduce"),
+    T_EXPECT(rc == TCOLL_ERR_MISMATCH &&
+                 t_contains(tcoll_last_error(), "rank 1 could not start all_reduce"),
              "got %s: %s", tcoll_status_string(rc), tcoll_last_error());
   T_OK(tcoll_wait(held.data));
   T_EXPECT(t_get(&held, 0) == t_size, "the first all_reduce gave %g", t_get(&held, 0));
@@ -220,7 +234,8 @@ START_TEST(split_agreement) {
   tcoll_tensor_t x = t_alloc(TCOLL_INT32, 2, shape), y = t_empty();
   T_OK(tcoll_all_to_all_single(&x, out_splits, in_splits, NULL, &y));
   T_OK(tcoll_wait(y.data));
-  T_EXPECT(y.shape[0] == rows_out, "output has %lld rows, expected %lld", (long long)y.shape[0], (long long)rows_out);
+  T_EXPECT(y.shape[0] == rows_out, "output has %lld rows, expected %lld", (long long)y.shape[0],
+           (long long)rows_out);
   tcoll_tensor_free(&y);
   if (size >= 2) {
     /* Rank 1 now expects one more row from rank 0 than rank 0 sends. */
@@ -228,7 +243,8 @@ START_TEST(split_agreement) {
     y = t_empty();
     int rc = tcoll_all_to_all_single(&x, out_splits, in_splits, NULL, &y);
     T_EXPECT(rc == TCOLL_ERR_MISMATCH, "got %s: %s", tcoll_status_string(rc), tcoll_last_error());
-    T_EXPECT(t_contains(tcoll_last_error(), "rank 1 expects 2 rows from rank 0"), "message: %s", tcoll_last_error());
+    T_EXPECT(t_contains(tcoll_last_error(), "rank 1 expects 2 rows from rank 0"), "message: %s",
+             tcoll_last_error());
   }
   tcoll_tensor_free(&x);
   expect_usable();
@@ -241,17 +257,19 @@ START_TEST(list_agreement) {
   tcoll_tensor_t ins[8] = {{0}}, outs[8] = {{0}};
   for (int j = 0; j < size; j++) {
     int64_t ni = me + j + 1, no = j + me + 1; /* rank i sends i + j + 1 elements to rank j */
-    if (me == 1 && j == 0) no += 1;             /* but rank 1 expects one more from rank 0 */
+    if (me == 1 && j == 0) no += 1;           /* but rank 1 expects one more from rank 0 */
     ins[j] = t_alloc(TCOLL_INT32, 1, &ni);
     outs[j] = t_alloc(TCOLL_INT32, 1, &no);
   }
   int rc = tcoll_all_to_all(ins, NULL, outs);
   if (size >= 2) {
     T_EXPECT(rc == TCOLL_ERR_MISMATCH, "got %s: %s", tcoll_status_string(rc), tcoll_last_error());
-    T_EXPECT(t_contains(tcoll_last_error(), "rank 1 expects 3 elements from rank 0 (its outs[0]) but rank 0 sends 2"),
+    T_EXPECT(t_contains(tcoll_last_error(),
+                        "rank 1 expects 3 elements from rank 0 (its outs[0]) but rank 0 sends 2"),
              "message: %s", tcoll_last_error());
   } else {
-    T_EXPECT(rc == TCOLL_SUCCESS, "one rank: got %s: %s", tcoll_status_string(rc), tcoll_last_error());
+    T_EXPECT(rc == TCOLL_SUCCESS, "one rank: got %s: %s", tcoll_status_string(rc),
+             tcoll_last_error());
     T_OK(tcoll_wait_all());
   }
   for (int j = 0; j < size; j++) {

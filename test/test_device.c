@@ -43,10 +43,14 @@ typedef struct ctx {
 
 /* Rank r's element i: (r + 1) * (i % 7 + 1), small integers exact in every dtype used. */
 static double val(int r, int64_t i) { return (double)(r + 1) * (double)(i % 7 + 1); }
-static double rank_val(int64_t i, void *c) { return val(((ctx_t *)c)->rank, i + ((ctx_t *)c)->off); }
+static double rank_val(int64_t i, void *c) {
+  return val(((ctx_t *)c)->rank, i + ((ctx_t *)c)->off);
+}
 static double tri(void) { return (double)t_size * (t_size + 1) / 2.0; }
 /* sum over ranks of val(r, i), times scale (premul / AVG) */
-static double sum_val(int64_t i, void *c) { return tri() * (double)((i + ((ctx_t *)c)->off) % 7 + 1) * ((ctx_t *)c)->scale; }
+static double sum_val(int64_t i, void *c) {
+  return tri() * (double)((i + ((ctx_t *)c)->off) % 7 + 1) * ((ctx_t *)c)->scale;
+}
 /* The same in int8, wrapped around (from 6 ranks on it leaves the type's range) */
 static double sum_val_int8(int64_t i, void *c) {
   long w = ((long)sum_val(i, c) % 256 + 256) % 256;
@@ -76,9 +80,10 @@ static void all_reduce_case(tcoll_dtype_t dt, int64_t n, tcoll_redop_t op, bool 
   T_OK(tcoll_wait(o->data));
   ctx_t c = {0, 0, 0, 1.0};
   char what[96];
-  snprintf(what, sizeof what, "all_reduce %s n=%lld op=%d%s", tcoll_dtype_name(dt), (long long)n, op,
-           inplace ? " in place" : "");
-  if (op == TCOLL_MAX) t_check_all(what, o, max_val, &c, 0);
+  snprintf(what, sizeof what, "all_reduce %s n=%lld op=%d%s", tcoll_dtype_name(dt), (long long)n,
+           op, inplace ? " in place" : "");
+  if (op == TCOLL_MAX)
+    t_check_all(what, o, max_val, &c, 0);
   else {
     c.scale = op == TCOLL_AVG ? 1.0 / t_size : 1.0;
     t_check_all(what, o, dt == TCOLL_INT8 ? sum_val_int8 : sum_val, &c, op == TCOLL_AVG ? 1e-6 : 0);
@@ -90,7 +95,7 @@ static void all_reduce_case(tcoll_dtype_t dt, int64_t n, tcoll_redop_t op, bool 
 START_TEST(pipe_all_reduce) {
   small_chunks();
   all_reduce_case(TCOLL_FLOAT32, 12345, TCOLL_SUM, false); /* 13 chunks, odd tail */
-  all_reduce_case(TCOLL_FLOAT32, 100003, TCOLL_SUM, true);  /* 98 chunks, in place */
+  all_reduce_case(TCOLL_FLOAT32, 100003, TCOLL_SUM, true); /* 98 chunks, in place */
   all_reduce_case(TCOLL_INT32, 4099, TCOLL_MAX, false);
   all_reduce_case(TCOLL_FLOAT64, 5001, TCOLL_AVG, false);
   all_reduce_case(TCOLL_FLOAT64, 5001, TCOLL_AVG, true);
@@ -132,7 +137,8 @@ START_TEST(pipe_broadcast) {
       T_OK(tcoll_wait(o->data));
       ctx_t c = {root, 0, 0, 1.0};
       t_check_all(inplace ? "broadcast in place" : "broadcast", o, root_val, &c, 0);
-      if (!inplace) t_check_all("broadcast leaves in unchanged", &in, root_val, &(ctx_t){t_rank, 0, 0, 1.0}, 0);
+      if (!inplace)
+        t_check_all("broadcast leaves in unchanged", &in, root_val, &(ctx_t){t_rank, 0, 0, 1.0}, 0);
       tcoll_tensor_free(&in);
       tcoll_tensor_free(&out);
     }
@@ -220,7 +226,8 @@ static double scattered(int64_t i, void *c) {
   return tri() * (double)(src % 7 + 1) * g->scale;
 }
 
-static void reduce_scatter_case(int ndim, const int64_t *shape, int dim, tcoll_redop_t op, double scale) {
+static void reduce_scatter_case(int ndim, const int64_t *shape, int dim, tcoll_redop_t op,
+                                double scale) {
   rctx_t g = {ndim, {0}, dim, scale};
   memcpy(g.in_shape, shape, (size_t)ndim * sizeof *shape);
   tcoll_tensor_t in = filled(TCOLL_FLOAT64, ndim, shape, t_rank), out = t_empty();
@@ -238,7 +245,8 @@ START_TEST(pipe_reduce_scatter) {
   int64_t s1[1] = {420 * 29};
   reduce_scatter_case(1, s1, 0, TCOLL_SUM, 1.0);
   reduce_scatter_case(1, s1, 0, TCOLL_AVG, 1.0 / t_size);
-  int64_t s2[2] = {3, 420 * 15}; /* dim 1: runs of 420 * 15 / size elements (420: any size up to 7 divides it) */
+  int64_t s2[2] = {
+      3, 420 * 15}; /* dim 1: runs of 420 * 15 / size elements (420: any size up to 7 divides it) */
   reduce_scatter_case(2, s2, 1, TCOLL_SUM, 1.0);
   tcoll_redop_t third;
   T_OK(tcoll_redop_create_premul_sum(0.25, &third));
@@ -289,9 +297,12 @@ START_TEST(pipe_wait_orders) {
     int bad = 0;
     for (int64_t i = 0; i < n && bad < 3; i++) {
       double want;
-      if (k == 1) want = val(t_size - 1 + 1, i);
-      else if (k == 2) want = val((int)(i / shape[0]) + 2, i % shape[0]);
-      else want = (tri() + (double)t_size * k) * (double)(i % 7 + 1);
+      if (k == 1)
+        want = val(t_size - 1 + 1, i);
+      else if (k == 2)
+        want = val((int)(i / shape[0]) + 2, i % shape[0]);
+      else
+        want = (tri() + (double)t_size * k) * (double)(i % 7 + 1);
       if (v[i] != want) {
         bad++;
         T_EXPECT(false, "op %d element %lld is %g, expected %g", k, (long long)i, v[i], want);
@@ -328,11 +339,13 @@ START_TEST(pipe_mixed_orders) {
   void *bufs[3] = {ao.data, ho.data, ro.data};
   int first = t_rank % 2 ? 2 : 0, step = t_rank % 2 ? -1 : 1;
   int rc = tcoll_wait_timeout(bufs[first], 1e-6);
-  T_EXPECT(rc == TCOLL_SUCCESS || rc == TCOLL_ERR_TIMEOUT, "wait_timeout: %s", tcoll_status_string(rc));
+  T_EXPECT(rc == TCOLL_SUCCESS || rc == TCOLL_ERR_TIMEOUT, "wait_timeout: %s",
+           tcoll_status_string(rc));
   for (int k = 0; k < 3; k++) T_OK(tcoll_wait(bufs[first + step * k]));
   ctx_t c = {0, 0, 0, 1.0};
   t_check_all("all_reduce beside a host pipeline", &ao, sum_val, &c, 0);
-  t_check_all("reduce_scatter beside a host pipeline", &ro, sum_val, &(ctx_t){0, 4096 * t_rank, 0, 1.0}, 0);
+  t_check_all("reduce_scatter beside a host pipeline", &ro, sum_val,
+              &(ctx_t){0, 4096 * t_rank, 0, 1.0}, 0);
   int64_t n = tcoll_tensor_numel(&ho), row = 1024 * t_size;
   double *v = malloc((size_t)n * sizeof *v);
   t_read(&ho, v);
@@ -340,7 +353,8 @@ START_TEST(pipe_mixed_orders) {
     int64_t col = i % row;
     double want = val((int)(col / 1024), i / row * 1024 + col % 1024);
     if (v[i] != want) {
-      T_EXPECT(false, "gather along dim 1: element %lld is %g, expected %g", (long long)i, v[i], want);
+      T_EXPECT(false, "gather along dim 1: element %lld is %g, expected %g", (long long)i, v[i],
+               want);
       break;
     }
   }
@@ -362,7 +376,8 @@ START_TEST(pipe_subcomm) {
   T_OK(tcoll_comm_split(NULL, t_rank % 2, t_rank, &half));
   int hs = tcoll_comm_size(half), hr = tcoll_comm_rank(half);
   int64_t shape[1] = {5003};
-  tcoll_tensor_t a = filled(TCOLL_FLOAT32, 1, shape, hr), b = filled(TCOLL_FLOAT32, 1, shape, t_rank);
+  tcoll_tensor_t a = filled(TCOLL_FLOAT32, 1, shape, hr),
+                 b = filled(TCOLL_FLOAT32, 1, shape, t_rank);
   tcoll_tensor_t ao = t_empty(), bo = t_empty();
   T_OK(tcoll_all_reduce(&a, TCOLL_SUM, half, &ao));
   T_OK(tcoll_all_reduce(&b, TCOLL_SUM, NULL, &bo));
@@ -464,7 +479,8 @@ static void stream_case(int64_t n) {
   t_check_all("result read on the caller's stream", &back, sum_val, &minus, 0);
   int bad = 0;
   for (int64_t i = 0; i < n; i++) bad += ((float *)old.data)[i] != -1.0f;
-  T_EXPECT(bad == 0, "n=%lld: %d elements of out were overwritten before the caller's stream read them",
+  T_EXPECT(bad == 0,
+           "n=%lld: %d elements of out were overwritten before the caller's stream read them",
            (long long)n, bad);
   /* tcoll_wait made s wait: tcoll_tensor_copy (on the current stream) sees the result too. */
   t_check_all("result read with tcoll_tensor_copy", &out, sum_val, &minus, 0);
@@ -481,7 +497,8 @@ static void stream_case(int64_t n) {
   t_check_all("broadcast read on the caller's stream", &back, root_val, &root, 0);
   bad = 0;
   for (int64_t i = 0; i < n; i++) bad += ((float *)old.data)[i] != -1.0f;
-  T_EXPECT(bad == 0, "n=%lld: broadcast overwrote %d elements of out before the caller's stream read them",
+  T_EXPECT(bad == 0,
+           "n=%lld: broadcast overwrote %d elements of out before the caller's stream read them",
            (long long)n, bad);
   T_OK(tcoll_set_stream(0, NULL));
   T_OK(tcoll_stream_destroy(0, s));
@@ -539,7 +556,8 @@ static double tagged_sum(int64_t i, void *c) {
   ectx_t *e = c;
   return tri() * (double)((i + e->off) % 7 + 1) + 100.0 * e->tag * t_size;
 }
-static tcoll_tensor_t tagged_tensor(tcoll_dtype_t dt, int ndim, const int64_t *shape, int r, int tag) {
+static tcoll_tensor_t tagged_tensor(tcoll_dtype_t dt, int ndim, const int64_t *shape, int r,
+                                    int tag) {
   tcoll_tensor_t t = t_alloc(dt, ndim, shape);
   ectx_t e = {r, tag, 0, 1.0};
   t_set_all(&t, tagged, &e);
@@ -550,7 +568,8 @@ START_TEST(other_ops) {
   int R = t_rank, S = t_size;
   /* all_reduce_coalesced (three dtypes), all_gather_coalesced, reduce_scatter_coalesced */
   int64_t a[1] = {5}, b[2] = {3, 4}, c[1] = {7};
-  tcoll_tensor_t in[3] = {tagged_tensor(TCOLL_FLOAT32, 1, a, R, 0), tagged_tensor(TCOLL_INT32, 2, b, R, 1),
+  tcoll_tensor_t in[3] = {tagged_tensor(TCOLL_FLOAT32, 1, a, R, 0),
+                          tagged_tensor(TCOLL_INT32, 2, b, R, 1),
                           tagged_tensor(TCOLL_FLOAT64, 1, c, R, 2)};
   tcoll_tensor_t out[3] = {t_empty(), t_empty(), t_empty()};
   T_OK(tcoll_all_reduce_coalesced(in, 3, TCOLL_SUM, NULL, out));
@@ -574,7 +593,8 @@ START_TEST(other_ops) {
   }
   for (int i = 0; i < 3; i++) tcoll_tensor_free(&in[i]);
   int64_t r0[2] = {2 * S, 3}, r1[2] = {3, 2 * S};
-  tcoll_tensor_t rin[2] = {tagged_tensor(TCOLL_FLOAT64, 2, r0, R, 0), tagged_tensor(TCOLL_FLOAT64, 2, r1, R, 0)};
+  tcoll_tensor_t rin[2] = {tagged_tensor(TCOLL_FLOAT64, 2, r0, R, 0),
+                           tagged_tensor(TCOLL_FLOAT64, 2, r1, R, 0)};
   tcoll_tensor_t rout[2] = {t_empty(), t_empty()};
   int dims[2] = {0, 1};
   T_OK(tcoll_reduce_scatter_coalesced(rin, 2, TCOLL_SUM, dims, NULL, rout));
@@ -594,7 +614,8 @@ START_TEST(other_ops) {
   double *v = malloc((size_t)(6 * S) * sizeof *v);
   t_read(&y, v);
   int bad = 0;
-  for (int64_t k = 0; k < 6 * S; k++) bad += v[k] != tv((int)(k / 6), 6 * R + k % 6, 0); /* 2 rows of 3 from rank k/6 */
+  for (int64_t k = 0; k < 6 * S; k++)
+    bad += v[k] != tv((int)(k / 6), 6 * R + k % 6, 0); /* 2 rows of 3 from rank k/6 */
   T_EXPECT(bad == 0, "all_to_all_single: %d wrong", bad);
   tcoll_tensor_free(&y);
   int *sd = malloc((size_t)S * sizeof *sd);
@@ -642,7 +663,8 @@ START_TEST(other_ops) {
     t_check_all("gather", &list[j], tagged, &e, 0);
   }
   for (int j = 0; j < S; j++) tcoll_tensor_free(&list[j]);
-  for (int j = 0; j < S; j++) list2[j] = R == 0 ? tagged_tensor(TCOLL_FLOAT64, 1, s1, j, 3) : t_empty();
+  for (int j = 0; j < S; j++)
+    list2[j] = R == 0 ? tagged_tensor(TCOLL_FLOAT64, 1, s1, j, 3) : t_empty();
   y = t_empty();
   y.dtype = TCOLL_FLOAT64;
   y.ndim = 1;
@@ -704,7 +726,8 @@ START_TEST(cuda_aware_detection) {
   } else if (forced) {
     T_EXPECT(nb == 1 && bl == 1, "TCOLL_CUDA_AWARE=1 but direct = %d/%d", nb, bl);
   } else if (off || strcmp(tcoll_device_backend(), "fake") == 0) {
-    T_EXPECT(nb == 0 && bl == 0, "emulated devices (or TCOLL_CUDA_AWARE=0) but direct = %d/%d", nb, bl);
+    T_EXPECT(nb == 0 && bl == 0, "emulated devices (or TCOLL_CUDA_AWARE=0) but direct = %d/%d", nb,
+             bl);
   }
   /* Open MPI 4.x: never direct for nonblocking collectives unless forced. */
   if (!forced) T_EXPECT(nb == 0, "nonblocking collectives direct on Open MPI 4.x");
@@ -725,15 +748,18 @@ START_TEST(device_errors) {
   T_FAILS(tcoll_all_gather(&neg, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "in->device is -5");
   if (nd == 0) {
     tcoll_tensor_t d0 = tcoll_tensor_make(buf, TCOLL_FLOAT32, 1, shape, 0);
-    T_FAILS(tcoll_all_reduce(&d0, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "no device exists");
+    T_FAILS(tcoll_all_reduce(&d0, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+            "no device exists");
     tcoll_tensor_t t = t_empty();
-    T_FAILS(tcoll_tensor_alloc(&t, TCOLL_FLOAT32, 1, shape, 0), TCOLL_ERR_INVALID_ARGUMENT, "no device exists");
+    T_FAILS(tcoll_tensor_alloc(&t, TCOLL_FLOAT32, 1, shape, 0), TCOLL_ERR_INVALID_ARGUMENT,
+            "no device exists");
     T_FAILS(tcoll_set_stream(0, NULL), TCOLL_ERR_INVALID_ARGUMENT, "no device exists");
   } else {
     /* an output on another device than the input */
     tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), o = t_empty();
     T_OK(tcoll_tensor_alloc(&o, TCOLL_FLOAT32, 1, shape, nd > 1 ? 1 : TCOLL_HOST));
-    T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &o), TCOLL_ERR_INVALID_ARGUMENT, "out->device is");
+    T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &o), TCOLL_ERR_INVALID_ARGUMENT,
+            "out->device is");
     tcoll_tensor_free(&in);
     tcoll_tensor_free(&o);
     T_FAILS(tcoll_set_stream(nd, NULL), TCOLL_ERR_INVALID_ARGUMENT, "does not exist");
@@ -749,7 +775,8 @@ START_TEST(device_field_checked) {
   if (!have_devices()) return;
   int64_t shape[1] = {8};
   int nd = tcoll_device_count();
-  tcoll_tensor_t d = t_alloc(TCOLL_FLOAT32, 1, shape), h = t_host(TCOLL_FLOAT32, 1, shape), out = t_empty();
+  tcoll_tensor_t d = t_alloc(TCOLL_FLOAT32, 1, shape), h = t_host(TCOLL_FLOAT32, 1, shape),
+                 out = t_empty();
   tcoll_tensor_t lie = d;
   lie.device = TCOLL_HOST;
   T_FAILS(tcoll_all_reduce(&lie, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
@@ -760,10 +787,12 @@ START_TEST(device_field_checked) {
   lie.device = 0;
   T_FAILS(tcoll_broadcast(&lie, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
           "in->device is 0 but in->data");
-  T_FAILS(tcoll_broadcast(&lie, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "is host memory (expected memory of device 0)");
+  T_FAILS(tcoll_broadcast(&lie, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "is host memory (expected memory of device 0)");
   tcoll_tensor_t wrong_out = d; /* a host call whose output is device memory said to be host */
   wrong_out.device = TCOLL_HOST;
-  T_FAILS(tcoll_all_reduce(&h, TCOLL_SUM, NULL, &wrong_out), TCOLL_ERR_INVALID_ARGUMENT, "out->device is -1 but out->data");
+  T_FAILS(tcoll_all_reduce(&h, TCOLL_SUM, NULL, &wrong_out), TCOLL_ERR_INVALID_ARGUMENT,
+          "out->device is -1 but out->data");
   if (nd > 1) {
     lie = d;
     lie.device = 1;

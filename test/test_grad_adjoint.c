@@ -16,7 +16,8 @@ static tcoll_redop_t premul(double s) {
 
 START_TEST(adjoint_broadcast) {
   for (int src = 0; src < t_size; src += (t_size > 2 ? t_size - 1 : 1)) {
-    tcoll_tensor_t x = g_t2(TCOLL_FLOAT64, 3, 4), y = t_empty(), g = g_t2(TCOLL_FLOAT64, 3, 4), gx = t_empty();
+    tcoll_tensor_t x = g_t2(TCOLL_FLOAT64, 3, 4), y = t_empty(), g = g_t2(TCOLL_FLOAT64, 3, 4),
+                   gx = t_empty();
     tcoll_grad_node_t *node = NULL;
     g_fill_random(&x, 11 + src);
     g_fill_random(&g, 12 + src);
@@ -40,7 +41,8 @@ START_TEST(adjoint_reduce) {
   const char *names[3] = {"reduce sum", "reduce avg", "reduce premul_sum"};
   int dst = t_size / 2;
   for (int k = 0; k < 3; k++) {
-    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 7), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 7), gx = t_empty();
+    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 7), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 7),
+                   gx = t_empty();
     tcoll_grad_node_t *node = NULL;
     g_fill_random(&x, 21 + k);
     g_fill_random(&g, 31 + k); /* random off dst too: y there is not a function of x (zeros) */
@@ -63,7 +65,8 @@ START_TEST(adjoint_all_reduce) {
   tcoll_redop_t ops[3] = {TCOLL_SUM, TCOLL_AVG, premul(0.375)};
   const char *names[3] = {"all_reduce sum", "all_reduce avg", "all_reduce premul_sum"};
   for (int k = 0; k < 3; k++) {
-    tcoll_tensor_t x = g_t3(TCOLL_FLOAT64, 2, 3, 2), y = t_empty(), g = g_t3(TCOLL_FLOAT64, 2, 3, 2), gx = t_empty();
+    tcoll_tensor_t x = g_t3(TCOLL_FLOAT64, 2, 3, 2), y = t_empty(),
+                   g = g_t3(TCOLL_FLOAT64, 2, 3, 2), gx = t_empty();
     tcoll_grad_node_t *node = NULL;
     g_fill_random(&x, 41 + k);
     g_fill_random(&g, 51 + k);
@@ -94,7 +97,8 @@ START_TEST(adjoint_all_gather_into_tensor) {
     g_fill_random(&g, 71 + k);
     T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
     T_OK(tcoll_wait(gx.data));
-    T_EXPECT(gx.ndim == 3 && gx.shape[0] == 2 && gx.shape[1] == 3 && gx.shape[2] == 2, "grad shape");
+    T_EXPECT(gx.ndim == 3 && gx.shape[0] == 2 && gx.shape[1] == 3 && gx.shape[2] == 2,
+             "grad shape");
     char what[64];
     snprintf(what, sizeof what, "all_gather_into_tensor dim %d", dims[k]);
     G_EXPECT_ADJOINT(what, g_dot(&y, &g), g_dot(&x, &gx), TOL);
@@ -110,7 +114,8 @@ END_TEST
 START_TEST(adjoint_reduce_scatter_tensor) {
   int dims[3] = {0, 1, -1};
   for (int k = 0; k < 3; k++) {
-    tcoll_tensor_t x = g_t3(TCOLL_FLOAT64, 2 * t_size, 3 * t_size, t_size), y = t_empty(), gx = t_empty();
+    tcoll_tensor_t x = g_t3(TCOLL_FLOAT64, 2 * t_size, 3 * t_size, t_size), y = t_empty(),
+                   gx = t_empty();
     tcoll_grad_node_t *node = NULL;
     g_fill_random(&x, 81 + k);
     T_OK(tcoll_grad_reduce_scatter_tensor(&x, TCOLL_SUM, dims[k], NULL, &y, &node));
@@ -135,7 +140,8 @@ END_TEST
 static int64_t split_rows(int from, int to) { return (from + 2 * to) % 3 + (to == from ? 1 : 0); }
 
 START_TEST(adjoint_all_to_all_single) {
-  int64_t *isplit = calloc((size_t)t_size, sizeof *isplit), *osplit = calloc((size_t)t_size, sizeof *osplit);
+  int64_t *isplit = calloc((size_t)t_size, sizeof *isplit),
+          *osplit = calloc((size_t)t_size, sizeof *osplit);
   int64_t rows = 0;
   for (int j = 0; j < t_size; j++) {
     isplit[j] = split_rows(t_rank, j);
@@ -147,14 +153,17 @@ START_TEST(adjoint_all_to_all_single) {
     tcoll_tensor_t y = t_empty(), gx = t_empty();
     tcoll_grad_node_t *node = NULL;
     g_fill_random(&x, 101 + even);
-    T_OK(tcoll_grad_all_to_all_single(&x, even ? NULL : osplit, even ? NULL : isplit, NULL, &y, &node));
+    T_OK(tcoll_grad_all_to_all_single(&x, even ? NULL : osplit, even ? NULL : isplit, NULL, &y,
+                                      &node));
     T_OK(tcoll_wait(y.data));
     tcoll_tensor_t g = t_alloc(TCOLL_FLOAT64, y.ndim, y.shape);
     g_fill_random(&g, 111 + even);
     T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
     T_OK(tcoll_wait(gx.data));
-    T_EXPECT(gx.shape[0] == x.shape[0], "grad rows %lld, x rows %lld", (long long)gx.shape[0], (long long)x.shape[0]);
-    G_EXPECT_ADJOINT(even ? "all_to_all_single even" : "all_to_all_single uneven", g_dot(&y, &g), g_dot(&x, &gx), TOL);
+    T_EXPECT(gx.shape[0] == x.shape[0], "grad rows %lld, x rows %lld", (long long)gx.shape[0],
+             (long long)x.shape[0]);
+    G_EXPECT_ADJOINT(even ? "all_to_all_single even" : "all_to_all_single uneven", g_dot(&y, &g),
+                     g_dot(&x, &gx), TOL);
     tcoll_grad_node_free(node);
     tcoll_tensor_free(&x);
     tcoll_tensor_free(&y);
@@ -204,7 +213,8 @@ START_TEST(adjoint_scatter) {
   g_wait_list(gxs, t_size);
   G_EXPECT_ADJOINT("scatter", g_dot(&y, &g), xs ? g_list_dot(xs, gxs, t_size) : 0.0, TOL);
   if (!xs) /* no xs here: the grads must be zero */
-    for (int i = 0; i < t_size; i++) T_EXPECT(g_dot(&gxs[i], &gxs[i]) == 0.0, "grad_inputs[%d] is not zero off src", i);
+    for (int i = 0; i < t_size; i++)
+      T_EXPECT(g_dot(&gxs[i], &gxs[i]) == 0.0, "grad_inputs[%d] is not zero off src", i);
   tcoll_grad_node_free(node);
   tcoll_tensor_free(&y);
   tcoll_tensor_free(&g);
@@ -247,7 +257,8 @@ START_TEST(adjoint_reduce_scatter) {
     T_OK(tcoll_wait(y.data));
     T_OK(tcoll_grad_backward(node, &g, 1, gxs, t_size));
     g_wait_list(gxs, t_size);
-    for (int i = 0; i < t_size; i++) T_EXPECT(gxs[i].device == t_device(), "grad_inputs[%d] device", i);
+    for (int i = 0; i < t_size; i++)
+      T_EXPECT(gxs[i].device == t_device(), "grad_inputs[%d] device", i);
     G_EXPECT_ADJOINT(names[k], g_dot(&y, &g), g_list_dot(xs, gxs, t_size), TOL);
     tcoll_grad_node_free(node);
     tcoll_tensor_free(&y);
@@ -290,7 +301,8 @@ END_TEST
 
 START_TEST(adjoint_sub_communicator) {
   tcoll_comm_t *sub = NULL;
-  T_OK(tcoll_comm_split(tcoll_comm_world(), t_rank % 2, t_size - t_rank, &sub)); /* reversed order */
+  T_OK(
+      tcoll_comm_split(tcoll_comm_world(), t_rank % 2, t_size - t_rank, &sub)); /* reversed order */
   int n = tcoll_comm_size(sub), root = n - 1;
   tcoll_tensor_t x = g_t2(TCOLL_FLOAT64, 2, 3);
   g_fill_random(&x, 221);
@@ -361,7 +373,8 @@ END_TEST
 START_TEST(adjoint_float32) {
   tcoll_redop_t ops[2] = {TCOLL_AVG, premul(0.5)};
   for (int k = 0; k < 2; k++) {
-    tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 9), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 9), gx = t_empty();
+    tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 9), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 9),
+                   gx = t_empty();
     tcoll_grad_node_t *node = NULL;
     g_fill_random(&x, 231 + k);
     g_fill_random(&g, 241 + k);
@@ -370,7 +383,8 @@ START_TEST(adjoint_float32) {
     T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
     T_OK(tcoll_wait(gx.data));
     T_EXPECT(gx.dtype == TCOLL_FLOAT32, "grad dtype %s", tcoll_dtype_name(gx.dtype));
-    G_EXPECT_ADJOINT(k ? "reduce premul_sum float32" : "reduce avg float32", g_dot(&y, &g), g_dot(&x, &gx), 1e-5);
+    G_EXPECT_ADJOINT(k ? "reduce premul_sum float32" : "reduce avg float32", g_dot(&y, &g),
+                     g_dot(&x, &gx), 1e-5);
     tcoll_grad_node_free(node);
     tcoll_tensor_free(&x);
     tcoll_tensor_free(&y);

@@ -23,15 +23,16 @@ static int check_lin(const char *what, const tcoll_tensor_t *t, double a, double
 }
 static double tri(int n) { return (double)n * (n + 1) / 2; } /* 1 + ... + n */
 
-#define FREE_ALL(...)                                                                              \
-  do {                                                                                             \
-    tcoll_tensor_t *f_[] = {__VA_ARGS__};                                                          \
-    for (size_t k_ = 0; k_ < sizeof f_ / sizeof f_[0]; k_++) tcoll_tensor_free(f_[k_]);            \
+#define FREE_ALL(...)                                                                   \
+  do {                                                                                  \
+    tcoll_tensor_t *f_[] = {__VA_ARGS__};                                               \
+    for (size_t k_ = 0; k_ < sizeof f_ / sizeof f_[0]; k_++) tcoll_tensor_free(f_[k_]); \
   } while (0)
 
 START_TEST(case_broadcast) {
   int src = t_size - 1;
-  tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 4), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 4), gx = g_t1(TCOLL_FLOAT32, 4);
+  tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 4), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 4),
+                 gx = g_t1(TCOLL_FLOAT32, 4);
   fill_lin(&x, 10.0 * t_rank, 1);
   fill_lin(&g, t_rank + 1, 1);
   fill_lin(&gx, 7, 0); /* a caller's buffer: overwritten (zeros off src) */
@@ -41,8 +42,10 @@ START_TEST(case_broadcast) {
   check_lin("broadcast y", &y, 10.0 * src, 1, 0);
   T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
   T_OK(tcoll_wait(gx.data));
-  if (t_rank == src) check_lin("broadcast grad on src", &gx, tri(t_size), t_size, 0); /* sum_r (r + 1 + i) */
-  else check_lin("broadcast grad off src", &gx, 0, 0, 0);
+  if (t_rank == src)
+    check_lin("broadcast grad on src", &gx, tri(t_size), t_size, 0); /* sum_r (r + 1 + i) */
+  else
+    check_lin("broadcast grad off src", &gx, 0, 0, 0);
   tcoll_grad_node_free(node);
   FREE_ALL(&x, &y, &g, &gx);
 }
@@ -55,15 +58,20 @@ START_TEST(case_reduce) {
   double scale[3] = {1.0, 1.0 / t_size, 2.0};
   int dst = 0;
   for (int k = 0; k < 3; k++) {
-    tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 3), gx = t_empty();
+    tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 3),
+                   gx = t_empty();
     fill_lin(&x, t_rank + 1, 1);
-    if (t_rank == dst) fill_lin(&g, 1, 1);
-    else fill_lin(&g, 99, 0); /* ignored: y off dst is not a function of x */
+    if (t_rank == dst)
+      fill_lin(&g, 1, 1);
+    else
+      fill_lin(&g, 99, 0); /* ignored: y off dst is not a function of x */
     tcoll_grad_node_t *node = NULL;
     T_OK(tcoll_grad_reduce(&x, dst, ops[k], NULL, &y, &node));
     T_OK(tcoll_wait(y.data));
-    if (t_rank == dst) check_lin("reduce y", &y, tri(t_size) * scale[k], t_size * scale[k], 1e-6);
-    else check_lin("reduce y off dst (untouched)", &y, 0, 0, 0);
+    if (t_rank == dst)
+      check_lin("reduce y", &y, tri(t_size) * scale[k], t_size * scale[k], 1e-6);
+    else
+      check_lin("reduce y off dst (untouched)", &y, 0, 0, 0);
     T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
     T_OK(tcoll_wait(gx.data));
     check_lin("reduce grad", &gx, scale[k], scale[k], 1e-6);
@@ -84,8 +92,10 @@ START_TEST(case_gather) {
   T_OK(tcoll_grad_gather(&x, dst, NULL, ys, &node));
   g_wait_list(ys, t_size);
   for (int r = 0; r < t_size; r++) {
-    if (t_rank == dst) check_lin("gather ys on dst", &ys[r], 100.0 * r, 1, 0);
-    else check_lin("gather ys off dst", &ys[r], 0, 0, 0);
+    if (t_rank == dst)
+      check_lin("gather ys on dst", &ys[r], 100.0 * r, 1, 0);
+    else
+      check_lin("gather ys off dst", &ys[r], 0, 0, 0);
   }
   if (t_rank == dst) { /* off dst: no grad_outputs at all */
     g = g_list(t_size, &x, true);
@@ -102,8 +112,10 @@ START_TEST(case_gather) {
   /* ys NULL off dst: the work is keyed on x there, as for tcoll_gather */
   tcoll_tensor_t *ys2 = t_rank == dst ? g_list(t_size, &x, false) : NULL;
   T_OK(tcoll_grad_gather(&x, dst, NULL, ys2, &node));
-  if (ys2) g_wait_list(ys2, t_size);
-  else T_OK(tcoll_wait(x.data));
+  if (ys2)
+    g_wait_list(ys2, t_size);
+  else
+    T_OK(tcoll_wait(x.data));
   for (int r = 0; ys2 && r < t_size; r++) check_lin("gather ys (second)", &ys2[r], 100.0 * r, 1, 0);
   tcoll_grad_node_free(node);
   g_list_free(ys2, t_size);
@@ -129,16 +141,21 @@ START_TEST(case_scatter) {
   T_OK(tcoll_grad_backward(node, &g, 1, gxs, t_size));
   g_wait_list(gxs, t_size);
   for (int r = 0; r < t_size; r++) {
-    if (t_rank == src) check_lin("scatter grad on src", &gxs[r], -r, 2, 0);
-    else check_lin("scatter grad off src", &gxs[r], 0, 0, 0);
+    if (t_rank == src)
+      check_lin("scatter grad on src", &gxs[r], -r, 2, 0);
+    else
+      check_lin("scatter grad off src", &gxs[r], 0, 0, 0);
   }
   g_list_free(gxs, t_size);
   /* without grad_inputs off src: the work is keyed on grad_outputs[0] there */
   gxs = t_rank == src ? g_list(t_size, &proto, false) : NULL;
   T_OK(tcoll_grad_backward(node, &g, 1, gxs, gxs ? t_size : 0));
-  if (gxs) g_wait_list(gxs, t_size);
-  else T_OK(tcoll_wait(g.data));
-  for (int r = 0; gxs && r < t_size; r++) check_lin("scatter grad on src (second)", &gxs[r], -r, 2, 0);
+  if (gxs)
+    g_wait_list(gxs, t_size);
+  else
+    T_OK(tcoll_wait(g.data));
+  for (int r = 0; gxs && r < t_size; r++)
+    check_lin("scatter grad on src (second)", &gxs[r], -r, 2, 0);
   g_list_free(gxs, t_size);
   tcoll_grad_node_free(node);
   g_list_free(xs, t_size);
@@ -168,7 +185,9 @@ START_TEST(case_all_gather) {
 END_TEST
 
 /* [2, 3] per rank, gathered along dim 1 into [2, 3 * size]. */
-static double agt_x(int64_t e, void *ctx) { return 100.0 * *(int *)ctx + (double)e; } /* e = 3a + b */
+static double agt_x(int64_t e, void *ctx) {
+  return 100.0 * *(int *)ctx + (double)e;
+} /* e = 3a + b */
 static double agt_y(int64_t e, void *ctx) {
   (void)ctx;
   int64_t a = e / (3 * t_size), c = e % (3 * t_size), s = c / 3, b = c % 3;
@@ -215,10 +234,12 @@ START_TEST(case_reduce_scatter) {
     tcoll_grad_node_t *node = NULL;
     T_OK(tcoll_grad_reduce_scatter(xs, avg ? TCOLL_AVG : TCOLL_SUM, NULL, &y, &node));
     T_OK(tcoll_wait(y.data));
-    check_lin("reduce_scatter y", &y, (tri(t_size - 1) + t_size * 10.0 * t_rank) * sc, t_size * sc, 1e-14);
+    check_lin("reduce_scatter y", &y, (tri(t_size - 1) + t_size * 10.0 * t_rank) * sc, t_size * sc,
+              1e-14);
     T_OK(tcoll_grad_backward(node, &g, 1, gxs, t_size));
     g_wait_list(gxs, t_size);
-    for (int r = 0; r < t_size; r++) check_lin("reduce_scatter grad", &gxs[r], (r + 1) * sc, sc, 1e-14);
+    for (int r = 0; r < t_size; r++)
+      check_lin("reduce_scatter grad", &gxs[r], (r + 1) * sc, sc, 1e-14);
     tcoll_grad_node_free(node);
     g_list_free(xs, t_size);
     g_list_free(gxs, t_size);
@@ -249,7 +270,8 @@ static double rst_gx(int64_t e, void *ctx) {
 }
 
 START_TEST(case_reduce_scatter_tensor) {
-  tcoll_tensor_t x = g_t2(TCOLL_FLOAT32, 2, 2 * t_size), y = t_empty(), g = g_t2(TCOLL_FLOAT32, 2, 2), gx = t_empty();
+  tcoll_tensor_t x = g_t2(TCOLL_FLOAT32, 2, 2 * t_size), y = t_empty(),
+                 g = g_t2(TCOLL_FLOAT32, 2, 2), gx = t_empty();
   t_set_all(&x, rst_x, NULL);
   t_set_all(&g, rst_g, NULL);
   tcoll_grad_node_t *node = NULL;
@@ -281,7 +303,8 @@ START_TEST(case_all_to_all) {
   tcoll_grad_node_t *node = NULL;
   T_OK(tcoll_grad_all_to_all(xs, NULL, ys, &node));
   g_wait_list(ys, t_size);
-  for (int i = 0; i < t_size; i++) check_lin("all_to_all ys", &ys[i], 100.0 * i + 10.0 * t_rank, 1, 0);
+  for (int i = 0; i < t_size; i++)
+    check_lin("all_to_all ys", &ys[i], 100.0 * i + 10.0 * t_rank, 1, 0);
   T_OK(tcoll_grad_backward(node, g, t_size, gxs, t_size));
   g_wait_list(gxs, t_size);
   for (int j = 0; j < t_size; j++) {
@@ -320,7 +343,8 @@ static double a2a_gx(int64_t e, void *ctx) { /* gx[off(j) + k, c] = g_j[r (j + 1
 }
 
 START_TEST(case_all_to_all_single) {
-  int64_t *isplit = calloc((size_t)t_size, sizeof *isplit), *osplit = calloc((size_t)t_size, sizeof *osplit);
+  int64_t *isplit = calloc((size_t)t_size, sizeof *isplit),
+          *osplit = calloc((size_t)t_size, sizeof *osplit);
   for (int j = 0; j < t_size; j++) {
     isplit[j] = j + 1;
     osplit[j] = t_rank + 1;
@@ -351,7 +375,8 @@ START_TEST(case_all_reduce) {
   tcoll_redop_t ops[3] = {TCOLL_SUM, TCOLL_AVG, pm};
   double scale[3] = {1.0, 1.0 / t_size, 3.0};
   for (int k = 0; k < 3; k++) {
-    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 5), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 5), gx = t_empty();
+    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 5), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 5),
+                   gx = t_empty();
     fill_lin(&x, t_rank, 1);
     fill_lin(&g, t_rank + 1, 2);
     tcoll_grad_node_t *node = NULL;
@@ -371,7 +396,8 @@ END_TEST
 /* The local math runs in float64 and rounds once into 16-bit dtypes. */
 START_TEST(case_half_dtypes) {
   /* all_reduce PRODUCT in bfloat16: x = 2 everywhere, g = 1: grad = size * 2^(size-1) */
-  tcoll_tensor_t x = g_t1(TCOLL_BFLOAT16, 3), y = t_empty(), g = g_t1(TCOLL_BFLOAT16, 3), gx = t_empty();
+  tcoll_tensor_t x = g_t1(TCOLL_BFLOAT16, 3), y = t_empty(), g = g_t1(TCOLL_BFLOAT16, 3),
+                 gx = t_empty();
   fill_lin(&x, 2, 0);
   fill_lin(&g, 1, 0);
   tcoll_grad_node_t *node = NULL;
@@ -408,7 +434,8 @@ START_TEST(case_half_dtypes) {
   T_OK(tcoll_wait(y.data));
   T_OK(tcoll_grad_backward(node, &g, 1, gxs, t_size));
   g_wait_list(gxs, t_size);
-  for (int r = 0; r < t_size; r++) check_lin("float16 reduce_scatter avg grad", &gxs[r], 3.0 / t_size, 1.0 / t_size, 1e-3);
+  for (int r = 0; r < t_size; r++)
+    check_lin("float16 reduce_scatter avg grad", &gxs[r], 3.0 / t_size, 1.0 / t_size, 1e-3);
   tcoll_grad_node_free(node);
   g_list_free(xs, t_size);
   g_list_free(gxs, t_size);
@@ -419,9 +446,11 @@ END_TEST
 /* ---- the API around the rules ---- */
 
 START_TEST(api_bad_arguments) {
-  tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 4), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 4), gx = t_empty();
+  tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 4), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 4),
+                 gx = t_empty();
   tcoll_grad_node_t *node = NULL;
-  T_FAILS(tcoll_grad_all_reduce(&x, TCOLL_SUM, NULL, &y, NULL), TCOLL_ERR_INVALID_ARGUMENT, "node is NULL");
+  T_FAILS(tcoll_grad_all_reduce(&x, TCOLL_SUM, NULL, &y, NULL), TCOLL_ERR_INVALID_ARGUMENT,
+          "node is NULL");
   T_FAILS(tcoll_grad_broadcast(&x, t_size, NULL, &y, &node), TCOLL_ERR_INVALID_ARGUMENT, "src is");
   T_EXPECT(node == NULL && y.data == NULL, "a failed forward leaves no node and no output");
   T_FAILS(tcoll_grad_all_reduce(&x, 77, NULL, &y, &node), TCOLL_ERR_INVALID_ARGUMENT, "op is 77");
@@ -432,16 +461,22 @@ START_TEST(api_bad_arguments) {
   T_OK(tcoll_wait(y.data));
   T_FAILS(tcoll_grad_backward(node, &g, 2, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
           "n_grad_outputs is 2 (expected 1 for all_reduce)");
-  T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 0), TCOLL_ERR_INVALID_ARGUMENT, "n_grad_inputs is 0");
-  T_FAILS(tcoll_grad_backward(node, NULL, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_outputs is NULL");
+  T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 0), TCOLL_ERR_INVALID_ARGUMENT,
+          "n_grad_inputs is 0");
+  T_FAILS(tcoll_grad_backward(node, NULL, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_outputs is NULL");
   tcoll_tensor_t g5 = g_t1(TCOLL_FLOAT32, 5), gd = g_t1(TCOLL_FLOAT64, 4);
-  T_FAILS(tcoll_grad_backward(node, &g5, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_outputs[0]->shape is [5]");
-  T_FAILS(tcoll_grad_backward(node, &gd, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_outputs[0]->dtype is float64");
-  T_FAILS(tcoll_grad_backward(node, &g, 1, &gd, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_inputs[0]->dtype is float64");
+  T_FAILS(tcoll_grad_backward(node, &g5, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_outputs[0]->shape is [5]");
+  T_FAILS(tcoll_grad_backward(node, &gd, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_outputs[0]->dtype is float64");
+  T_FAILS(tcoll_grad_backward(node, &g, 1, &gd, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_inputs[0]->dtype is float64");
   T_FAILS(tcoll_grad_backward(node, &g, 1, &g, 1), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
   if (t_device() != TCOLL_HOST) {
     tcoll_tensor_t gh = t_host(TCOLL_FLOAT32, 1, g.shape);
-    T_FAILS(tcoll_grad_backward(node, &gh, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_outputs[0]->device is -1");
+    T_FAILS(tcoll_grad_backward(node, &gh, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
+            "grad_outputs[0]->device is -1");
     tcoll_tensor_free(&gh);
   }
   T_EXPECT(gx.data == NULL, "nothing allocated");
@@ -457,7 +492,8 @@ END_TEST
 START_TEST(api_busy) {
   tcoll_redop_t ops[2] = {TCOLL_SUM, TCOLL_MAX};
   for (int k = 0; k < 2; k++) {
-    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 4), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 4), other = t_empty();
+    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 4), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 4),
+                   other = t_empty();
     fill_lin(&x, t_rank, 1);
     fill_lin(&g, 1, 0);
     tcoll_grad_node_t *node = NULL;
@@ -465,7 +501,8 @@ START_TEST(api_busy) {
     T_OK(tcoll_wait(y.data));
     T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &other)); /* other is pending */
     T_FAILS(tcoll_grad_backward(node, &g, 1, &other, 1), TCOLL_ERR_BUSY, "pending");
-    T_EXPECT(tcoll_pending_count() == 1, "only the other work is pending (%zu)", tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 1, "only the other work is pending (%zu)",
+             tcoll_pending_count());
     T_OK(tcoll_wait(other.data));
     check_lin("the other work", &other, tri(t_size - 1), t_size, 0);
     T_OK(tcoll_grad_backward(node, &g, 1, &other, 1)); /* now free: fine */
@@ -481,7 +518,8 @@ END_TEST
 START_TEST(api_pending_until_waited) {
   tcoll_redop_t ops[4] = {TCOLL_SUM, TCOLL_MAX, TCOLL_PRODUCT, TCOLL_AVG};
   for (int k = 0; k < 4; k++) {
-    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 3), gx = t_empty();
+    tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 3),
+                   gx = t_empty();
     fill_lin(&x, 2.0 + t_rank, 0); /* distinct per rank: unique max on the last rank */
     fill_lin(&g, 1, 0);
     tcoll_grad_node_t *node = NULL;
@@ -525,7 +563,7 @@ START_TEST(api_node_lifetime) {
   fill_lin(&x, -50, 0); /* the node copied x at the forward */
   T_OK(tcoll_grad_backward(node, &g, 1, &gx1, 1));
   T_OK(tcoll_grad_backward(node, &g, 1, &gx2, 1));
-  tcoll_grad_node_free(node); /* before anything was waited */
+  tcoll_grad_node_free(node);               /* before anything was waited */
   T_OK(tcoll_wait_timeout(gx2.data, 30.0)); /* a deadline reaches the inner collectives too */
   T_OK(tcoll_wait(y.data));
   T_OK(tcoll_wait(gx1.data));
@@ -555,8 +593,10 @@ START_TEST(api_in_place) {
     tcoll_grad_node_t *node = NULL;
     T_OK(tcoll_grad_all_reduce(&x, ops[k], NULL, &x, &node));
     T_OK(tcoll_wait(x.data));
-    if (k == 0) check_lin("in place max", &x, t_size - 1, 1, 0);
-    else check_lin("in place sum", &x, tri(t_size - 1), t_size, 0);
+    if (k == 0)
+      check_lin("in place max", &x, t_size - 1, 1, 0);
+    else
+      check_lin("in place sum", &x, tri(t_size - 1), t_size, 0);
     T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
     T_OK(tcoll_wait(gx.data));
     double w = k == 0 ? (t_rank == t_size - 1 ? 2.0 * t_size : 0.0) : 2.0 * t_size;
@@ -571,12 +611,14 @@ END_TEST
 START_TEST(api_freed_communicator) {
   tcoll_comm_t *sub = NULL;
   T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &sub));
-  tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 2), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 2), gx = t_empty();
+  tcoll_tensor_t x = g_t1(TCOLL_FLOAT32, 2), y = t_empty(), g = g_t1(TCOLL_FLOAT32, 2),
+                 gx = t_empty();
   tcoll_grad_node_t *node = NULL;
   T_OK(tcoll_grad_all_reduce(&x, TCOLL_SUM, sub, &y, &node));
   T_OK(tcoll_wait(y.data));
   T_OK(tcoll_comm_free(&sub));
-  T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT, "not a live tcoll communicator");
+  T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "not a live tcoll communicator");
   tcoll_grad_node_free(node);
   FREE_ALL(&x, &y, &g, &gx);
 }
@@ -595,7 +637,8 @@ START_TEST(api_gather_pending_input) {
   T_OK(tcoll_grad_gather(&x, dst, NULL, ys, &node)); /* plain gather off dst: keyed on x */
   T_OK(tcoll_wait(x.data));
   if (ys) g_wait_list(ys, t_size);
-  for (int r = 0; ys && r < t_size; r++) check_lin("gather of a pending input", &ys[r], tri(t_size - 1), t_size, 0);
+  for (int r = 0; ys && r < t_size; r++)
+    check_lin("gather of a pending input", &ys[r], tri(t_size - 1), t_size, 0);
   tcoll_grad_node_free(node);
   g_list_free(ys, t_size);
   FREE_ALL(&a, &x);
@@ -606,7 +649,8 @@ END_TEST
  * it): test says IN_PROGRESS, a wait with a deadline times out and leaves it pending, a later
  * wait completes it. */
 START_TEST(api_timeout_then_wait) {
-  tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 3), gx = t_empty();
+  tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, 3), y = t_empty(), g = g_t1(TCOLL_FLOAT64, 3),
+                 gx = t_empty();
   fill_lin(&x, t_rank, 1);
   fill_lin(&g, 1, 0);
   tcoll_grad_node_t *node = NULL;

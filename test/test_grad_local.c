@@ -36,18 +36,20 @@ static tcoll_tensor_t *empties(int n) {
 }
 
 /* Per process: <A x, y> == <x, A^T y>. */
-#define L_EXPECT_ADJOINT(what, fwd, bwd)                                                              \
-  do {                                                                                               \
-    double l_f_ = (fwd), l_b_ = (bwd);                                                               \
-    T_EXPECT(g_close(l_f_, l_b_, TOL), "%s: <Ax, y> = %.17g but <x, A^T y> = %.17g (diff %.3g)", what, \
-             l_f_, l_b_, l_f_ - l_b_);                                                               \
+#define L_EXPECT_ADJOINT(what, fwd, bwd)                                                         \
+  do {                                                                                           \
+    double l_f_ = (fwd), l_b_ = (bwd);                                                           \
+    T_EXPECT(g_close(l_f_, l_b_, TOL), "%s: <Ax, y> = %.17g but <x, A^T y> = %.17g (diff %.3g)", \
+             what, l_f_, l_b_, l_f_ - l_b_);                                                     \
   } while (0)
 
-static void expect_like(const tcoll_tensor_t *t, const tcoll_tensor_t *want, const char *what, int i) {
+static void expect_like(const tcoll_tensor_t *t, const tcoll_tensor_t *want, const char *what,
+                        int i) {
   bool same = t->dtype == want->dtype && t->ndim == want->ndim && t->device == want->device;
   for (int k = 0; same && k < t->ndim; k++) same = t->shape[k] == want->shape[k];
-  T_EXPECT(same, "%s[%d]: dtype %s ndim %d device %d (expected %s ndim %d device %d, same shape)", what, i,
-           tcoll_dtype_name(t->dtype), t->ndim, t->device, tcoll_dtype_name(want->dtype), want->ndim, want->device);
+  T_EXPECT(same, "%s[%d]: dtype %s ndim %d device %d (expected %s ndim %d device %d, same shape)",
+           what, i, tcoll_dtype_name(t->dtype), t->ndim, t->device, tcoll_dtype_name(want->dtype),
+           want->ndim, want->device);
 }
 
 /* ------------------------------------------------------------------ adjoint identities */
@@ -67,7 +69,8 @@ START_TEST(adjoint_broadcast_coalesced) {
   for (int k = 0; k < N * ND; k++) g[k] = random_like(&y[k], 21 + (uint64_t)k);
   T_OK(tcoll_grad_backward(node, g, N * ND, gx, N));
   for (int i = 0; i < N; i++) expect_like(&gx[i], &x[i], "grad_inputs", i);
-  T_EXPECT(tcoll_pending_count() == 0, "the local ops left %zu buffers pending", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 0, "the local ops left %zu buffers pending",
+           tcoll_pending_count());
   L_EXPECT_ADJOINT("local_broadcast_coalesced", g_list_dot(y, g, N * ND), g_list_dot(x, gx, N));
   tcoll_grad_node_free(node);
   free_all(x, N);
@@ -88,7 +91,8 @@ START_TEST(adjoint_reduce_add_coalesced) {
     for (int d = 0; d < ND; d++) {
       x[d * N + 0] = on(from[d], TCOLL_FLOAT64, 2, sa);
       x[d * N + 1] = on(from[d], TCOLL_FLOAT64, 1, sb);
-      for (int i = 0; i < N; i++) g_fill_random(&x[d * N + i], 31 + 10 * (uint64_t)k + (uint64_t)(d * N + i));
+      for (int i = 0; i < N; i++)
+        g_fill_random(&x[d * N + i], 31 + 10 * (uint64_t)k + (uint64_t)(d * N + i));
     }
     tcoll_tensor_t *y = empties(N), g[N], *gx = empties(ND * N);
     tcoll_grad_node_t *node = NULL;
@@ -127,11 +131,13 @@ START_TEST(adjoint_scatter) {
       g_fill_random(&x, 51 + 2 * (uint64_t)k + (uint64_t)even);
       tcoll_grad_node_t *node = NULL;
       T_OK(tcoll_grad_local_scatter(&x, to, ND, even ? NULL : sizes, dims[k], y, &node));
-      for (int i = 0; i < ND; i++) g[i] = random_like(&y[i], 61 + 10 * (uint64_t)k + 3 * (uint64_t)even + (uint64_t)i);
+      for (int i = 0; i < ND; i++)
+        g[i] = random_like(&y[i], 61 + 10 * (uint64_t)k + 3 * (uint64_t)even + (uint64_t)i);
       T_OK(tcoll_grad_backward(node, g, ND, &gx, 1));
       expect_like(&gx, &x, "grad_inputs", 0);
       char what[64];
-      snprintf(what, sizeof what, "local_scatter dim %d%s", dims[k], even ? " (torch.chunk)" : " (chunk_sizes)");
+      snprintf(what, sizeof what, "local_scatter dim %d%s", dims[k],
+               even ? " (torch.chunk)" : " (chunk_sizes)");
       L_EXPECT_ADJOINT(what, g_list_dot(y, g, ND), g_dot(&x, &gx));
       tcoll_grad_node_free(node);
       tcoll_tensor_free(&x);
@@ -162,8 +168,8 @@ START_TEST(adjoint_gather) {
       }
       tcoll_grad_node_t *node = NULL;
       T_OK(tcoll_grad_local_gather(x, N, dims[k], devs[t], &y, &node));
-      T_EXPECT(y.device == devs[t] && y.shape[d0] == 5, "gathered on %d with %lld along dim %d", y.device,
-               (long long)y.shape[d0], d0);
+      T_EXPECT(y.device == devs[t] && y.shape[d0] == 5, "gathered on %d with %lld along dim %d",
+               y.device, (long long)y.shape[d0], d0);
       g = random_like(&y, 81 + 3 * (uint64_t)k + (uint64_t)t);
       T_OK(tcoll_grad_backward(node, &g, 1, gx, N));
       for (int i = 0; i < N; i++) expect_like(&gx[i], &x[i], "grad_inputs", i);
@@ -206,7 +212,8 @@ END_TEST
 static bool same_values(const tcoll_tensor_t *a, const tcoll_tensor_t *b) {
   int64_t n = tcoll_tensor_numel(a);
   if (n != tcoll_tensor_numel(b)) return false;
-  double *va = malloc((size_t)(n ? n : 1) * sizeof *va), *vb = malloc((size_t)(n ? n : 1) * sizeof *vb);
+  double *va = malloc((size_t)(n ? n : 1) * sizeof *va),
+         *vb = malloc((size_t)(n ? n : 1) * sizeof *vb);
   t_read(a, va);
   t_read(b, vb);
   bool same = n == 0 || memcmp(va, vb, (size_t)n * sizeof *va) == 0;
@@ -220,7 +227,8 @@ START_TEST(adjoint_round_trip) {
   enum { ND = 3 };
   const int to[ND] = {TCOLL_HOST, 0, 1};
   int64_t shape[2] = {4, 9}, sizes[ND] = {2, 4, 3};
-  tcoll_tensor_t x = on(t_device(), TCOLL_FLOAT64, 2, shape), mid[ND], y = t_empty(), g, gmid[ND], gx = t_empty();
+  tcoll_tensor_t x = on(t_device(), TCOLL_FLOAT64, 2, shape), mid[ND], y = t_empty(), g, gmid[ND],
+                 gx = t_empty();
   for (int i = 0; i < ND; i++) mid[i] = gmid[i] = t_empty();
   g_fill_random(&x, 101);
   tcoll_grad_node_t *sc = NULL, *ga = NULL;
@@ -230,7 +238,8 @@ START_TEST(adjoint_round_trip) {
   T_OK(tcoll_grad_backward(ga, &g, 1, gmid, ND));
   T_OK(tcoll_grad_backward(sc, gmid, ND, &gx, 1));
   L_EXPECT_ADJOINT("gather o scatter", g_dot(&y, &g), g_dot(&x, &gx));
-  T_EXPECT(same_values(&y, &x) && same_values(&gx, &g), "gather o scatter and its backward are not the identity");
+  T_EXPECT(same_values(&y, &x) && same_values(&gx, &g),
+           "gather o scatter and its backward are not the identity");
   tcoll_grad_node_free(sc);
   tcoll_grad_node_free(ga);
   tcoll_tensor_free(&x);
@@ -250,7 +259,9 @@ static double iota(int64_t i, void *c) { return (double)i + (c ? *(double *)c : 
 typedef struct bc {
   double d, i;
 } bc_t;
-static double bc_val(int64_t j, void *c) { return ((bc_t *)c)->d * (double)(j + 1) + 10.0 * ((bc_t *)c)->i; }
+static double bc_val(int64_t j, void *c) {
+  return ((bc_t *)c)->d * (double)(j + 1) + 10.0 * ((bc_t *)c)->i;
+}
 
 START_TEST(cases_broadcast_coalesced) {
   enum { N = 2, ND = 3 };
@@ -264,7 +275,8 @@ START_TEST(cases_broadcast_coalesced) {
   tcoll_grad_node_t *node = NULL;
   T_OK(tcoll_grad_local_broadcast_coalesced(x, N, to, ND, y, &node));
   for (int d = 0; d < ND; d++) {
-    T_EXPECT(y[d * N].device == to[d] && y[d * N + 1].device == to[d], "outputs of group %d misplaced", d);
+    T_EXPECT(y[d * N].device == to[d] && y[d * N + 1].device == to[d],
+             "outputs of group %d misplaced", d);
     t_check_all("broadcast_coalesced forward", &y[d * N], iota, &off, 0);
     t_check_all("broadcast_coalesced forward", &y[d * N + 1], iota, NULL, 0);
     for (int i = 0; i < N; i++) {
@@ -277,7 +289,8 @@ START_TEST(cases_broadcast_coalesced) {
   tcoll_tensor_t gx[N] = {t_empty(), on(TCOLL_HOST, TCOLL_INT64, 1, s1)};
   void *given = gx[1].data;
   T_OK(tcoll_grad_backward(node, g, N * ND, gx, N));
-  T_EXPECT(gx[0].device == 0 && gx[0].dtype == TCOLL_FLOAT32 && gx[0].ndim == 2, "grad_inputs[0] misplaced");
+  T_EXPECT(gx[0].device == 0 && gx[0].dtype == TCOLL_FLOAT32 && gx[0].ndim == 2,
+           "grad_inputs[0] misplaced");
   T_EXPECT(gx[1].data == given, "grad_inputs[1] (given) was replaced");
   for (int i = 0; i < N; i++) {
     bc_t want = {6, 3 * i};
@@ -319,8 +332,8 @@ START_TEST(cases_reduce_add_coalesced) {
   for (int d = 0; d < ND; d++)
     for (int i = 0; i < N; i++) {
       tcoll_tensor_t *t = &gx[d * N + i];
-      T_EXPECT(t->device == from[d] && t->dtype == (i ? TCOLL_FLOAT32 : TCOLL_FLOAT64), "grad_inputs[%d] misplaced",
-               d * N + i);
+      T_EXPECT(t->device == from[d] && t->dtype == (i ? TCOLL_FLOAT32 : TCOLL_FLOAT64),
+               "grad_inputs[%d] misplaced", d * N + i);
       double o = 7.0 * i;
       t_check_all("reduce_add_coalesced backward: a copy per group", t, iota, &o, 0);
     }
@@ -358,7 +371,8 @@ START_TEST(cases_scatter_uneven_dim1) {
   tcoll_grad_node_t *node = NULL;
   T_OK(tcoll_grad_local_scatter(&x, to, ND, sizes, 1, y, &node));
   for (int i = 0; i < ND; i++) {
-    T_EXPECT(y[i].device == to[i] && y[i].shape[0] == 2 && y[i].shape[1] == sizes[i] && y[i].shape[2] == 3,
+    T_EXPECT(y[i].device == to[i] && y[i].shape[0] == 2 && y[i].shape[1] == sizes[i] &&
+                 y[i].shape[2] == 3,
              "piece %d misplaced", i);
     g[i] = on(to[i], TCOLL_FLOAT64, 3, y[i].shape);
     double o = 1000.0 * i;
@@ -392,7 +406,8 @@ START_TEST(cases_gather_dim_minus2) {
   gx[1] = on(TCOLL_HOST, TCOLL_FLOAT32, 3, x[1].shape); /* one given */
   tcoll_grad_node_t *node = NULL;
   T_OK(tcoll_grad_local_gather(x, N, -2, 0, &y, &node));
-  T_EXPECT(y.device == 0 && y.shape[0] == 2 && y.shape[1] == 7 && y.shape[2] == 3, "gathered shape");
+  T_EXPECT(y.device == 0 && y.shape[0] == 2 && y.shape[1] == 7 && y.shape[2] == 3,
+           "gathered shape");
   chunks_t fwd = {2, 7, 3, sizes, N, 100.0};
   t_check_all("gather forward along dim -2", &y, cat_val, &fwd, 0);
   g = on(0, TCOLL_FLOAT32, 3, y.shape);
@@ -437,17 +452,21 @@ START_TEST(cases_gather_scalars) {
   void *given = gx[2].data;
   tcoll_grad_node_t *node = NULL;
   T_OK(tcoll_grad_local_gather(x, N, 0, TCOLL_HOST, &y, &node));
-  T_EXPECT(y.ndim == 1 && y.shape[0] == N && y.device == TCOLL_HOST, "scalars gathered as ndim %d", y.ndim);
-  for (int i = 0; i < N; i++) T_EXPECT(t_get(&y, i) == 10.0 * (i + 1), "y[%d] is %g", i, t_get(&y, i));
+  T_EXPECT(y.ndim == 1 && y.shape[0] == N && y.device == TCOLL_HOST, "scalars gathered as ndim %d",
+           y.ndim);
+  for (int i = 0; i < N; i++)
+    T_EXPECT(t_get(&y, i) == 10.0 * (i + 1), "y[%d] is %g", i, t_get(&y, i));
   tcoll_tensor_t g = on(TCOLL_HOST, TCOLL_FLOAT64, 1, y.shape);
   double five = 5;
   t_set_all(&g, iota, &five);
   T_OK(tcoll_grad_backward(node, &g, 1, gx, N));
   T_EXPECT(gx[2].data == given, "the given scalar grad_input was replaced");
   for (int i = 0; i < N; i++) {
-    T_EXPECT(gx[i].ndim == 0 && gx[i].device == devs[i], "grad_inputs[%d]: ndim %d device %d (expected a scalar on %d)",
-             i, gx[i].ndim, gx[i].device, devs[i]);
-    T_EXPECT(t_get(&gx[i], 0) == 5.0 + i, "grad_inputs[%d] is %g, expected %g", i, t_get(&gx[i], 0), 5.0 + i);
+    T_EXPECT(gx[i].ndim == 0 && gx[i].device == devs[i],
+             "grad_inputs[%d]: ndim %d device %d (expected a scalar on %d)", i, gx[i].ndim,
+             gx[i].device, devs[i]);
+    T_EXPECT(t_get(&gx[i], 0) == 5.0 + i, "grad_inputs[%d] is %g, expected %g", i, t_get(&gx[i], 0),
+             5.0 + i);
   }
   tcoll_grad_node_free(node);
   free_all(x, N);
@@ -475,8 +494,8 @@ START_TEST(cases_reuse_and_empty) {
     T_OK(tcoll_grad_backward(node, g, 2, &gx, 1));
     double o = 5.0 + rep; /* (i + rep) + (i + 10 + rep) = 2 i + 10 + 2 rep */
     for (int64_t i = 0; i < 3; i++)
-      T_EXPECT(t_get(&gx, i) == 2.0 * (double)i + 2.0 * o, "backward %d: element %lld is %g", rep, (long long)i,
-               t_get(&gx, i));
+      T_EXPECT(t_get(&gx, i) == 2.0 * (double)i + 2.0 * o, "backward %d: element %lld is %g", rep,
+               (long long)i, t_get(&gx, i));
     tcoll_tensor_free(&gx);
   }
   tcoll_grad_node_free(node);
@@ -504,44 +523,57 @@ START_TEST(bad_arguments) {
   tcoll_grad_node_t *node = (tcoll_grad_node_t *)&a; /* must come back NULL */
   int bad_devs[2] = {0, 7};
   /* forwards: the plain ops' checks, plus node */
-  T_FAILS(tcoll_grad_local_scatter(&a, devs, 2, NULL, 0, out, NULL), TCOLL_ERR_INVALID_ARGUMENT, "node is NULL");
-  T_FAILS(tcoll_grad_local_broadcast_coalesced(&a, 1, devs, 0, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
-          "n_devices is 0");
+  T_FAILS(tcoll_grad_local_scatter(&a, devs, 2, NULL, 0, out, NULL), TCOLL_ERR_INVALID_ARGUMENT,
+          "node is NULL");
+  T_FAILS(tcoll_grad_local_broadcast_coalesced(&a, 1, devs, 0, out, &node),
+          TCOLL_ERR_INVALID_ARGUMENT, "n_devices is 0");
   T_EXPECT(node == NULL, "a failed forward left *node set");
-  T_FAILS(tcoll_grad_local_broadcast_coalesced(&a, -1, devs, 2, out, &node), TCOLL_ERR_INVALID_ARGUMENT, "n is -1");
-  T_FAILS(tcoll_grad_local_broadcast_coalesced(&a, 1, bad_devs, 2, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
-          "devices[1] is 7 but device 7 does not exist");
+  T_FAILS(tcoll_grad_local_broadcast_coalesced(&a, -1, devs, 2, out, &node),
+          TCOLL_ERR_INVALID_ARGUMENT, "n is -1");
+  T_FAILS(tcoll_grad_local_broadcast_coalesced(&a, 1, bad_devs, 2, out, &node),
+          TCOLL_ERR_INVALID_ARGUMENT, "devices[1] is 7 but device 7 does not exist");
   tcoll_tensor_t ab[2] = {a, b};
-  T_FAILS(tcoll_grad_local_reduce_add_coalesced(ab, 2, 1, 0, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
-          "in[1]->shape is [5]");
-  T_FAILS(tcoll_grad_local_reduce_add_coalesced(ab, 0, 1, 0, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
-          "n_devices is 0");
-  T_FAILS(tcoll_grad_local_reduce_add_coalesced(&a, 1, 1, 9, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
-          "destination is 9");
+  T_FAILS(tcoll_grad_local_reduce_add_coalesced(ab, 2, 1, 0, out, &node),
+          TCOLL_ERR_INVALID_ARGUMENT, "in[1]->shape is [5]");
+  T_FAILS(tcoll_grad_local_reduce_add_coalesced(ab, 0, 1, 0, out, &node),
+          TCOLL_ERR_INVALID_ARGUMENT, "n_devices is 0");
+  T_FAILS(tcoll_grad_local_reduce_add_coalesced(&a, 1, 1, 9, out, &node),
+          TCOLL_ERR_INVALID_ARGUMENT, "destination is 9");
   int64_t sizes[2] = {2, 3};
   T_FAILS(tcoll_grad_local_scatter(&a, devs, 2, sizes, 0, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
           "chunk_sizes sum to 5");
-  T_FAILS(tcoll_grad_local_scatter(&a, devs, 2, NULL, 1, out, &node), TCOLL_ERR_INVALID_ARGUMENT, "dim is 1");
-  T_FAILS(tcoll_grad_local_scatter(&a, devs, 0, NULL, 0, out, &node), TCOLL_ERR_INVALID_ARGUMENT, "n_devices is 0");
+  T_FAILS(tcoll_grad_local_scatter(&a, devs, 2, NULL, 1, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
+          "dim is 1");
+  T_FAILS(tcoll_grad_local_scatter(&a, devs, 0, NULL, 0, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
+          "n_devices is 0");
   int64_t s23[2] = {2, 3}, s24[2] = {2, 4};
   tcoll_tensor_t m[2] = {on(0, TCOLL_FLOAT32, 2, s23), on(1, TCOLL_FLOAT32, 2, s24)};
-  T_FAILS(tcoll_grad_local_gather(m, 2, 0, TCOLL_HOST, out, &node), TCOLL_ERR_INVALID_ARGUMENT, "in[1]->shape[1] is 4");
-  T_FAILS(tcoll_grad_local_gather(m, 0, 0, TCOLL_HOST, out, &node), TCOLL_ERR_INVALID_ARGUMENT, "n is 0");
-  T_FAILS(tcoll_grad_local_gather(m, 2, 1, 3, out, &node), TCOLL_ERR_INVALID_ARGUMENT, "target_device is 3");
+  T_FAILS(tcoll_grad_local_gather(m, 2, 0, TCOLL_HOST, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
+          "in[1]->shape[1] is 4");
+  T_FAILS(tcoll_grad_local_gather(m, 0, 0, TCOLL_HOST, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
+          "n is 0");
+  T_FAILS(tcoll_grad_local_gather(m, 2, 1, 3, out, &node), TCOLL_ERR_INVALID_ARGUMENT,
+          "target_device is 3");
   T_EXPECT(node == NULL, "a failed forward left *node set");
-  for (int i = 0; i < 4; i++) T_EXPECT(out[i].data == NULL, "a failed forward allocated out[%d]", i);
+  for (int i = 0; i < 4; i++)
+    T_EXPECT(out[i].data == NULL, "a failed forward allocated out[%d]", i);
 
   /* backward of a scatter of a (6 on device 0) into 3 + 3 on devices 0 and 1 */
   T_OK(tcoll_grad_local_scatter(&a, devs, 2, NULL, 0, out, &node));
   tcoll_tensor_t g[2] = {on(0, TCOLL_FLOAT32, 1, s3), on(1, TCOLL_FLOAT32, 1, s3)}, gx = t_empty();
   T_FAILS(tcoll_grad_backward(node, g, 1, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
           "n_grad_outputs is 1 (expected 2 for local_scatter)");
-  T_FAILS(tcoll_grad_backward(node, g, 2, &gx, 2), TCOLL_ERR_INVALID_ARGUMENT, "n_grad_inputs is 2");
+  T_FAILS(tcoll_grad_backward(node, g, 2, &gx, 2), TCOLL_ERR_INVALID_ARGUMENT,
+          "n_grad_inputs is 2");
   tcoll_tensor_t swapped[2] = {g[1], g[0]};
-  T_FAILS(tcoll_grad_backward(node, swapped, 2, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_outputs[0]->device is 1");
-  tcoll_tensor_t wrong_dev = on(TCOLL_HOST, TCOLL_FLOAT32, 1, s6), wrong_dt = on(0, TCOLL_FLOAT64, 1, s6);
-  T_FAILS(tcoll_grad_backward(node, g, 2, &wrong_dev, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_inputs[0]->device is -1");
-  T_FAILS(tcoll_grad_backward(node, g, 2, &wrong_dt, 1), TCOLL_ERR_INVALID_ARGUMENT, "grad_inputs[0]->dtype is float64");
+  T_FAILS(tcoll_grad_backward(node, swapped, 2, &gx, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_outputs[0]->device is 1");
+  tcoll_tensor_t wrong_dev = on(TCOLL_HOST, TCOLL_FLOAT32, 1, s6),
+                 wrong_dt = on(0, TCOLL_FLOAT64, 1, s6);
+  T_FAILS(tcoll_grad_backward(node, g, 2, &wrong_dev, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_inputs[0]->device is -1");
+  T_FAILS(tcoll_grad_backward(node, g, 2, &wrong_dt, 1), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_inputs[0]->dtype is float64");
   /* a grad_input overlapping a grad_output */
   tcoll_tensor_t big = on(0, TCOLL_FLOAT32, 1, s6), g_in_big[2] = {big, g[1]};
   g_in_big[0].shape[0] = 3;
@@ -551,11 +583,14 @@ START_TEST(bad_arguments) {
   node = NULL;
 
   /* backward of a scalar gather: grad_inputs are scalars, not [1] */
-  tcoll_tensor_t sc[2] = {on(0, TCOLL_FLOAT64, 0, NULL), on(TCOLL_HOST, TCOLL_FLOAT64, 0, NULL)}, v = t_empty();
+  tcoll_tensor_t sc[2] = {on(0, TCOLL_FLOAT64, 0, NULL), on(TCOLL_HOST, TCOLL_FLOAT64, 0, NULL)},
+                 v = t_empty();
   T_OK(tcoll_grad_local_gather(sc, 2, 0, 1, &v, &node));
   int64_t one[1] = {1}, two[1] = {2};
-  tcoll_tensor_t gv = on(1, TCOLL_FLOAT64, 1, two), notscalar[2] = {on(0, TCOLL_FLOAT64, 1, one), t_empty()};
-  T_FAILS(tcoll_grad_backward(node, &gv, 1, notscalar, 2), TCOLL_ERR_INVALID_ARGUMENT, "grad_inputs[0]->shape is [1]");
+  tcoll_tensor_t gv = on(1, TCOLL_FLOAT64, 1, two),
+                 notscalar[2] = {on(0, TCOLL_FLOAT64, 1, one), t_empty()};
+  T_FAILS(tcoll_grad_backward(node, &gv, 1, notscalar, 2), TCOLL_ERR_INVALID_ARGUMENT,
+          "grad_inputs[0]->shape is [1]");
   T_EXPECT(notscalar[1].data == NULL, "a failed backward allocated grad_inputs[1]");
   tcoll_grad_node_free(node);
 
@@ -578,7 +613,8 @@ END_TEST
 Suite *t_suite(void) {
   Suite *s = suite_create("grad_local");
   if (tcoll_device_count() < 2) { /* a machine with one GPU: the cuda suite covers its local ops */
-    if (t_rank == 0) printf("grad_local: needs 2 devices, %d here: nothing to run\n", tcoll_device_count());
+    if (t_rank == 0)
+      printf("grad_local: needs 2 devices, %d here: nothing to run\n", tcoll_device_count());
     return s;
   }
   TCase *adj = t_tcase("adjoint");

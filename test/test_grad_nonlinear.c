@@ -21,7 +21,9 @@ static void set_values(tcoll_tensor_t *t, const double *v) {
 }
 
 /* No ties: the ranks' values differ by at least 0.01 in every element. */
-static double distinct_value(int r, int i) { return (double)((r * 37 + i * 11) % 17) / 4.0 + 0.01 * r - 1.5; }
+static double distinct_value(int r, int i) {
+  return (double)((r * 37 + i * 11) % 17) / 4.0 + 0.01 * r - 1.5;
+}
 /* No zeros, both signs, magnitudes in [0.6, 1.2]. */
 static double product_value(int r, int i) {
   return (0.6 + 0.1 * ((r * 5 + i * 3) % 7)) * ((r + i) % 2 ? -1.0 : 1.0);
@@ -31,8 +33,10 @@ static double product_value(int r, int i) {
 static double local_loss(tcoll_redop_t op, int dst, const double *xv, const tcoll_tensor_t *g) {
   tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, N), y = t_empty();
   set_values(&x, xv);
-  if (dst < 0) T_OK(tcoll_all_reduce(&x, op, NULL, &y));
-  else T_OK(tcoll_reduce(&x, dst, op, NULL, &y));
+  if (dst < 0)
+    T_OK(tcoll_all_reduce(&x, op, NULL, &y));
+  else
+    T_OK(tcoll_reduce(&x, dst, op, NULL, &y));
   T_OK(tcoll_wait(y.data));
   double v = g_dot(&y, g);
   tcoll_tensor_free(&x);
@@ -40,15 +44,19 @@ static double local_loss(tcoll_redop_t op, int dst, const double *xv, const tcol
   return v;
 }
 
-static void fd_check(const char *what, tcoll_redop_t op, int dst, double (*value)(int r, int i), uint64_t seed) {
+static void fd_check(const char *what, tcoll_redop_t op, int dst, double (*value)(int r, int i),
+                     uint64_t seed) {
   double xv[N], gv[N], fd[N] = {0};
   for (int i = 0; i < N; i++) xv[i] = value(t_rank, i);
-  tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, N), y = t_empty(), g = g_t1(TCOLL_FLOAT64, N), gx = t_empty();
+  tcoll_tensor_t x = g_t1(TCOLL_FLOAT64, N), y = t_empty(), g = g_t1(TCOLL_FLOAT64, N),
+                 gx = t_empty();
   set_values(&x, xv);
   g_fill_random(&g, seed);
   tcoll_grad_node_t *node = NULL;
-  if (dst < 0) T_OK(tcoll_grad_all_reduce(&x, op, NULL, &y, &node));
-  else T_OK(tcoll_grad_reduce(&x, dst, op, NULL, &y, &node));
+  if (dst < 0)
+    T_OK(tcoll_grad_all_reduce(&x, op, NULL, &y, &node));
+  else
+    T_OK(tcoll_grad_reduce(&x, dst, op, NULL, &y, &node));
   T_OK(tcoll_wait(y.data));
   T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
   T_OK(tcoll_wait(gx.data));
@@ -67,8 +75,8 @@ static void fd_check(const char *what, tcoll_redop_t op, int dst, double (*value
     }
   }
   for (int i = 0; i < N; i++)
-    T_EXPECT(fabs(gv[i] - fd[i]) <= 1e-6 * fmax(1.0, fabs(fd[i])), "%s: grad[%d] is %.12g, finite difference %.12g",
-             what, i, gv[i], fd[i]);
+    T_EXPECT(fabs(gv[i] - fd[i]) <= 1e-6 * fmax(1.0, fabs(fd[i])),
+             "%s: grad[%d] is %.12g, finite difference %.12g", what, i, gv[i], fd[i]);
   tcoll_grad_node_free(node);
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&y);
@@ -80,13 +88,17 @@ START_TEST(fd_all_reduce_max) { fd_check("all_reduce max", TCOLL_MAX, -1, distin
 END_TEST
 START_TEST(fd_all_reduce_min) { fd_check("all_reduce min", TCOLL_MIN, -1, distinct_value, 2); }
 END_TEST
-START_TEST(fd_all_reduce_product) { fd_check("all_reduce product", TCOLL_PRODUCT, -1, product_value, 3); }
+START_TEST(fd_all_reduce_product) {
+  fd_check("all_reduce product", TCOLL_PRODUCT, -1, product_value, 3);
+}
 END_TEST
 START_TEST(fd_reduce_max) { fd_check("reduce max", TCOLL_MAX, t_size - 1, distinct_value, 4); }
 END_TEST
 START_TEST(fd_reduce_min) { fd_check("reduce min", TCOLL_MIN, 0, distinct_value, 5); }
 END_TEST
-START_TEST(fd_reduce_product) { fd_check("reduce product", TCOLL_PRODUCT, t_size / 2, product_value, 6); }
+START_TEST(fd_reduce_product) {
+  fd_check("reduce product", TCOLL_PRODUCT, t_size / 2, product_value, 6);
+}
 END_TEST
 
 /* ---- exact cases: ties and zeros ---- */
@@ -102,9 +114,13 @@ static double tie_value(int r, int i) {
   default: return -(double)r;
   }
 }
-static double grad_value(int r, int i) { return (double)((r + 1) * (i + 1)); } /* integers: exact sums */
+static double grad_value(int r, int i) {
+  return (double)((r + 1) * (i + 1));
+} /* integers: exact sums */
 
-static double round_to(tcoll_dtype_t dt, double v) { return dt == TCOLL_FLOAT32 ? (double)(float)v : v; }
+static double round_to(tcoll_dtype_t dt, double v) {
+  return dt == TCOLL_FLOAT32 ? (double)(float)v : v;
+}
 
 static void tie_check(tcoll_dtype_t dt, tcoll_redop_t op, int dst) {
   double sign = op == TCOLL_MIN ? -1.0 : 1.0, xv[M], gvals[M], want[M], got[M];
@@ -112,7 +128,9 @@ static void tie_check(tcoll_dtype_t dt, tcoll_redop_t op, int dst) {
     xv[i] = sign * tie_value(t_rank, i);
     gvals[i] = grad_value(t_rank, i);
     double best = sign * tie_value(0, i);
-    for (int r = 1; r < t_size; r++) best = op == TCOLL_MIN ? fmin(best, sign * tie_value(r, i)) : fmax(best, sign * tie_value(r, i));
+    for (int r = 1; r < t_size; r++)
+      best =
+          op == TCOLL_MIN ? fmin(best, sign * tie_value(r, i)) : fmax(best, sign * tie_value(r, i));
     int count = 0;
     double gsum = 0;
     for (int r = 0; r < t_size; r++) {
@@ -126,21 +144,26 @@ static void tie_check(tcoll_dtype_t dt, tcoll_redop_t op, int dst) {
   set_values(&x, xv);
   set_values(&g, gvals);
   tcoll_grad_node_t *node = NULL;
-  if (dst < 0) T_OK(tcoll_grad_all_reduce(&x, op, NULL, &y, &node));
-  else T_OK(tcoll_grad_reduce(&x, dst, op, NULL, &y, &node));
+  if (dst < 0)
+    T_OK(tcoll_grad_all_reduce(&x, op, NULL, &y, &node));
+  else
+    T_OK(tcoll_grad_reduce(&x, dst, op, NULL, &y, &node));
   T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1)); /* before waiting y: backward waits for it */
   T_OK(tcoll_wait(gx.data));
   T_OK(tcoll_wait(y.data));
   t_read(&gx, got);
   for (int i = 0; i < M; i++)
-    T_EXPECT(got[i] == want[i], "%s %s (dst %d) %s: grad[%d] is %.17g, expected %.17g", dst < 0 ? "all_reduce" : "reduce",
-             tcoll_redop_name(op), dst, tcoll_dtype_name(dt), i, got[i], want[i]);
+    T_EXPECT(got[i] == want[i], "%s %s (dst %d) %s: grad[%d] is %.17g, expected %.17g",
+             dst < 0 ? "all_reduce" : "reduce", tcoll_redop_name(op), dst, tcoll_dtype_name(dt), i,
+             got[i], want[i]);
   /* y itself: the extremum (on dst for reduce; untouched zeros elsewhere) */
   double yv[M];
   t_read(&y, yv);
   for (int i = 0; i < M; i++) {
     double best = sign * tie_value(0, i);
-    for (int r = 1; r < t_size; r++) best = op == TCOLL_MIN ? fmin(best, sign * tie_value(r, i)) : fmax(best, sign * tie_value(r, i));
+    for (int r = 1; r < t_size; r++)
+      best =
+          op == TCOLL_MIN ? fmin(best, sign * tie_value(r, i)) : fmax(best, sign * tie_value(r, i));
     double wy = dst < 0 || t_rank == dst ? best : 0.0;
     T_EXPECT(yv[i] == wy, "y[%d] is %g, expected %g", i, yv[i], wy);
   }
@@ -192,16 +215,18 @@ static void zero_check(tcoll_dtype_t dt, int dst) {
   set_values(&x, xv);
   set_values(&g, gvals);
   tcoll_grad_node_t *node = NULL;
-  if (dst < 0) T_OK(tcoll_grad_all_reduce(&x, TCOLL_PRODUCT, NULL, &y, &node));
-  else T_OK(tcoll_grad_reduce(&x, dst, TCOLL_PRODUCT, NULL, &y, &node));
+  if (dst < 0)
+    T_OK(tcoll_grad_all_reduce(&x, TCOLL_PRODUCT, NULL, &y, &node));
+  else
+    T_OK(tcoll_grad_reduce(&x, dst, TCOLL_PRODUCT, NULL, &y, &node));
   T_OK(tcoll_wait(y.data));
   g_fill_const(&x, 123.0); /* the node keeps its own copy of x */
   T_OK(tcoll_grad_backward(node, &g, 1, &gx, 1));
   T_OK(tcoll_wait(gx.data));
   t_read(&gx, got);
   for (int i = 0; i < M; i++)
-    T_EXPECT(got[i] == want[i], "%s product %s: grad[%d] is %.17g, expected %.17g", dst < 0 ? "all_reduce" : "reduce",
-             tcoll_dtype_name(dt), i, got[i], want[i]);
+    T_EXPECT(got[i] == want[i], "%s product %s: grad[%d] is %.17g, expected %.17g",
+             dst < 0 ? "all_reduce" : "reduce", tcoll_dtype_name(dt), i, got[i], want[i]);
   tcoll_grad_node_free(node);
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&y);
@@ -225,13 +250,17 @@ START_TEST(bitwise_unsupported) {
   tcoll_redop_t ops[3] = {TCOLL_BAND, TCOLL_BOR, TCOLL_BXOR};
   for (int k = 0; k < 3; k++) {
     for (int rooted = 0; rooted < 2; rooted++) {
-      tcoll_tensor_t x = g_t1(TCOLL_INT32, 6), y = t_empty(), g = g_t1(TCOLL_INT32, 6), gx = t_empty();
+      tcoll_tensor_t x = g_t1(TCOLL_INT32, 6), y = t_empty(), g = g_t1(TCOLL_INT32, 6),
+                     gx = t_empty();
       t_set_all(&x, small_int, &t_rank);
       tcoll_grad_node_t *node = NULL;
-      if (rooted) T_OK(tcoll_grad_reduce(&x, 0, ops[k], NULL, &y, &node)); /* the forward works */
-      else T_OK(tcoll_grad_all_reduce(&x, ops[k], NULL, &y, &node));
+      if (rooted)
+        T_OK(tcoll_grad_reduce(&x, 0, ops[k], NULL, &y, &node)); /* the forward works */
+      else
+        T_OK(tcoll_grad_all_reduce(&x, ops[k], NULL, &y, &node));
       T_OK(tcoll_wait(y.data));
-      T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 1), TCOLL_ERR_UNSUPPORTED, "not differentiable");
+      T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 1), TCOLL_ERR_UNSUPPORTED,
+              "not differentiable");
       T_EXPECT(gx.data == NULL, "nothing allocated");
       T_EXPECT(tcoll_pending_count() == 0, "nothing pending");
       tcoll_grad_node_free(node);
@@ -246,12 +275,14 @@ END_TEST
 START_TEST(integer_extremum_unsupported) {
   tcoll_redop_t ops[3] = {TCOLL_MAX, TCOLL_MIN, TCOLL_PRODUCT};
   for (int k = 0; k < 3; k++) {
-    tcoll_tensor_t x = g_t1(TCOLL_INT64, 4), y = t_empty(), g = g_t1(TCOLL_INT64, 4), gx = t_empty();
+    tcoll_tensor_t x = g_t1(TCOLL_INT64, 4), y = t_empty(), g = g_t1(TCOLL_INT64, 4),
+                   gx = t_empty();
     t_set_all(&x, small_int, &t_rank);
     tcoll_grad_node_t *node = NULL;
     T_OK(tcoll_grad_all_reduce(&x, ops[k], NULL, &y, &node));
     T_OK(tcoll_wait(y.data));
-    T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 1), TCOLL_ERR_UNSUPPORTED, "needs a floating dtype");
+    T_FAILS(tcoll_grad_backward(node, &g, 1, &gx, 1), TCOLL_ERR_UNSUPPORTED,
+            "needs a floating dtype");
     tcoll_grad_node_free(node);
     tcoll_tensor_free(&x);
     tcoll_tensor_free(&y);
@@ -270,7 +301,8 @@ START_TEST(reduce_scatter_nonsum_unsupported) {
     tcoll_grad_node_t *node = NULL;
     T_OK(tcoll_grad_reduce_scatter(xs, ops[k], NULL, &y, &node));
     T_OK(tcoll_wait(y.data));
-    T_FAILS(tcoll_grad_backward(node, &g, 1, gxs, t_size), TCOLL_ERR_UNSUPPORTED, "sum, avg and premul_sum");
+    T_FAILS(tcoll_grad_backward(node, &g, 1, gxs, t_size), TCOLL_ERR_UNSUPPORTED,
+            "sum, avg and premul_sum");
     for (int i = 0; i < t_size; i++) T_EXPECT(gxs[i].data == NULL, "grad_inputs[%d] allocated", i);
     tcoll_grad_node_free(node);
     tcoll_tensor_free(&y);
@@ -297,8 +329,8 @@ START_TEST(reduce_scatter_tensor_only_sum) {
   /* bitwise ops on an integer tensor: the same answer */
   tcoll_tensor_t xi = g_t2(TCOLL_INT32, t_size, 2), yi = t_empty();
   tcoll_grad_node_t *node = NULL;
-  T_FAILS(tcoll_grad_reduce_scatter_tensor(&xi, TCOLL_BOR, -2, NULL, &yi, &node), TCOLL_ERR_UNSUPPORTED,
-          "Only sum reduce op is supported");
+  T_FAILS(tcoll_grad_reduce_scatter_tensor(&xi, TCOLL_BOR, -2, NULL, &yi, &node),
+          TCOLL_ERR_UNSUPPORTED, "Only sum reduce op is supported");
   T_OK(tcoll_redop_destroy(pm));
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&xi);

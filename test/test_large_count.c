@@ -45,12 +45,29 @@ static void set_limit(int64_t n) {
 #define LARGE_COUNT 0 /* it has not: a count above the limit is split or a derived datatype */
 #endif
 
-enum { W_ALLREDUCE, W_REDUCE, W_REDUCE_SCATTER_BLOCK, W_BCAST, W_ALLGATHER, W_ALLGATHERV, W_GATHER, W_SCATTER,
-       W_ALLTOALL, W_ALLTOALLV, W_ALLTOALLW, W_SEND, W_RECV, W_REDUCE_LOCAL, W_NCALLS };
+enum {
+  W_ALLREDUCE,
+  W_REDUCE,
+  W_REDUCE_SCATTER_BLOCK,
+  W_BCAST,
+  W_ALLGATHER,
+  W_ALLGATHERV,
+  W_GATHER,
+  W_SCATTER,
+  W_ALLTOALL,
+  W_ALLTOALLV,
+  W_ALLTOALLW,
+  W_SEND,
+  W_RECV,
+  W_REDUCE_LOCAL,
+  W_NCALLS
+};
 static const char *const W_NAMES[W_NCALLS] = {
-    "MPI_Iallreduce", "MPI_Ireduce",   "MPI_Ireduce_scatter_block", "MPI_Ibcast",   "MPI_Iallgather",
-    "MPI_Iallgatherv", "MPI_Igather",  "MPI_Iscatter",              "MPI_Ialltoall", "MPI_Ialltoallv",
-    "MPI_Ialltoallw", "MPI_Isend",     "MPI_Irecv",                 "MPI_Reduce_local"};
+    "MPI_Iallreduce", "MPI_Ireduce",     "MPI_Ireduce_scatter_block",
+    "MPI_Ibcast",     "MPI_Iallgather",  "MPI_Iallgatherv",
+    "MPI_Igather",    "MPI_Iscatter",    "MPI_Ialltoall",
+    "MPI_Ialltoallv", "MPI_Ialltoallw",  "MPI_Isend",
+    "MPI_Irecv",      "MPI_Reduce_local"};
 
 static struct {
   int over;    /* int counts above the limit */
@@ -69,7 +86,8 @@ static void watch_begin(void) { memset(&watch, 0, sizeof watch); }
 static int bump(int *n) { return __atomic_fetch_add(n, 1, __ATOMIC_RELAXED); }
 static void raise_max(int64_t *m, int64_t v) {
   int64_t cur = __atomic_load_n(m, __ATOMIC_RELAXED);
-  while (v > cur && !__atomic_compare_exchange_n(m, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  while (v > cur &&
+         !__atomic_compare_exchange_n(m, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
 }
 
@@ -77,8 +95,8 @@ static void note(const char *fn, int64_t count) {
   raise_max(&watch.max_count, count);
   int64_t L = current_limit();
   if (count > L && bump(&watch.over) == 0)
-    snprintf(watch.first_over, sizeof watch.first_over, "%s got a count of %lld (limit %lld)", fn, (long long)count,
-             (long long)L);
+    snprintf(watch.first_over, sizeof watch.first_over, "%s got a count of %lld (limit %lld)", fn,
+             (long long)count, (long long)L);
 }
 
 static void note_array(const char *fn, const int *counts, MPI_Comm comm) {
@@ -88,12 +106,12 @@ static void note_array(const char *fn, const int *counts, MPI_Comm comm) {
 }
 
 /* Every count within the limit and every _c call needed; returns nothing, records failures. */
-#define WATCH_END(what)                                                                          \
-  do {                                                                                           \
-    T_EXPECT(watch.over == 0, "%s: %d counts above the limit, first: %s", (what), watch.over,    \
-             watch.first_over);                                                                  \
-    T_EXPECT(watch.small_c == 0, "%s: %d _c calls with every count within the limit", (what),    \
-             watch.small_c);                                                                     \
+#define WATCH_END(what)                                                                       \
+  do {                                                                                        \
+    T_EXPECT(watch.over == 0, "%s: %d counts above the limit, first: %s", (what), watch.over, \
+             watch.first_over);                                                               \
+    T_EXPECT(watch.small_c == 0, "%s: %d _c calls with every count within the limit", (what), \
+             watch.small_c);                                                                  \
   } while (0)
 
 /* Whether a test made calls of function w fail (with MPI_ERR_COUNT, without calling MPI). */
@@ -106,32 +124,33 @@ static bool count_int(int w, const char *fn, int64_t n) {
   return failing(w);
 }
 
-int MPI_Iallreduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
+int MPI_Iallreduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                   MPI_Request *req) {
   if (count_int(W_ALLREDUCE, "MPI_Iallreduce", n)) return MPI_ERR_COUNT;
   return PMPI_Iallreduce(sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Ireduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
-                MPI_Request *req) {
+int MPI_Ireduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, int root,
+                MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_REDUCE, "MPI_Ireduce", n)) return MPI_ERR_COUNT;
   return PMPI_Ireduce(sb, rb, n, dt, op, root, comm, req);
 }
 
-int MPI_Ireduce_scatter_block(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                              MPI_Request *req) {
+int MPI_Ireduce_scatter_block(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op,
+                              MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_REDUCE_SCATTER_BLOCK, "MPI_Ireduce_scatter_block", n)) return MPI_ERR_COUNT;
   return PMPI_Ireduce_scatter_block(sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Iallgather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, MPI_Comm comm,
-                   MPI_Request *req) {
+int MPI_Iallgather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                   MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_ALLGATHER, "MPI_Iallgather", sc)) return MPI_ERR_COUNT;
   note("MPI_Iallgather", rc);
   return PMPI_Iallgather(sb, sc, st, rb, rc, rt, comm, req);
 }
 
-int MPI_Iallgatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rc[], const int rd[],
-                    MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+int MPI_Iallgatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rc[],
+                    const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_ALLGATHERV, "MPI_Iallgatherv", sb == MPI_IN_PLACE ? 0 : sc)) return MPI_ERR_COUNT;
   note_array("MPI_Iallgatherv", rc, comm);
   return PMPI_Iallgatherv(sb, sc, st, rb, rc, rd, rt, comm, req);
@@ -142,29 +161,30 @@ int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm, M
   return PMPI_Ibcast(buf, count, dt, root, comm, req);
 }
 
-int MPI_Igather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, int root, MPI_Comm comm,
-                MPI_Request *req) {
+int MPI_Igather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                int root, MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_GATHER, "MPI_Igather", sc)) return MPI_ERR_COUNT;
   note("MPI_Igather", rc);
   return PMPI_Igather(sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
-int MPI_Iscatter(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, int root, MPI_Comm comm,
-                 MPI_Request *req) {
+int MPI_Iscatter(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                 int root, MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_SCATTER, "MPI_Iscatter", sc)) return MPI_ERR_COUNT;
   note("MPI_Iscatter", rc);
   return PMPI_Iscatter(sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
-int MPI_Ialltoall(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, MPI_Comm comm,
-                  MPI_Request *req) {
+int MPI_Ialltoall(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                  MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_ALLTOALL, "MPI_Ialltoall", sc)) return MPI_ERR_COUNT;
   note("MPI_Ialltoall", rc);
   return PMPI_Ialltoall(sb, sc, st, rb, rc, rt, comm, req);
 }
 
-int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb, const int rc[],
-                   const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb,
+                   const int rc[], const int rd[], MPI_Datatype rt, MPI_Comm comm,
+                   MPI_Request *req) {
   bump(&watch.calls[W_ALLTOALLV]);
   note_array("MPI_Ialltoallv", sc, comm);
   note_array("MPI_Ialltoallv", rc, comm);
@@ -172,8 +192,9 @@ int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype 
   return PMPI_Ialltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Datatype st[], void *rb, const int rc[],
-                   const int rd[], const MPI_Datatype rt[], MPI_Comm comm, MPI_Request *req) {
+int MPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Datatype st[],
+                   void *rb, const int rc[], const int rd[], const MPI_Datatype rt[], MPI_Comm comm,
+                   MPI_Request *req) {
   bump(&watch.calls[W_ALLTOALLW]);
   note_array("MPI_Ialltoallw", sc, comm);
   note_array("MPI_Ialltoallw", rc, comm);
@@ -181,12 +202,14 @@ int MPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Dat
   return PMPI_Ialltoallw(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Isend(const void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+int MPI_Isend(const void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+              MPI_Request *req) {
   if (count_int(W_SEND, "MPI_Isend", n)) return MPI_ERR_COUNT;
   return PMPI_Isend(buf, n, dt, peer, tag, comm, req);
 }
 
-int MPI_Irecv(void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+int MPI_Irecv(void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+              MPI_Request *req) {
   if (count_int(W_RECV, "MPI_Irecv", n)) return MPI_ERR_COUNT;
   return PMPI_Irecv(buf, n, dt, peer, tag, comm, req);
 }
@@ -215,31 +238,32 @@ static MPI_Count largest_of(const MPI_Count *v, MPI_Comm comm) {
 
 static MPI_Count max2(MPI_Count a, MPI_Count b) { return a > b ? a : b; }
 
-int MPI_Iallreduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                     MPI_Request *req) {
+int MPI_Iallreduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op,
+                     MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLREDUCE, n)) return MPI_ERR_COUNT;
   return PMPI_Iallreduce_c(sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Ireduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
-                  MPI_Request *req) {
+int MPI_Ireduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, int root,
+                  MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_REDUCE, n)) return MPI_ERR_COUNT;
   return PMPI_Ireduce_c(sb, rb, n, dt, op, root, comm, req);
 }
 
-int MPI_Ireduce_scatter_block_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                                MPI_Request *req) {
+int MPI_Ireduce_scatter_block_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op,
+                                MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_REDUCE_SCATTER_BLOCK, n)) return MPI_ERR_COUNT;
   return PMPI_Ireduce_scatter_block_c(sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Ibcast_c(void *buf, MPI_Count n, MPI_Datatype dt, int root, MPI_Comm comm, MPI_Request *req) {
+int MPI_Ibcast_c(void *buf, MPI_Count n, MPI_Datatype dt, int root, MPI_Comm comm,
+                 MPI_Request *req) {
   if (note_c(W_BCAST, n)) return MPI_ERR_COUNT;
   return PMPI_Ibcast_c(buf, n, dt, root, comm, req);
 }
 
-int MPI_Iallgather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt,
-                     MPI_Comm comm, MPI_Request *req) {
+int MPI_Iallgather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+                     MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLGATHER, max2(sc, rc))) return MPI_ERR_COUNT;
   return PMPI_Iallgather_c(sb, sc, st, rb, rc, rt, comm, req);
 }
@@ -250,36 +274,39 @@ int MPI_Iallgatherv_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, c
   return PMPI_Iallgatherv_c(sb, sc, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Igather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt, int root,
-                  MPI_Comm comm, MPI_Request *req) {
+int MPI_Igather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+                  MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_GATHER, max2(sc, rc))) return MPI_ERR_COUNT;
   return PMPI_Igather_c(sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
-int MPI_Iscatter_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt, int root,
-                   MPI_Comm comm, MPI_Request *req) {
+int MPI_Iscatter_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+                   MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_SCATTER, max2(sc, rc))) return MPI_ERR_COUNT;
   return PMPI_Iscatter_c(sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
-int MPI_Ialltoall_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc, MPI_Datatype rt,
-                    MPI_Comm comm, MPI_Request *req) {
+int MPI_Ialltoall_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+                    MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLTOALL, max2(sc, rc))) return MPI_ERR_COUNT;
   return PMPI_Ialltoall_c(sb, sc, st, rb, rc, rt, comm, req);
 }
 
-int MPI_Ialltoallv_c(const void *sb, const MPI_Count sc[], const MPI_Aint sd[], MPI_Datatype st, void *rb,
-                     const MPI_Count rc[], const MPI_Aint rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+int MPI_Ialltoallv_c(const void *sb, const MPI_Count sc[], const MPI_Aint sd[], MPI_Datatype st,
+                     void *rb, const MPI_Count rc[], const MPI_Aint rd[], MPI_Datatype rt,
+                     MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLTOALLV, max2(largest_of(sc, comm), largest_of(rc, comm)))) return MPI_ERR_COUNT;
   return PMPI_Ialltoallv_c(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Isend_c(const void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+int MPI_Isend_c(const void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+                MPI_Request *req) {
   if (note_c(W_SEND, n)) return MPI_ERR_COUNT;
   return PMPI_Isend_c(buf, n, dt, peer, tag, comm, req);
 }
 
-int MPI_Irecv_c(void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+int MPI_Irecv_c(void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+                MPI_Request *req) {
   if (note_c(W_RECV, n)) return MPI_ERR_COUNT;
   return PMPI_Irecv_c(buf, n, dt, peer, tag, comm, req);
 }
@@ -296,23 +323,24 @@ int MPI_Type_contiguous(int count, MPI_Datatype old, MPI_Datatype *t) {
   return PMPI_Type_contiguous(count, old, t);
 }
 
-int MPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype old, MPI_Datatype *t) {
+int MPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype old,
+                            MPI_Datatype *t) {
   bump(&watch.type_ctors);
   note("MPI_Type_create_hvector", count);
   note("MPI_Type_create_hvector (block length)", blen);
   return PMPI_Type_create_hvector(count, blen, stride, old, t);
 }
 
-int MPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs[], MPI_Datatype old,
-                             MPI_Datatype *t) {
+int MPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs[],
+                             MPI_Datatype old, MPI_Datatype *t) {
   bump(&watch.type_ctors);
   note("MPI_Type_create_hindexed", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_hindexed (block length)", blens[i]);
   return PMPI_Type_create_hindexed(count, blens, displs, old, t);
 }
 
-int MPI_Type_create_struct(int count, const int blens[], const MPI_Aint displs[], const MPI_Datatype types[],
-                           MPI_Datatype *t) {
+int MPI_Type_create_struct(int count, const int blens[], const MPI_Aint displs[],
+                           const MPI_Datatype types[], MPI_Datatype *t) {
   bump(&watch.type_ctors);
   note("MPI_Type_create_struct", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_struct (block length)", blens[i]);
@@ -351,12 +379,13 @@ static void ag_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int dim, b
   int64_t oshape[TCOLL_MAX_DIMS];
   memcpy(oshape, shape, (size_t)ndim * sizeof *oshape);
   oshape[nd] *= t_size;
-  tcoll_tensor_t in = t_alloc(dt, ndim, shape), out = prealloc ? t_alloc(dt, ndim, oshape) : t_empty();
+  tcoll_tensor_t in = t_alloc(dt, ndim, shape),
+                 out = prealloc ? t_alloc(dt, ndim, oshape) : t_empty();
   mv_fill(&in, t_rank, 0);
   if (prealloc) mv_fill(&out, 50 + t_rank, 0);
   char what[160], sh[64];
-  snprintf(what, sizeof what, "large all_gather %s %s along %d", tcoll_dtype_name(dt), mv_shape_str(sh, sizeof sh, ndim, shape),
-           dim);
+  snprintf(what, sizeof what, "large all_gather %s %s along %d", tcoll_dtype_name(dt),
+           mv_shape_str(sh, sizeof sh, ndim, shape), dim);
   int rc = tcoll_all_gather(&in, dim, NULL, &out);
   T_EXPECT(rc == TCOLL_SUCCESS, "%s: %s: %s", what, tcoll_status_string(rc), tcoll_last_error());
   if (rc == TCOLL_SUCCESS) {
@@ -372,7 +401,8 @@ static void ag_case(tcoll_dtype_t dt, int ndim, const int64_t *shape, int dim, b
 START_TEST(all_gather_dim0) {
   watch_begin();
   static const int64_t sizes[] = {1001, 2500, 3001, 999};
-  static const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_INT8, TCOLL_FLOAT16, TCOLL_FLOAT64, TCOLL_BOOL};
+  static const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_INT8, TCOLL_FLOAT16, TCOLL_FLOAT64,
+                                      TCOLL_BOOL};
   for (int i = 0; i < 4; i++)
     for (int k = 0; k < 5; k++) ag_case(dts[k], 1, &sizes[i], 0, (i + k) % 2);
   int64_t s2[2] = {1100, 3}; /* rows x 3 */
@@ -397,8 +427,8 @@ START_TEST(all_gather_other_dims) {
       {2, {1, 2001}, 1},     /* leading 1: contiguous form above the limit */
       {3, {1003, 1, 1}, 2},  /* many one-element blocks */
   };
-  static const tcoll_dtype_t dts[] = {TCOLL_FLOAT64, TCOLL_FLOAT16, TCOLL_INT8, TCOLL_BFLOAT16, TCOLL_INT32,
-                                      TCOLL_BOOL,    TCOLL_UINT8};
+  static const tcoll_dtype_t dts[] = {TCOLL_FLOAT64, TCOLL_FLOAT16, TCOLL_INT8, TCOLL_BFLOAT16,
+                                      TCOLL_INT32,   TCOLL_BOOL,    TCOLL_UINT8};
   for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
     ag_case(dts[i], cases[i].ndim, cases[i].shape, cases[i].dim, false);
     ag_case(TCOLL_FLOAT32, cases[i].ndim, cases[i].shape, cases[i].dim, true);
@@ -416,7 +446,8 @@ START_TEST(all_gather_in_place) {
     tcoll_tensor_t out = t_alloc(dt, 1, &on);
     mv_fill(&out, 70, 0);
     size_t es = tcoll_dtype_size(dt);
-    tcoll_tensor_t in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * (size_t)n * es, dt, 1, &n, out.device);
+    tcoll_tensor_t in = tcoll_tensor_make((char *)out.data + (size_t)t_rank * (size_t)n * es, dt, 1,
+                                          &n, out.device);
     mv_fill(&in, t_rank, 0);
     T_OK(tcoll_all_gather(&in, 0, NULL, &out));
     T_OK(tcoll_wait(out.data));
@@ -495,7 +526,8 @@ END_TEST
 /* ---- all_to_all_single ---- */
 
 /* S[i * size + j] rows from i to j, rows of `row` elements. S NULL: `even` rows per pair. */
-static void a2a_case(tcoll_dtype_t dt, const int64_t *S, int64_t even, int64_t row, bool prealloc, const char *kind) {
+static void a2a_case(tcoll_dtype_t dt, const int64_t *S, int64_t even, int64_t row, bool prealloc,
+                     const char *kind) {
   int size = t_size, me = t_rank;
   int64_t *E = NULL;
   if (!S) {
@@ -503,7 +535,8 @@ static void a2a_case(tcoll_dtype_t dt, const int64_t *S, int64_t even, int64_t r
     for (int k = 0; k < size * size; k++) E[k] = even;
   }
   const int64_t *M = S ? S : E;
-  int64_t *is = malloc((size_t)size * sizeof *is), *os = malloc((size_t)size * sizeof *os), irows = 0, orows = 0;
+  int64_t *is = malloc((size_t)size * sizeof *is), *os = malloc((size_t)size * sizeof *os),
+          irows = 0, orows = 0;
   for (int p = 0; p < size; p++) {
     is[p] = M[me * size + p];
     os[p] = M[p * size + me];
@@ -516,8 +549,10 @@ static void a2a_case(tcoll_dtype_t dt, const int64_t *S, int64_t even, int64_t r
   mv_fill(&in, me, 0);
   if (prealloc) mv_fill(&out, 60 + me, 0);
   char what[128];
-  snprintf(what, sizeof what, "large all_to_all_single %s (%s, rows of %lld)", tcoll_dtype_name(dt), kind, (long long)row);
-  int rc = S ? tcoll_all_to_all_single(&in, os, is, NULL, &out) : tcoll_all_to_all_single(&in, NULL, NULL, NULL, &out);
+  snprintf(what, sizeof what, "large all_to_all_single %s (%s, rows of %lld)", tcoll_dtype_name(dt),
+           kind, (long long)row);
+  int rc = S ? tcoll_all_to_all_single(&in, os, is, NULL, &out)
+             : tcoll_all_to_all_single(&in, NULL, NULL, NULL, &out);
   T_EXPECT(rc == TCOLL_SUCCESS, "%s: %s: %s", what, tcoll_status_string(rc), tcoll_last_error());
   if (rc == TCOLL_SUCCESS) {
     T_OK(tcoll_wait(out.data));
@@ -544,9 +579,14 @@ START_TEST(all_to_all_single_large) {
   int big = LARGE_COUNT ? watch.calls_c[W_ALLTOALLV] : watch.calls[W_ALLTOALLW];
   int all = watch.calls[W_ALLTOALLV] + watch.calls[W_ALLTOALLW] + watch.calls_c[W_ALLTOALLV];
   T_EXPECT(literal ? big == 1 && all == 1 : all == 0,
-           "1500 elements per peer (%s): %d MPI_Ialltoallw, %d MPI_Ialltoallv and %d MPI_Ialltoallv_c calls (expected "
-           "%s)", tcoll_last_algorithm(), watch.calls[W_ALLTOALLW], watch.calls[W_ALLTOALLV],
-           watch.calls_c[W_ALLTOALLV], !literal ? "none" : LARGE_COUNT ? "one MPI_Ialltoallv_c" : "one MPI_Ialltoallw");
+           "1500 elements per peer (%s): %d MPI_Ialltoallw, %d MPI_Ialltoallv and %d "
+           "MPI_Ialltoallv_c calls (expected "
+           "%s)",
+           tcoll_last_algorithm(), watch.calls[W_ALLTOALLW], watch.calls[W_ALLTOALLV],
+           watch.calls_c[W_ALLTOALLV],
+           !literal      ? "none"
+           : LARGE_COUNT ? "one MPI_Ialltoallv_c"
+                         : "one MPI_Ialltoallw");
   a2a_case(TCOLL_INT8, NULL, 1001, 1, true, "even, 1001 per peer");
   /* Uneven: 0, 600, 1200 or 1800 rows per pair, above and below the limit and zero. */
   int64_t *S = malloc((size_t)size * (size_t)size * sizeof *S);
@@ -569,12 +609,15 @@ START_TEST(all_to_all_single_large) {
   a2a_case(TCOLL_BFLOAT16, NULL, 1, 1500, false, "one 1500-element row per peer");
   int dv = watch.calls[W_ALLTOALLV] - v0, dc = watch.calls_c[W_ALLTOALLV] - c0;
   if (literal)
-    T_EXPECT(watch.calls[W_ALLTOALLW] == w0 && dv == (LARGE_COUNT ? 0 : 1) && dc == (LARGE_COUNT ? 1 : 0),
-             "one row of 1500 per peer: expected one %s (got %d MPI_Ialltoallv, %d MPI_Ialltoallv_c, %d "
-             "MPI_Ialltoallw)",
-             LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallv", dv, dc, watch.calls[W_ALLTOALLW] - w0);
+    T_EXPECT(
+        watch.calls[W_ALLTOALLW] == w0 && dv == (LARGE_COUNT ? 0 : 1) &&
+            dc == (LARGE_COUNT ? 1 : 0),
+        "one row of 1500 per peer: expected one %s (got %d MPI_Ialltoallv, %d MPI_Ialltoallv_c, %d "
+        "MPI_Ialltoallw)",
+        LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallv", dv, dc, watch.calls[W_ALLTOALLW] - w0);
   else
-    T_EXPECT(watch.calls[W_ALLTOALLW] == w0 && !dv && !dc, "one row of 1500 per peer, scattered: an all-to-all call");
+    T_EXPECT(watch.calls[W_ALLTOALLW] == w0 && !dv && !dc,
+             "one row of 1500 per peer, scattered: an all-to-all call");
   /* Many rows of 7: 200 rows (1400 elements) per peer, counts in rows fit. */
   a2a_case(TCOLL_UINT8, NULL, 200, 7, true, "200 rows of 7 per peer");
   WATCH_END("all_to_all_single_large");
@@ -589,7 +632,9 @@ START_TEST(permute_large) {
   int *p = malloc((size_t)t_size * sizeof *p);
   for (int variant = 0; variant < 3; variant++) {
     for (int m = 0; m < t_size; m++)
-      p[m] = variant == 0 ? (m + 1) % t_size : variant == 1 ? t_size - 1 - m : m; /* shift, reversal, identity */
+      p[m] = variant == 0   ? (m + 1) % t_size
+             : variant == 1 ? t_size - 1 - m
+                            : m; /* shift, reversal, identity */
     int from = -1;
     for (int m = 0; m < t_size; m++)
       if (p[m] == t_rank) from = m;
@@ -608,8 +653,9 @@ START_TEST(permute_large) {
     bool literal = !strcmp(tcoll_last_algorithm(), "mpi");
     int want_sends = literal || p[t_rank] == t_rank ? 0 : LARGE_COUNT ? 1 : 3;
     T_EXPECT(big == (literal ? 1 : 0) && sends == want_sends,
-             "large permute %d (%s): %d %s calls, %d sends (expected %d and %d)", variant, tcoll_last_algorithm(), big,
-             LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallw", sends, literal ? 1 : 0, want_sends);
+             "large permute %d (%s): %d %s calls, %d sends (expected %d and %d)", variant,
+             tcoll_last_algorithm(), big, LARGE_COUNT ? "MPI_Ialltoallv_c" : "MPI_Ialltoallw",
+             sends, literal ? 1 : 0, want_sends);
     tcoll_tensor_free(&in);
     tcoll_tensor_free(&out);
   }
@@ -620,16 +666,18 @@ END_TEST
 
 /* ---- shard_dim_all_to_all ---- */
 
-static void shard_case(tcoll_dtype_t dt, int ndim, const int64_t *ishape, int g, int s, bool prealloc) {
+static void shard_case(tcoll_dtype_t dt, int ndim, const int64_t *ishape, int g, int s,
+                       bool prealloc) {
   int64_t oshape[TCOLL_MAX_DIMS];
   memcpy(oshape, ishape, (size_t)ndim * sizeof *oshape);
   oshape[s] /= t_size;
   oshape[g] *= t_size;
-  tcoll_tensor_t in = t_alloc(dt, ndim, ishape), out = prealloc ? t_alloc(dt, ndim, oshape) : t_empty();
+  tcoll_tensor_t in = t_alloc(dt, ndim, ishape),
+                 out = prealloc ? t_alloc(dt, ndim, oshape) : t_empty();
   mv_fill(&in, t_rank, 0);
   char what[160], sh[64];
-  snprintf(what, sizeof what, "large shard_dim_all_to_all %s %s gather %d shard %d", tcoll_dtype_name(dt),
-           mv_shape_str(sh, sizeof sh, ndim, ishape), g, s);
+  snprintf(what, sizeof what, "large shard_dim_all_to_all %s %s gather %d shard %d",
+           tcoll_dtype_name(dt), mv_shape_str(sh, sizeof sh, ndim, ishape), g, s);
   int rc = tcoll_shard_dim_all_to_all(&in, g, s, NULL, &out);
   T_EXPECT(rc == TCOLL_SUCCESS, "%s: %s: %s", what, tcoll_status_string(rc), tcoll_last_error());
   if (rc == TCOLL_SUCCESS) {
@@ -715,7 +763,8 @@ END_TEST
 START_TEST(all_to_all_list_large) {
   watch_begin();
   int size = t_size, me = t_rank;
-  tcoll_tensor_t *ins = calloc((size_t)size, sizeof *ins), *outs = calloc((size_t)size, sizeof *outs);
+  tcoll_tensor_t *ins = calloc((size_t)size, sizeof *ins),
+                 *outs = calloc((size_t)size, sizeof *outs);
   for (int p = 0; p < size; p++) {
     int64_t ni = (me + p) % 2 ? 1200 : 17, no = (p + me) % 2 ? 1200 : 17;
     ins[p] = t_alloc(TCOLL_INT32, 1, &ni);
@@ -743,7 +792,7 @@ START_TEST(many_pending_distinct_types) {
   watch_begin();
   enum { N = 300 };
   tcoll_tensor_t *in = calloc(N, sizeof *in), *out = calloc(N, sizeof *out);
-  int64_t (*shape)[2] = calloc(N, sizeof *shape);
+  int64_t(*shape)[2] = calloc(N, sizeof *shape);
   for (int k = 0; k < N; k++) {
     shape[k][0] = 2;
     shape[k][1] = 1001 + k; /* blocks above the limit, a new datatype each */
@@ -760,7 +809,8 @@ START_TEST(many_pending_distinct_types) {
     int tags[8];
     for (int r = 0; r < t_size; r++) tags[r] = r + k;
     mv_ag_ctx c = {TCOLL_INT8, 2, 1, t_size, shape[k], tags};
-    if (bad < 3) bad += t_check_all("one of many pending all_gathers", &out[k], mv_ag_expect, &c, 0) > 0;
+    if (bad < 3)
+      bad += t_check_all("one of many pending all_gathers", &out[k], mv_ag_expect, &c, 0) > 0;
   }
   for (int k = 0; k < N; k++) {
     tcoll_tensor_free(&in[k]);
@@ -786,7 +836,8 @@ START_TEST(every_op_pending_at_once) {
   mv_fill(&x2, me, 0);
   mv_fill(&xa, me, 0);
   mv_fill(&xs, me, 0);
-  tcoll_tensor_t ag = t_empty(), bc = t_empty(), a2a = t_empty(), pm = t_empty(), sd = t_empty(), sc = t_empty();
+  tcoll_tensor_t ag = t_empty(), bc = t_empty(), a2a = t_empty(), pm = t_empty(), sd = t_empty(),
+                 sc = t_empty();
   tcoll_tensor_t *gouts = NULL, *sins = NULL;
   int *p = malloc((size_t)size * sizeof *p);
   for (int m = 0; m < size; m++) p[m] = size - 1 - m;
@@ -809,7 +860,8 @@ START_TEST(every_op_pending_at_once) {
   T_OK(tcoll_gather(&x1, root, NULL, gouts));
   T_OK(tcoll_scatter(sins, root, NULL, &sc));
   /* Complete them in a rank-dependent order. */
-  void *bufs[7] = {ag.data, bc.data, a2a.data, pm.data, sd.data, me == root ? gouts[0].data : x1.data, sc.data};
+  void *bufs[7] = {
+      ag.data, bc.data, a2a.data, pm.data, sd.data, me == root ? gouts[0].data : x1.data, sc.data};
   /* 7 is prime and the step 1..6 is coprime to it: every buffer once, at any rank count */
   for (int i = 0; i < 7; i++) T_OK(tcoll_wait(bufs[(i * (me % 6 + 1) + me) % 7]));
   if (me == root)
@@ -860,8 +912,10 @@ static void expect_calls(const char *what, const want_t *want, int n) {
     int c = 0, cc = 0;
     for (int k = 0; k < n; k++)
       if (want[k].w == w) c = want[k].calls, cc = want[k].calls_c;
-    T_EXPECT(watch.calls[w] == c && watch.calls_c[w] == cc, "%s (%s): %d %s and %d %s_c calls (expected %d and %d)",
-             what, LARGE_COUNT ? "MPI-4" : "MPI-3", watch.calls[w], W_NAMES[w], watch.calls_c[w], W_NAMES[w], c, cc);
+    T_EXPECT(watch.calls[w] == c && watch.calls_c[w] == cc,
+             "%s (%s): %d %s and %d %s_c calls (expected %d and %d)", what,
+             LARGE_COUNT ? "MPI-4" : "MPI-3", watch.calls[w], W_NAMES[w], watch.calls_c[w],
+             W_NAMES[w], c, cc);
   }
 }
 
@@ -871,8 +925,8 @@ static void expect_one_c(const char *what, int w, int64_t count, int w_split, in
   want_t large = {w, 0, 1}, small = {w_split, split, 0};
   expect_calls(what, LARGE_COUNT ? &large : &small, 1);
   if (LARGE_COUNT)
-    T_EXPECT(watch.max_count == count, "%s: the _c call carried %lld elements (expected %lld)", what,
-             (long long)watch.max_count, (long long)count);
+    T_EXPECT(watch.max_count == count, "%s: the _c call carried %lld elements (expected %lld)",
+             what, (long long)watch.max_count, (long long)count);
 }
 
 /* Reductions: rank r contributes x_r[i] = (off + i) % 7 + r, so the sum over p ranks is
@@ -882,7 +936,9 @@ typedef struct red_ctx {
   int p;
 } red_ctx;
 
-static double red_in(int64_t i, void *c) { return (double)((((red_ctx *)c)->off + i) % 7 + t_rank); }
+static double red_in(int64_t i, void *c) {
+  return (double)((((red_ctx *)c)->off + i) % 7 + t_rank);
+}
 static double red_sum(int64_t i, void *c) {
   red_ctx *x = c;
   return (double)(x->p * ((x->off + i) % 7) + x->p * (x->p - 1) / 2);
@@ -891,7 +947,8 @@ static double red_sum(int64_t i, void *c) {
 /* all_reduce (SUM) of n elements of dt on the host; the result checked. */
 static void sum_case(const char *what, tcoll_dtype_t dt, int64_t n, int device) {
   red_ctx c = {0, t_size};
-  tcoll_tensor_t in = device == TCOLL_HOST ? t_host(dt, 1, &n) : t_alloc(dt, 1, &n), out = t_empty();
+  tcoll_tensor_t in = device == TCOLL_HOST ? t_host(dt, 1, &n) : t_alloc(dt, 1, &n),
+                 out = t_empty();
   t_set_all(&in, red_in, &c);
   watch_begin();
   T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
@@ -942,7 +999,8 @@ START_TEST(one_c_call_reductions) {
   /* reduce_scatter, 1500 per rank: one MPI_Ireduce_scatter_block_c, or each owner's block
    * reduced to it in 2 pieces (MPI_Ireduce per root and piece) */
   rs_sum_case("reduce_scatter bfloat16 1500 per rank", TCOLL_BFLOAT16, 1500);
-  expect_one_c("reduce_scatter bfloat16 1500 per rank", W_REDUCE_SCATTER_BLOCK, 1500, W_REDUCE, 2 * t_size);
+  expect_one_c("reduce_scatter bfloat16 1500 per rank", W_REDUCE_SCATTER_BLOCK, 1500, W_REDUCE,
+               2 * t_size);
   WATCH_END("reduce_scatter");
   t_restore_algo();
 }
@@ -961,7 +1019,8 @@ START_TEST(one_c_call_moves) {
   T_OK(tcoll_wait(out.data));
   mv_check_fill("broadcast 3001", &out, t_size - 1, 0);
   expect_one_c("broadcast float32 3001", W_BCAST, n, W_BCAST, 1);
-  if (LARGE_COUNT) T_EXPECT(watch.type_ctors == 0, "broadcast: %d datatype constructors", watch.type_ctors);
+  if (LARGE_COUNT)
+    T_EXPECT(watch.type_ctors == 0, "broadcast: %d datatype constructors", watch.type_ctors);
   WATCH_END("broadcast");
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
@@ -1041,22 +1100,27 @@ START_TEST(one_c_call_composed) {
   t_set_algo("all_reduce:ring");
   sum_case("ring all_reduce, blocks of 3000", TCOLL_INT32, n, TCOLL_HOST);
   want_t ring_c[] = {{W_SEND, 0, 2 * hops}, {W_RECV, 0, 2 * hops}, {W_REDUCE_LOCAL, 0, hops}};
-  want_t ring_split[] = {{W_SEND, 6 * hops, 0}, {W_RECV, 6 * hops, 0}, {W_REDUCE_LOCAL, 3 * hops, 0}};
+  want_t ring_split[] = {
+      {W_SEND, 6 * hops, 0}, {W_RECV, 6 * hops, 0}, {W_REDUCE_LOCAL, 3 * hops, 0}};
   expect_calls("ring all_reduce, blocks of 3000", LARGE_COUNT ? ring_c : ring_split, 3);
   WATCH_END("ring all_reduce");
   /* ring reduce-scatter, then one MPI_Iallgatherv_c; without large counts the gather is a ring */
   t_set_algo("all_reduce:ring_allgather");
   sum_case("ring_allgather all_reduce, blocks of 3000", TCOLL_FLOAT32, n, TCOLL_HOST);
-  want_t gv_c[] = {{W_SEND, 0, hops}, {W_RECV, 0, hops}, {W_REDUCE_LOCAL, 0, hops}, {W_ALLGATHERV, 0, p > 1}};
-  expect_calls("ring_allgather all_reduce, blocks of 3000", LARGE_COUNT ? gv_c : ring_split, LARGE_COUNT ? 4 : 3);
+  want_t gv_c[] = {
+      {W_SEND, 0, hops}, {W_RECV, 0, hops}, {W_REDUCE_LOCAL, 0, hops}, {W_ALLGATHERV, 0, p > 1}};
+  expect_calls("ring_allgather all_reduce, blocks of 3000", LARGE_COUNT ? gv_c : ring_split,
+               LARGE_COUNT ? 4 : 3);
   WATCH_END("ring_allgather all_reduce");
   /* reduce_scatter by one MPI_Ialltoall_c of blocks of 1500 and a reduction per block; without
    * large counts the ring (2 pieces a block) */
   t_set_algo("reduce_scatter:alltoall");
   rs_sum_case("alltoall reduce_scatter, blocks of 1500", TCOLL_INT64, 1500);
   want_t a2a_c[] = {{W_ALLTOALL, 0, 1}, {W_REDUCE_LOCAL, 0, hops}};
-  want_t a2a_split[] = {{W_SEND, 2 * hops, 0}, {W_RECV, 2 * hops, 0}, {W_REDUCE_LOCAL, 2 * hops, 0}};
-  expect_calls("alltoall reduce_scatter, blocks of 1500", LARGE_COUNT ? a2a_c : a2a_split, LARGE_COUNT ? 2 : 3);
+  want_t a2a_split[] = {
+      {W_SEND, 2 * hops, 0}, {W_RECV, 2 * hops, 0}, {W_REDUCE_LOCAL, 2 * hops, 0}};
+  expect_calls("alltoall reduce_scatter, blocks of 1500", LARGE_COUNT ? a2a_c : a2a_split,
+               LARGE_COUNT ? 2 : 3);
   WATCH_END("alltoall reduce_scatter");
   t_restore_algo();
 }
@@ -1101,27 +1165,30 @@ END_TEST
 static void expect_named(const char *what, int rc, const char *call) {
   char want[64];
   snprintf(want, sizeof want, "%s failed", call);
-  T_EXPECT(rc == TCOLL_ERR_MPI && t_contains(tcoll_last_error(), want), "%s: %s: %s (expected \"%s\")", what,
-           tcoll_status_string(rc), tcoll_last_error(), want);
+  T_EXPECT(rc == TCOLL_ERR_MPI && t_contains(tcoll_last_error(), want),
+           "%s: %s: %s (expected \"%s\")", what, tcoll_status_string(rc), tcoll_last_error(), want);
   /* A work whose post failed may stay registered, for a wait to report the failure again. */
   rc = tcoll_wait_all();
-  T_EXPECT(rc == TCOLL_SUCCESS || t_contains(tcoll_last_error(), want), "%s: the wait said %s", what,
-           tcoll_last_error());
-  T_EXPECT(tcoll_pending_count() == 0, "%s: %zu pending after the wait", what, tcoll_pending_count());
+  T_EXPECT(rc == TCOLL_SUCCESS || t_contains(tcoll_last_error(), want), "%s: the wait said %s",
+           what, tcoll_last_error());
+  T_EXPECT(tcoll_pending_count() == 0, "%s: %zu pending after the wait", what,
+           tcoll_pending_count());
 }
 
 START_TEST(c_call_errors_named) {
   t_save_algo();
   t_set_algo("mpi");
   int64_t n = 2500, rows = 1500 * (int64_t)t_size;
-  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 1, &n), big = t_host(TCOLL_FLOAT32, 1, &rows), out = t_empty();
+  tcoll_tensor_t in = t_host(TCOLL_FLOAT32, 1, &n), big = t_host(TCOLL_FLOAT32, 1, &rows),
+                 out = t_empty();
   watch_begin();
   watch.fail = 1u << W_ALLREDUCE;
   expect_named("all_reduce", tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out),
                LARGE_COUNT ? "MPI_Iallreduce_c" : "MPI_Iallreduce");
   tcoll_tensor_free(&out);
   watch.fail = 1u << W_BCAST;
-  expect_named("broadcast", tcoll_broadcast(&in, 0, NULL, &out), LARGE_COUNT ? "MPI_Ibcast_c" : "MPI_Ibcast");
+  expect_named("broadcast", tcoll_broadcast(&in, 0, NULL, &out),
+               LARGE_COUNT ? "MPI_Ibcast_c" : "MPI_Ibcast");
   tcoll_tensor_free(&out);
   watch.fail = 1u << W_ALLTOALLV | 1u << W_ALLTOALLW;
   expect_named("all_to_all_single", tcoll_all_to_all_single(&big, NULL, NULL, NULL, &out),
@@ -1140,7 +1207,8 @@ START_TEST(c_call_errors_named) {
   if (LARGE_COUNT) { /* the schedule engine's collectives (without large counts: the ring) */
     t_set_algo("reduce_scatter:alltoall");
     watch.fail = 1u << W_ALLTOALL;
-    expect_named("alltoall reduce_scatter", tcoll_reduce_scatter(&big, TCOLL_SUM, 0, NULL, &out), "MPI_Ialltoall_c");
+    expect_named("alltoall reduce_scatter", tcoll_reduce_scatter(&big, TCOLL_SUM, 0, NULL, &out),
+                 "MPI_Ialltoall_c");
     tcoll_tensor_free(&out);
   }
   watch.fail = 0;
@@ -1156,25 +1224,32 @@ END_TEST
  * one _c call, or within int counts without large counts. The buffers are address space only
  * (MAP_NORESERVE): the watch fails each call before MPI moves any data, and tcoll touches none. */
 static void expect_whole(const char *what, int rc, int w, int64_t n, int split_w) {
-  T_EXPECT(rc == TCOLL_ERR_MPI, "%s: %s (expected the failure the watch made)", what, tcoll_status_string(rc));
+  T_EXPECT(rc == TCOLL_ERR_MPI, "%s: %s (expected the failure the watch made)", what,
+           tcoll_status_string(rc));
   tcoll_wait_all();
   if (LARGE_COUNT)
-    T_EXPECT(watch.calls_c[w] == 1 && watch.max_count == n, "%s: %d %s_c calls, largest count %lld (expected one "
-             "of %lld)", what, watch.calls_c[w], W_NAMES[w], (long long)watch.max_count, (long long)n);
+    T_EXPECT(watch.calls_c[w] == 1 && watch.max_count == n,
+             "%s: %d %s_c calls, largest count %lld (expected one "
+             "of %lld)",
+             what, watch.calls_c[w], W_NAMES[w], (long long)watch.max_count, (long long)n);
   else
-    T_EXPECT(watch.calls[split_w] == 1 && watch.max_count <= INT_MAX, "%s: %d %s calls, largest count %lld", what,
-             watch.calls[split_w], W_NAMES[split_w], (long long)watch.max_count);
+    T_EXPECT(watch.calls[split_w] == 1 && watch.max_count <= INT_MAX,
+             "%s: %d %s calls, largest count %lld", what, watch.calls[split_w], W_NAMES[split_w],
+             (long long)watch.max_count);
   WATCH_END(what);
 }
 
 START_TEST(counts_above_int_max) {
   int64_t n = (int64_t)INT_MAX + 1001, p = t_size;
-  size_t bytes = (size_t)(2 * p + 1) * (size_t)n; /* uint8: in and out of an all-to-all, one more n */
-  char *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  size_t bytes =
+      (size_t)(2 * p + 1) * (size_t)n; /* uint8: in and out of an all-to-all, one more n */
+  char *mem =
+      mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   int ok = mem != MAP_FAILED, all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all_ok) {
-    if (t_rank == 0) printf("counts_above_int_max: no %zu bytes of address space here; not run\n", bytes);
+    if (t_rank == 0)
+      printf("counts_above_int_max: no %zu bytes of address space here; not run\n", bytes);
     if (ok) munmap(mem, bytes);
     return;
   }
@@ -1184,26 +1259,32 @@ START_TEST(counts_above_int_max) {
   int64_t pn = p * n;
   tcoll_tensor_t x = tcoll_tensor_make(mem, TCOLL_UINT8, 1, &n, TCOLL_HOST);
   tcoll_tensor_t all = tcoll_tensor_make(mem, TCOLL_UINT8, 1, &pn, TCOLL_HOST);
-  tcoll_tensor_t mine = tcoll_tensor_make(mem + (size_t)t_rank * (size_t)n, TCOLL_UINT8, 1, &n, TCOLL_HOST);
+  tcoll_tensor_t mine =
+      tcoll_tensor_make(mem + (size_t)t_rank * (size_t)n, TCOLL_UINT8, 1, &n, TCOLL_HOST);
   tcoll_tensor_t other = tcoll_tensor_make(mem + (size_t)pn, TCOLL_UINT8, 1, &pn, TCOLL_HOST);
   tcoll_tensor_t last = tcoll_tensor_make(mem + 2 * (size_t)pn, TCOLL_UINT8, 1, &n, TCOLL_HOST);
   watch_begin();
   watch.fail = 1u << W_BCAST;
-  expect_whole("broadcast of INT_MAX + 1001", tcoll_broadcast(&x, 0, NULL, &x), W_BCAST, n, W_BCAST);
+  expect_whole("broadcast of INT_MAX + 1001", tcoll_broadcast(&x, 0, NULL, &x), W_BCAST, n,
+               W_BCAST);
   watch_begin();
   watch.fail = 1u << W_ALLREDUCE;
-  expect_whole("all_reduce of INT_MAX + 1001", tcoll_all_reduce(&x, TCOLL_SUM, NULL, &x), W_ALLREDUCE, n, W_ALLREDUCE);
+  expect_whole("all_reduce of INT_MAX + 1001", tcoll_all_reduce(&x, TCOLL_SUM, NULL, &x),
+               W_ALLREDUCE, n, W_ALLREDUCE);
   watch_begin();
   watch.fail = 1u << W_ALLGATHER;
-  expect_whole("all_gather of INT_MAX + 1001", tcoll_all_gather(&mine, 0, NULL, &all), W_ALLGATHER, n, W_ALLGATHER);
+  expect_whole("all_gather of INT_MAX + 1001", tcoll_all_gather(&mine, 0, NULL, &all), W_ALLGATHER,
+               n, W_ALLGATHER);
   watch_begin();
   watch.fail = 1u << W_REDUCE_SCATTER_BLOCK | 1u << W_REDUCE;
-  expect_whole("reduce_scatter of INT_MAX + 1001 per rank", tcoll_reduce_scatter(&all, TCOLL_SUM, 0, NULL, &last),
-               W_REDUCE_SCATTER_BLOCK, n, W_REDUCE);
+  expect_whole("reduce_scatter of INT_MAX + 1001 per rank",
+               tcoll_reduce_scatter(&all, TCOLL_SUM, 0, NULL, &last), W_REDUCE_SCATTER_BLOCK, n,
+               W_REDUCE);
   watch_begin();
   watch.fail = 1u << W_ALLTOALLV | 1u << W_ALLTOALLW;
   expect_whole("all_to_all_single of INT_MAX + 1001 per peer",
-               tcoll_all_to_all_single(&all, NULL, NULL, NULL, &other), W_ALLTOALLV, n, W_ALLTOALLW);
+               tcoll_all_to_all_single(&all, NULL, NULL, NULL, &other), W_ALLTOALLV, n,
+               W_ALLTOALLW);
   watch.fail = 0;
   set_limit(LIMIT);
   t_restore_algo();

@@ -56,7 +56,8 @@ static void post_sum(tcoll_comm_t *comm, int32_t *inbuf, int32_t *outbuf) {
 }
 static void check_sum(const int32_t *outbuf, int size, const char *what) {
   for (int i = 0; i < 5; i++)
-    T_EXPECT(outbuf[i] == size * (size + 1) / 2 * (i + 1), "%s: element %d is %d", what, i, outbuf[i]);
+    T_EXPECT(outbuf[i] == size * (size + 1) / 2 * (i + 1), "%s: element %d is %d", what, i,
+             outbuf[i]);
 }
 static void sum_now(tcoll_comm_t *comm, int size, const char *what) {
   int32_t in[5], out[5];
@@ -83,12 +84,15 @@ static void expect_not_initialized(const char *when) {
   T_FAILS(tcoll_broadcast(&in, 0, NULL, &out), TCOLL_ERR_STATE, "not initialized");
   T_FAILS(tcoll_all_gather(&in, 0, NULL, &none), TCOLL_ERR_STATE, "not initialized");
   T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &none), TCOLL_ERR_STATE, "not initialized");
-  T_FAILS(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &none), TCOLL_ERR_STATE, "not initialized");
-  T_FAILS(tcoll_all_reduce_coalesced(&in, 1, TCOLL_SUM, NULL, &none), TCOLL_ERR_STATE, "not initialized");
+  T_FAILS(tcoll_all_to_all_single(&in, NULL, NULL, NULL, &none), TCOLL_ERR_STATE,
+          "not initialized");
+  T_FAILS(tcoll_all_reduce_coalesced(&in, 1, TCOLL_SUM, NULL, &none), TCOLL_ERR_STATE,
+          "not initialized");
   T_FAILS(tcoll_comm_split(NULL, 0, 0, &c), TCOLL_ERR_STATE, "not initialized");
   T_FAILS(tcoll_comm_from_mpi(MPI_COMM_WORLD, &c), TCOLL_ERR_STATE, "not initialized");
   T_FAILS(tcoll_comm_from_ranks(NULL, ranks, 1, "", &c), TCOLL_ERR_STATE, "not initialized");
-  T_FAILS(tcoll_comm_from_rank_groups(NULL, ranks, 1, 1, "", &c), TCOLL_ERR_STATE, "not initialized");
+  T_FAILS(tcoll_comm_from_rank_groups(NULL, ranks, 1, 1, "", &c), TCOLL_ERR_STATE,
+          "not initialized");
   T_FAILS(tcoll_mesh_create(NULL, 1, dims, &m), TCOLL_ERR_STATE, "not initialized");
   T_FAILS(tcoll_comm_set_name(NULL, "x"), TCOLL_ERR_STATE, "not initialized");
   T_FAILS(tcoll_finalize(), TCOLL_ERR_STATE, "not initialized");
@@ -109,8 +113,10 @@ static int run_owned(int *argc, char ***argv) {
   int size = 0, provided = -1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Query_thread(&provided);
-  T_EXPECT(tcoll_mpi_thread_level() == provided, "thread level %d, MPI says %d", tcoll_mpi_thread_level(), provided);
-  T_EXPECT(provided == MPI_THREAD_MULTIPLE, "tcoll_init asked for MPI_THREAD_MULTIPLE and got %d", provided);
+  T_EXPECT(tcoll_mpi_thread_level() == provided, "thread level %d, MPI says %d",
+           tcoll_mpi_thread_level(), provided);
+  T_EXPECT(provided == MPI_THREAD_MULTIPLE, "tcoll_init asked for MPI_THREAD_MULTIPLE and got %d",
+           provided);
   sum_now(NULL, size, "after tcoll_init");
   /* Reference counted: a second init and its finalize leave everything up. */
   T_OK(tcoll_init(NULL, NULL));
@@ -146,8 +152,8 @@ static int run_embedded(int *argc, char ***argv) {
   expect_not_initialized("after a failed tcoll_init");
 
   T_OK(tcoll_init(NULL, NULL));
-  T_EXPECT(tcoll_mpi_thread_level() == provided, "thread level %d, the host got %d", tcoll_mpi_thread_level(),
-           provided);
+  T_EXPECT(tcoll_mpi_thread_level() == provided, "thread level %d, the host got %d",
+           tcoll_mpi_thread_level(), provided);
   T_EXPECT(provided >= MPI_THREAD_FUNNELED, "MPI provided %d", provided);
   /* The host's own communicator, used by both. */
   MPI_Comm mine;
@@ -182,7 +188,8 @@ static int run_embedded(int *argc, char ***argv) {
   MPI_Comm_free(&dup);
   /* And tcoll starts again. */
   T_OK(tcoll_init(argc, argv));
-  T_EXPECT(tcoll_comm_world() != NULL && tcoll_comm_lookup("world") == tcoll_comm_world(), "world after a restart");
+  T_EXPECT(tcoll_comm_world() != NULL && tcoll_comm_lookup("world") == tcoll_comm_world(),
+           "world after a restart");
   sum_now(NULL, size, "after a restart");
   T_OK(tcoll_comm_from_mpi(mine, &c));
   sum_now(c, size, "host communicator after a restart");
@@ -223,7 +230,8 @@ static int run_unwaited(int *argc, char ***argv) {
   fin_t f = {-100};
   const char *err = t_capture_stderr(do_finalize, &f);
   T_EXPECT(f.rc == TCOLL_SUCCESS, "tcoll_finalize returned %s", tcoll_status_string(f.rc));
-  T_EXPECT(strstr(err, "3 collective(s) on 4 buffer(s)") != NULL, "finalize did not report the count: \"%s\"", err);
+  T_EXPECT(strstr(err, "3 collective(s) on 4 buffer(s)") != NULL,
+           "finalize did not report the count: \"%s\"", err);
   T_EXPECT(strstr(err, "never waited") != NULL, "finalize report: \"%s\"", err);
   T_EXPECT(strstr(err, "all_reduce #") != NULL && strstr(err, "all_reduce_coalesced #") != NULL,
            "finalize report does not name the ops with their sequence numbers: \"%s\"", err);
@@ -233,8 +241,8 @@ static int run_unwaited(int *argc, char ***argv) {
   check_sum(out2, size, "second unwaited all_reduce");
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < 3; i++)
-      T_EXPECT(cout[k][i] == (float)(size * (k + 1) * (i + 1)), "unwaited coalesced out[%d][%d] is %g", k, i,
-               cout[k][i]);
+      T_EXPECT(cout[k][i] == (float)(size * (k + 1) * (i + 1)),
+               "unwaited coalesced out[%d][%d] is %g", k, i, cout[k][i]);
   expect_not_initialized("after finalize with unwaited work");
   return t_local_failures();
 }
@@ -253,8 +261,10 @@ static int run_mpi_first(int *argc, char ***argv) {
   fin_t f = {-100};
   const char *err = t_capture_stderr(do_mpi_finalize, &f);
   T_EXPECT(f.rc == MPI_SUCCESS, "MPI_Finalize returned %d", f.rc);
-  T_EXPECT(strstr(err, "1 collective(s) on 1 buffer(s)") != NULL, "no report of the unwaited work: \"%s\"", err);
-  T_EXPECT(strstr(err, "MPI_Finalize was called before tcoll_finalize") != NULL, "no warning: \"%s\"", err);
+  T_EXPECT(strstr(err, "1 collective(s) on 1 buffer(s)") != NULL,
+           "no report of the unwaited work: \"%s\"", err);
+  T_EXPECT(strstr(err, "MPI_Finalize was called before tcoll_finalize") != NULL,
+           "no warning: \"%s\"", err);
   check_sum(out, size, "work pending at MPI_Finalize");
   T_EXPECT(tcoll_initialized() == 0, "tcoll still initialized after MPI_Finalize");
   T_EXPECT(tcoll_comm_world() == NULL, "world still there after MPI_Finalize");
@@ -274,29 +284,46 @@ static int run_badenv(int *argc, char ***argv) {
   static const struct {
     const char *var, *value;
   } bad[] = {
-      {"TCOLL_MAX_COUNT", "abc"},      {"TCOLL_MAX_COUNT", "0"},        {"TCOLL_MAX_COUNT", "-5"},
-      {"TCOLL_MAX_COUNT", "12abc"},    {"TCOLL_MAX_COUNT", "99999999999"}, {"TCOLL_DEBUG", "loud"},
-      {"TCOLL_TIMEOUT", "-1"},         {"TCOLL_TIMEOUT", "soon"},       {"TCOLL_TIMEOUT", "nan"},
-      {"TCOLL_TIMEOUT", "inf"},        {"TCOLL_ON_TIMEOUT", "maybe"},   {"TCOLL_CUDA_AWARE", "2"},
-      {"TCOLL_PROGRESS", "yes"},       {"TCOLL_STAGING_CHUNK", "1"},    {"TCOLL_STAGING_CHUNK", "4k"},
-      {"TCOLL_FAKE_DEVICES", "-1"},    {"TCOLL_FAKE_DEVICES", "65"},    {"TCOLL_FAKE_DEVICES", "two"},
+      {"TCOLL_MAX_COUNT", "abc"},
+      {"TCOLL_MAX_COUNT", "0"},
+      {"TCOLL_MAX_COUNT", "-5"},
+      {"TCOLL_MAX_COUNT", "12abc"},
+      {"TCOLL_MAX_COUNT", "99999999999"},
+      {"TCOLL_DEBUG", "loud"},
+      {"TCOLL_TIMEOUT", "-1"},
+      {"TCOLL_TIMEOUT", "soon"},
+      {"TCOLL_TIMEOUT", "nan"},
+      {"TCOLL_TIMEOUT", "inf"},
+      {"TCOLL_ON_TIMEOUT", "maybe"},
+      {"TCOLL_CUDA_AWARE", "2"},
+      {"TCOLL_PROGRESS", "yes"},
+      {"TCOLL_STAGING_CHUNK", "1"},
+      {"TCOLL_STAGING_CHUNK", "4k"},
+      {"TCOLL_FAKE_DEVICES", "-1"},
+      {"TCOLL_FAKE_DEVICES", "65"},
+      {"TCOLL_FAKE_DEVICES", "two"},
       {"TCOLL_WAIT", "spin"},
-      {"TCOLL_CACHE_BYTES", "lots"},   {"TCOLL_CACHE_BYTES", "-1"},     {"TCOLL_CACHE_BYTES", "1X"},
-      {"TCOLL_CACHE_BYTES", "2 G"},    {"TCOLL_CACHE_BYTES", "99999999999T"},
-      {"TCOLL_ALGO", "all_reduce:nope"}, {"TCOLL_ALGO", "bogus"},   {"TCOLL_ALGO", "reduce_scatter:ring_allgather"},
+      {"TCOLL_CACHE_BYTES", "lots"},
+      {"TCOLL_CACHE_BYTES", "-1"},
+      {"TCOLL_CACHE_BYTES", "1X"},
+      {"TCOLL_CACHE_BYTES", "2 G"},
+      {"TCOLL_CACHE_BYTES", "99999999999T"},
+      {"TCOLL_ALGO", "all_reduce:nope"},
+      {"TCOLL_ALGO", "bogus"},
+      {"TCOLL_ALGO", "reduce_scatter:ring_allgather"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     setenv(bad[i].var, bad[i].value, 1);
     int rc = tcoll_init(argc, argv);
-    T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "%s=%s: tcoll_init returned %s", bad[i].var, bad[i].value,
-             tcoll_status_string(rc));
+    T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "%s=%s: tcoll_init returned %s", bad[i].var,
+             bad[i].value, tcoll_status_string(rc));
     char quoted[64];
     snprintf(quoted, sizeof quoted, "\"%s\"", bad[i].value);
     T_EXPECT(strstr(tcoll_last_error(), bad[i].var) && strstr(tcoll_last_error(), quoted),
-             "%s=%s: message \"%s\" does not name the variable and its value", bad[i].var, bad[i].value,
-             tcoll_last_error());
-    T_EXPECT(tcoll_initialized() == 0, "%s=%s: tcoll is initialized after a failed tcoll_init", bad[i].var,
-             bad[i].value);
+             "%s=%s: message \"%s\" does not name the variable and its value", bad[i].var,
+             bad[i].value, tcoll_last_error());
+    T_EXPECT(tcoll_initialized() == 0, "%s=%s: tcoll is initialized after a failed tcoll_init",
+             bad[i].var, bad[i].value);
     if (rc == TCOLL_SUCCESS) tcoll_finalize();
     unsetenv(bad[i].var);
     if (t_rank < 0 && mpi_initialized()) mpi_ids();
@@ -319,14 +346,18 @@ static int run_badenv(int *argc, char ***argv) {
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) unsetenv(good[i][0]);
   tcoll_config_t cfg;
   T_OK(tcoll_get_config(&cfg));
-  T_EXPECT(cfg.max_count == 1000, "TCOLL_MAX_COUNT=1000 gave max_count %lld", (long long)cfg.max_count);
-  T_EXPECT(cfg.cache_bytes == (size_t)64 << 20, "TCOLL_CACHE_BYTES=64MiB gave cache_bytes %zu", cfg.cache_bytes);
+  T_EXPECT(cfg.max_count == 1000, "TCOLL_MAX_COUNT=1000 gave max_count %lld",
+           (long long)cfg.max_count);
+  T_EXPECT(cfg.cache_bytes == (size_t)64 << 20, "TCOLL_CACHE_BYTES=64MiB gave cache_bytes %zu",
+           cfg.cache_bytes);
   T_EXPECT(cfg.timeout == 2.5 && cfg.debug == TCOLL_LOG_WARN && cfg.abort_on_timeout == 0 &&
-               cfg.staging_chunk == 4096 && cfg.cuda_aware == -1 && cfg.progress_thread == 0 && cfg.fake_devices == 0,
-           "configuration from the environment: timeout %g debug %d abort %d chunk %zu cuda_aware %d progress %d "
+               cfg.staging_chunk == 4096 && cfg.cuda_aware == -1 && cfg.progress_thread == 0 &&
+               cfg.fake_devices == 0,
+           "configuration from the environment: timeout %g debug %d abort %d chunk %zu cuda_aware "
+           "%d progress %d "
            "fake %d",
-           cfg.timeout, (int)cfg.debug, cfg.abort_on_timeout, cfg.staging_chunk, cfg.cuda_aware, cfg.progress_thread,
-           cfg.fake_devices);
+           cfg.timeout, (int)cfg.debug, cfg.abort_on_timeout, cfg.staging_chunk, cfg.cuda_aware,
+           cfg.progress_thread, cfg.fake_devices);
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   sum_now(NULL, size, "after failed starts");
@@ -355,7 +386,8 @@ static void check_device_sum(const tcoll_tensor_t *t, int size, const char *what
   T_OK(tcoll_tensor_alloc(&h, TCOLL_FLOAT32, 1, t->shape, TCOLL_HOST));
   T_OK(tcoll_tensor_copy(&h, t));
   int bad = 0;
-  for (int64_t i = 0; i < n && h.data; i++) bad += ((float *)h.data)[i] != (float)(size * (size + 1) / 2 * (i % 9 + 1));
+  for (int64_t i = 0; i < n && h.data; i++)
+    bad += ((float *)h.data)[i] != (float)(size * (size + 1) / 2 * (i % 9 + 1));
   T_EXPECT(bad == 0, "%s: %d of %lld elements wrong", what, bad, (long long)n);
   tcoll_tensor_free(&h);
 }
@@ -377,7 +409,8 @@ static void device_session(int size, int session) {
   T_OK(tcoll_all_reduce(&a, TCOLL_SUM, NULL, &y));
   T_OK(tcoll_all_reduce(&b, TCOLL_SUM, NULL, &z));
   T_OK(tcoll_stream_destroy(0, s));
-  T_EXPECT(tcoll_get_stream(0) == NULL, "session %d: the destroyed stream is still current", session);
+  T_EXPECT(tcoll_get_stream(0) == NULL, "session %d: the destroyed stream is still current",
+           session);
   T_OK(tcoll_wait(y.data));
   T_OK(tcoll_wait(z.data));
   char what[64];
@@ -406,7 +439,8 @@ static int run_device(int *argc, char ***argv) {
     T_OK(tcoll_init(argc, argv));
     int verdict = t_gpu_verdict(tcoll_device_backend(), visible, t_rank);
     if (verdict || tcoll_device_count() == 0) {
-      if (!verdict && t_rank == 0) printf("no device (backend %s): nothing to run\n", tcoll_device_backend());
+      if (!verdict && t_rank == 0)
+        printf("no device (backend %s): nothing to run\n", tcoll_device_backend());
       tcoll_finalize();
       MPI_Finalize();
       return verdict == 1 ? 1 : 0; /* a skip reads as a pass here: the GPU setups run it too */
@@ -465,20 +499,23 @@ static int run_cache(int *argc, char ***argv) {
   tcoll_tensor_free(&y);
   tcoll_cache_info_t before = cache_info();
   T_EXPECT(before.cached_host > 0 && before.cached_device > 0 && before.cached_pinned > 0,
-           "cached before finalize: host %zu, device %zu, pinned %zu (expected each > 0)", before.cached_host,
-           before.cached_device, before.cached_pinned);
+           "cached before finalize: host %zu, device %zu, pinned %zu (expected each > 0)",
+           before.cached_host, before.cached_device, before.cached_pinned);
   T_OK(tcoll_finalize());
   tcoll_cache_info_t after = cache_info();
-  T_EXPECT(after.cached == 0 && after.cached_host == 0 && after.cached_device == 0 && after.cached_pinned == 0,
-           "after tcoll_finalize the cache holds %zu bytes (host %zu, device %zu, pinned %zu)", after.cached,
-           after.cached_host, after.cached_device, after.cached_pinned);
+  T_EXPECT(after.cached == 0 && after.cached_host == 0 && after.cached_device == 0 &&
+               after.cached_pinned == 0,
+           "after tcoll_finalize the cache holds %zu bytes (host %zu, device %zu, pinned %zu)",
+           after.cached, after.cached_host, after.cached_device, after.cached_pinned);
   T_EXPECT(after.freed >= before.freed + 3, "finalize gave back %llu blocks (expected at least 3)",
            (unsigned long long)(after.freed - before.freed));
-  T_EXPECT(after.in_use == before.in_use, "in use changed at finalize: %zu -> %zu", before.in_use, after.in_use);
+  T_EXPECT(after.in_use == before.in_use, "in use changed at finalize: %zu -> %zu", before.in_use,
+           after.in_use);
   tcoll_tensor_free(&kept); /* after finalize: back to the system, not cached */
   tcoll_cache_info_t freed = cache_info();
   T_EXPECT(kept.data == NULL && freed.cached == 0 && freed.in_use < after.in_use,
-           "a tensor freed after finalize: cached %zu, in use %zu -> %zu", freed.cached, after.in_use, freed.in_use);
+           "a tensor freed after finalize: cached %zu, in use %zu -> %zu", freed.cached,
+           after.in_use, freed.in_use);
   T_OK(tcoll_cache_release()); /* harmless while tcoll is down */
   /* Started again, the cache works again; at INFO it says when it grows. */
   setenv("TCOLL_DEBUG", "INFO", 1);
@@ -494,7 +531,8 @@ static int run_cache(int *argc, char ***argv) {
   T_EXPECT(h.data == p, "after a restart, a freed block was not reused");
   tcoll_tensor_free(&h);
   T_OK(tcoll_finalize());
-  T_EXPECT(cache_info().cached == 0, "the second finalize left %zu bytes cached", cache_info().cached);
+  T_EXPECT(cache_info().cached == 0, "the second finalize left %zu bytes cached",
+           cache_info().cached);
   unsetenv("TCOLL_FAKE_DEVICES");
   MPI_Finalize();
   return t_local_failures();
@@ -503,18 +541,26 @@ static int run_cache(int *argc, char ***argv) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   int bad;
-  if (!strcmp(mode, "owned")) bad = run_owned(&argc, &argv);
-  else if (!strcmp(mode, "embedded")) bad = run_embedded(&argc, &argv);
-  else if (!strcmp(mode, "unwaited")) bad = run_unwaited(&argc, &argv);
-  else if (!strcmp(mode, "mpi-first")) bad = run_mpi_first(&argc, &argv);
-  else if (!strcmp(mode, "badenv")) bad = run_badenv(&argc, &argv);
-  else if (!strcmp(mode, "device")) bad = run_device(&argc, &argv);
-  else if (!strcmp(mode, "cache")) bad = run_cache(&argc, &argv);
+  if (!strcmp(mode, "owned"))
+    bad = run_owned(&argc, &argv);
+  else if (!strcmp(mode, "embedded"))
+    bad = run_embedded(&argc, &argv);
+  else if (!strcmp(mode, "unwaited"))
+    bad = run_unwaited(&argc, &argv);
+  else if (!strcmp(mode, "mpi-first"))
+    bad = run_mpi_first(&argc, &argv);
+  else if (!strcmp(mode, "badenv"))
+    bad = run_badenv(&argc, &argv);
+  else if (!strcmp(mode, "device"))
+    bad = run_device(&argc, &argv);
+  else if (!strcmp(mode, "cache"))
+    bad = run_cache(&argc, &argv);
   else {
     fprintf(stderr, "usage: %s owned|embedded|unwaited|mpi-first|badenv|device|cache\n", argv[0]);
     return 2;
   }
   if (t_rank <= 0)
-    printf("test_lifetime %s: %s (%d failure(s) on rank %d)\n", mode, bad ? "FAILED" : "passed", bad, t_rank);
+    printf("test_lifetime %s: %s (%d failure(s) on rank %d)\n", mode, bad ? "FAILED" : "passed",
+           bad, t_rank);
   return bad ? 1 : 0;
 }

@@ -18,7 +18,9 @@ static tcoll_tensor_t on(int dev, tcoll_dtype_t dt, int ndim, const int64_t *sha
 typedef struct pat {
   double a, b; /* a * (i % 5 + 1) + b */
 } pat_t;
-static double pattern(int64_t i, void *c) { return ((pat_t *)c)->a * (double)(i % 5 + 1) + ((pat_t *)c)->b; }
+static double pattern(int64_t i, void *c) {
+  return ((pat_t *)c)->a * (double)(i % 5 + 1) + ((pat_t *)c)->b;
+}
 static double iota(int64_t i, void *c) { return (double)i + (c ? *(double *)c : 0.0); }
 
 static void free_all(tcoll_tensor_t *t, int n) {
@@ -29,7 +31,8 @@ static void free_all(tcoll_tensor_t *t, int n) {
 
 START_TEST(broadcast_coalesced) {
   int64_t s0[2] = {5, 3}, s1[1] = {7}, s2[1] = {0};
-  tcoll_tensor_t in[3] = {on(0, TCOLL_FLOAT32, 2, s0), on(TCOLL_HOST, TCOLL_INT32, 1, s1), on(1, TCOLL_FLOAT64, 1, s2)};
+  tcoll_tensor_t in[3] = {on(0, TCOLL_FLOAT32, 2, s0), on(TCOLL_HOST, TCOLL_INT32, 1, s1),
+                          on(1, TCOLL_FLOAT64, 1, s2)};
   pat_t p[3] = {{1, 0.5}, {3, -2}, {1, 0}};
   for (int i = 0; i < 3; i++) t_set_all(&in[i], pattern, &p[i]);
   tcoll_tensor_t out[9];
@@ -39,7 +42,8 @@ START_TEST(broadcast_coalesced) {
   for (int d = 0; d < 3; d++) {
     for (int i = 0; i < 3; i++) {
       tcoll_tensor_t *o = &out[d * 3 + i];
-      T_EXPECT(o->device == devs[d], "out[%d] is on device %d, expected %d", d * 3 + i, o->device, devs[d]);
+      T_EXPECT(o->device == devs[d], "out[%d] is on device %d, expected %d", d * 3 + i, o->device,
+               devs[d]);
       T_EXPECT(o->dtype == in[i].dtype && o->ndim == in[i].ndim && o->shape[0] == in[i].shape[0],
                "out[%d] has the wrong dtype or shape", d * 3 + i);
       t_check_all("broadcast_coalesced", o, pattern, &p[i], 0);
@@ -76,10 +80,11 @@ static void reduce_add_case(int destination, tcoll_dtype_t dt, bool inplace) {
   T_OK(tcoll_local_reduce_add_coalesced(in, ND, N, destination, out));
   for (int i = 0; i < N; i++) {
     pat_t want = {1 + 2 + 3, 30.0 * i}; /* sum over d of (d + 1) * (j % 5 + 1) + 10 i */
-    T_EXPECT(out[i].device == destination, "out[%d] on device %d, expected %d", i, out[i].device, destination);
+    T_EXPECT(out[i].device == destination, "out[%d] on device %d, expected %d", i, out[i].device,
+             destination);
     char what[80];
-    snprintf(what, sizeof what, "reduce_add to %d (%s)%s", destination, tcoll_dtype_name(out[i].dtype),
-             inplace ? " in place" : "");
+    snprintf(what, sizeof what, "reduce_add to %d (%s)%s", destination,
+             tcoll_dtype_name(out[i].dtype), inplace ? " in place" : "");
     t_check_all(what, &out[i], pattern, &want, 0);
   }
   if (!inplace) free_all(out, N);
@@ -111,7 +116,8 @@ START_TEST(reduce_add_every_dtype) {
       T_OK(tcoll_local_reduce_add_coalesced(in, 3, 1, devs[k], &out));
       pat_t want = {dt == TCOLL_BOOL ? 0 : 6, dt == TCOLL_BOOL ? 1 : 0};
       char what[80];
-      snprintf(what, sizeof what, "reduce_add of %s to %d", tcoll_dtype_name((tcoll_dtype_t)dt), devs[k]);
+      snprintf(what, sizeof what, "reduce_add of %s to %d", tcoll_dtype_name((tcoll_dtype_t)dt),
+               devs[k]);
       t_check_all(what, &out, pattern, &want, 0);
       tcoll_tensor_free(&out);
       free_all(in, 3);
@@ -141,8 +147,10 @@ START_TEST(reduce_add_nan_inf) {
       double v[4];
       t_read(&out, v);
       T_EXPECT(isnan(v[0]), "%s on %d: NaN + 2 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[0]);
-      T_EXPECT(isinf(v[1]) && v[1] > 0, "%s on %d: inf + 3 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[1]);
-      T_EXPECT(isinf(v[2]) && v[2] < 0, "%s on %d: -inf + 4 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[2]);
+      T_EXPECT(isinf(v[1]) && v[1] > 0, "%s on %d: inf + 3 = %g", tcoll_dtype_name(dts[k]),
+               devs[dst], v[1]);
+      T_EXPECT(isinf(v[2]) && v[2] < 0, "%s on %d: -inf + 4 = %g", tcoll_dtype_name(dts[k]),
+               devs[dst], v[2]);
       T_EXPECT(v[3] == 6.0, "%s on %d: 1 + 5 = %g", tcoll_dtype_name(dts[k]), devs[dst], v[3]);
       tcoll_tensor_free(&out);
       free_all(in, 2);
@@ -170,8 +178,9 @@ START_TEST(scatter_gather_dim0) {
   int64_t rows[3] = {4, 4, 2}, start = 0;
   for (int i = 0; i < 3; i++) {
     T_EXPECT(parts[i].shape[0] == rows[i] && parts[i].shape[1] == 4 && parts[i].device == devs[i],
-             "part %d: shape [%lld, %lld] on %d, expected [%lld, 4] on %d", i, (long long)parts[i].shape[0],
-             (long long)parts[i].shape[1], parts[i].device, (long long)rows[i], devs[i]);
+             "part %d: shape [%lld, %lld] on %d, expected [%lld, 4] on %d", i,
+             (long long)parts[i].shape[0], (long long)parts[i].shape[1], parts[i].device,
+             (long long)rows[i], devs[i]);
     double off = (double)(start * 4);
     t_check_all("scatter dim 0", &parts[i], iota, &off, 0);
     start += rows[i];
@@ -180,7 +189,8 @@ START_TEST(scatter_gather_dim0) {
   for (int k = 0; k < 3; k++) {
     tcoll_tensor_t y = t_empty();
     T_OK(tcoll_local_gather(parts, 3, 0, devs[k], &y));
-    T_EXPECT(y.device == devs[k] && y.shape[0] == 10 && y.shape[1] == 4, "gather dim 0: wrong placement or shape");
+    T_EXPECT(y.device == devs[k] && y.shape[0] == 10 && y.shape[1] == 4,
+             "gather dim 0: wrong placement or shape");
     t_check_all("gather dim 0 round trip", &y, iota, NULL, 0);
     tcoll_tensor_free(&y);
   }
@@ -190,7 +200,8 @@ START_TEST(scatter_gather_dim0) {
   tcoll_tensor_t q[3] = {t_empty(), t_empty(), t_empty()};
   int64_t sizes[3] = {0, 7, 3};
   T_OK(tcoll_local_scatter(&xd, devs, 3, sizes, 0, q));
-  T_EXPECT(q[0].shape[0] == 0 && q[1].shape[0] == 7 && q[2].shape[0] == 3, "chunk_sizes not honoured");
+  T_EXPECT(q[0].shape[0] == 0 && q[1].shape[0] == 7 && q[2].shape[0] == 3,
+           "chunk_sizes not honoured");
   double off = 28;
   t_check_all("scatter with chunk_sizes", &q[2], iota, &off, 0);
   free_all(q, 3);
@@ -210,14 +221,16 @@ START_TEST(scatter_gather_dim1) {
   T_OK(tcoll_local_scatter(&x, order, 3, sizes, -2, parts));
   int64_t start = 0;
   for (int i = 0; i < 3; i++) {
-    T_EXPECT(parts[i].shape[1] == sizes[i] && parts[i].device == order[i], "dim 1 part %d misplaced", i);
+    T_EXPECT(parts[i].shape[1] == sizes[i] && parts[i].device == order[i],
+             "dim 1 part %d misplaced", i);
     slab_t s = {20, sizes[i] * 2, start * 2};
     t_check_all("scatter dim 1", &parts[i], slab_val, &s, 0);
     start += sizes[i];
   }
   tcoll_tensor_t y = t_empty();
   T_OK(tcoll_local_gather(parts, 3, 1, 1, &y));
-  T_EXPECT(y.shape[0] == 3 && y.shape[1] == 10 && y.shape[2] == 2 && y.device == 1, "gather dim 1 shape");
+  T_EXPECT(y.shape[0] == 3 && y.shape[1] == 10 && y.shape[2] == 2 && y.device == 1,
+           "gather dim 1 shape");
   t_check_all("gather dim 1 round trip", &y, iota, NULL, 0);
   tcoll_tensor_free(&y);
   free_all(parts, 3);
@@ -234,9 +247,11 @@ START_TEST(gather_scalars) {
   }
   tcoll_tensor_t y = t_empty();
   T_OK(tcoll_local_gather(s, 3, 0, TCOLL_HOST, &y)); /* warns, returns a vector */
-  T_EXPECT(y.ndim == 1 && y.shape[0] == 3, "scalars gathered as ndim %d, shape[0] %lld (expected a vector of 3)",
-           y.ndim, (long long)y.shape[0]);
-  for (int i = 0; i < 3; i++) T_EXPECT(t_get(&y, i) == 10.0 * (i + 1), "element %d is %g", i, t_get(&y, i));
+  T_EXPECT(y.ndim == 1 && y.shape[0] == 3,
+           "scalars gathered as ndim %d, shape[0] %lld (expected a vector of 3)", y.ndim,
+           (long long)y.shape[0]);
+  for (int i = 0; i < 3; i++)
+    T_EXPECT(t_get(&y, i) == 10.0 * (i + 1), "element %d is %g", i, t_get(&y, i));
   tcoll_tensor_free(&y);
   tcoll_tensor_t z = t_empty();
   T_FAILS(tcoll_local_gather(s, 3, 1, 0, &z), TCOLL_ERR_INVALID_ARGUMENT, "dim");
@@ -310,7 +325,8 @@ START_TEST(pending_work) {
   tcoll_tensor_t y = t_empty();
   T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y)); /* pending: reads x, writes y */
   tcoll_tensor_t out = x;
-  T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY, "an input still read by");
+  T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY,
+          "an input still read by");
   T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY, "out[0]");
   out = y;
   T_FAILS(tcoll_local_broadcast_coalesced(&src, 1, devs, 1, &out), TCOLL_ERR_BUSY, "the output of");
@@ -319,19 +335,23 @@ START_TEST(pending_work) {
   int64_t sizes[2] = {6, 0};
   T_FAILS(tcoll_local_scatter(&src, devs, 2, sizes, 0, parts), TCOLL_ERR_BUSY, "out[0]");
   int64_t half[1] = {3};
-  tcoll_tensor_t a = on(0, TCOLL_FLOAT64, 1, half), b = on(1, TCOLL_FLOAT64, 1, half), ab[2] = {a, b};
+  tcoll_tensor_t a = on(0, TCOLL_FLOAT64, 1, half), b = on(1, TCOLL_FLOAT64, 1, half),
+                 ab[2] = {a, b};
   out = x;
   T_FAILS(tcoll_local_gather(ab, 2, 0, 0, &out), TCOLL_ERR_BUSY, "an input still read by");
   tcoll_tensor_t sum_in[2] = {x, on(1, TCOLL_FLOAT64, 1, shape)};
   out = x; /* in place on in[0], which the all_reduce still reads */
-  T_FAILS(tcoll_local_reduce_add_coalesced(sum_in, 2, 1, 0, &out), TCOLL_ERR_BUSY, "an input still read by");
-  T_EXPECT(tcoll_pending_count() == 1, "failed calls left %d works pending (expected the all_reduce only)",
+  T_FAILS(tcoll_local_reduce_add_coalesced(sum_in, 2, 1, 0, &out), TCOLL_ERR_BUSY,
+          "an input still read by");
+  T_EXPECT(tcoll_pending_count() == 1,
+           "failed calls left %d works pending (expected the all_reduce only)",
            (int)tcoll_pending_count());
   /* y as an input: the all_reduce completes first, so the copies see its result */
   tcoll_tensor_t copies[2] = {t_empty(), t_empty()};
   const int to[2] = {1, TCOLL_HOST};
   T_OK(tcoll_local_broadcast_coalesced(&y, 1, to, 2, copies));
-  for (int k = 0; k < 2; k++) t_check_all("broadcast of a pending output", &copies[k], twice_iota, &(double){ranks / 2}, 0);
+  for (int k = 0; k < 2; k++)
+    t_check_all("broadcast of a pending output", &copies[k], twice_iota, &(double){ranks / 2}, 0);
   T_EXPECT(tcoll_pending_count() == 0, "%d works still pending after an op read their output",
            (int)tcoll_pending_count());
   out = x; /* no longer read by anything */
@@ -357,20 +377,26 @@ START_TEST(bad_arguments) {
           "devices[1] is 7 but device 7 does not exist");
   tcoll_tensor_t ghost = a;
   ghost.device = 5;
-  T_FAILS(tcoll_local_broadcast_coalesced(&ghost, 1, devs, 2, out), TCOLL_ERR_INVALID_ARGUMENT, "in[0]->device is 5");
+  T_FAILS(tcoll_local_broadcast_coalesced(&ghost, 1, devs, 2, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "in[0]->device is 5");
   tcoll_tensor_t ab[2] = {a, b};
-  T_FAILS(tcoll_local_reduce_add_coalesced(ab, 2, 1, 0, out), TCOLL_ERR_INVALID_ARGUMENT, "in[1]->shape is [5]");
-  T_FAILS(tcoll_local_reduce_add_coalesced(ab, 2, 1, 9, out), TCOLL_ERR_INVALID_ARGUMENT, "destination is 9");
+  T_FAILS(tcoll_local_reduce_add_coalesced(ab, 2, 1, 0, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "in[1]->shape is [5]");
+  T_FAILS(tcoll_local_reduce_add_coalesced(ab, 2, 1, 9, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "destination is 9");
   int64_t sizes[2] = {2, 3};
-  T_FAILS(tcoll_local_scatter(&a, devs, 2, sizes, 0, out), TCOLL_ERR_INVALID_ARGUMENT, "chunk_sizes sum to 5");
+  T_FAILS(tcoll_local_scatter(&a, devs, 2, sizes, 0, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "chunk_sizes sum to 5");
   T_FAILS(tcoll_local_scatter(&a, devs, 2, NULL, 1, out), TCOLL_ERR_INVALID_ARGUMENT, "dim is 1");
   int64_t s2[2] = {2, 3}, s3[2] = {2, 4};
   tcoll_tensor_t m[2] = {on(0, TCOLL_FLOAT32, 2, s2), on(1, TCOLL_FLOAT32, 2, s3)};
-  T_FAILS(tcoll_local_gather(m, 2, 0, TCOLL_HOST, out), TCOLL_ERR_INVALID_ARGUMENT, "in[1]->shape[1] is 4");
+  T_FAILS(tcoll_local_gather(m, 2, 0, TCOLL_HOST, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "in[1]->shape[1] is 4");
   T_FAILS(tcoll_local_gather(m, 2, 1, 3, out), TCOLL_ERR_INVALID_ARGUMENT, "target_device is 3");
   /* an output that overlaps an input */
   tcoll_tensor_t alias = a;
-  T_FAILS(tcoll_local_broadcast_coalesced(&b, 1, devs, 1, &alias), TCOLL_ERR_INVALID_ARGUMENT, "out[0]");
+  T_FAILS(tcoll_local_broadcast_coalesced(&b, 1, devs, 1, &alias), TCOLL_ERR_INVALID_ARGUMENT,
+          "out[0]");
   for (int i = 0; i < 4; i++) T_EXPECT(out[i].data == NULL, "a failed call allocated out[%d]", i);
   free_all(m, 2);
   tcoll_tensor_free(&a);
@@ -381,7 +407,8 @@ END_TEST
 Suite *t_suite(void) {
   Suite *s = suite_create("local");
   if (tcoll_device_count() < 2) { /* a machine with one GPU: the cuda suite covers its local ops */
-    if (t_rank == 0) printf("local: needs 2 devices, %d here: nothing to run\n", tcoll_device_count());
+    if (t_rank == 0)
+      printf("local: needs 2 devices, %d here: nothing to run\n", tcoll_device_count());
     return s;
   }
   TCase *tc = t_tcase("local");

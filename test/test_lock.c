@@ -19,7 +19,8 @@ static void *hammer(void *arg) {
   long id = (long)arg;
   for (long i = 0; i < ROUNDS; i++) {
     tc_lock(&lock);
-    if (__atomic_add_fetch(&inside, 1, __ATOMIC_RELAXED) != 1) __atomic_add_fetch(&overlaps, 1, __ATOMIC_RELAXED);
+    if (__atomic_add_fetch(&inside, 1, __ATOMIC_RELAXED) != 1)
+      __atomic_add_fetch(&overlaps, 1, __ATOMIC_RELAXED);
     counter++;
     /* now and then hold it long enough that the others give up spinning and sleep */
     if ((i + id) % 5000 == 0) nanosleep(&(struct timespec){0, 200000}, NULL);
@@ -34,9 +35,11 @@ int main(void) {
   for (long i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, hammer, (void *)i);
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
   int bad = 0;
-  if (counter != (long)THREADS * ROUNDS) bad = printf("counter %ld, expected %ld\n", counter, (long)THREADS * ROUNDS);
+  if (counter != (long)THREADS * ROUNDS)
+    bad = printf("counter %ld, expected %ld\n", counter, (long)THREADS * ROUNDS);
   if (overlaps) bad = printf("%d critical sections overlapped\n", overlaps);
-  if (lock.state != 0) bad = printf("lock state %d after the last release, expected 0 (free)\n", lock.state);
+  if (lock.state != 0)
+    bad = printf("lock state %d after the last release, expected 0 (free)\n", lock.state);
   tc_lock(&lock); /* free: taken at once */
   if (lock.state != 1) bad = printf("uncontended lock state %d, expected 1\n", lock.state);
   tc_unlock(&lock);

@@ -14,7 +14,8 @@ static bool has_mpi_error_text(const char *msg) {
   for (int cls = 1; cls <= MPI_ERR_LASTCODE; cls++) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
-    if (MPI_Error_string(cls, text, &len) == MPI_SUCCESS && len > 0 && t_contains(msg, text)) return true;
+    if (MPI_Error_string(cls, text, &len) == MPI_SUCCESS && len > 0 && t_contains(msg, text))
+      return true;
   }
   return false;
 }
@@ -30,11 +31,13 @@ START_TEST(truncation_is_returned) {
   T_OK(tcoll_broadcast(&x, 0, NULL, &y));
   int rc = tcoll_wait(y.data);
   if (t_rank == 0) {
-    T_EXPECT(rc == TCOLL_SUCCESS, "the root got %s: %s", tcoll_status_string(rc), tcoll_last_error());
+    T_EXPECT(rc == TCOLL_SUCCESS, "the root got %s: %s", tcoll_status_string(rc),
+             tcoll_last_error());
   } else {
     T_EXPECT(rc == TCOLL_ERR_MPI, "a truncated receiver got %s", tcoll_status_string(rc));
-    T_EXPECT(t_contains(tcoll_last_error(), "broadcast #") && has_mpi_error_text(tcoll_last_error()),
-             "message (no MPI error text in it): %s", tcoll_last_error());
+    T_EXPECT(
+        t_contains(tcoll_last_error(), "broadcast #") && has_mpi_error_text(tcoll_last_error()),
+        "message (no MPI error text in it): %s", tcoll_last_error());
   }
   T_EXPECT(tcoll_pending_count() == 0, "the failed work stays pending");
   tcoll_tensor_free(&x);
@@ -66,8 +69,10 @@ START_TEST(failure_names_the_call) {
   T_OK(tcoll_broadcast(&x, 0, NULL, &y));
   int rc = tcoll_wait(y.data);
   if (t_rank != 0)
-    T_EXPECT(rc == TCOLL_ERR_MPI && t_contains(tcoll_last_error(), want), "a truncated receiver got %s: %s "
-             "(expected \"%s\")", tcoll_status_string(rc), tcoll_last_error(), want);
+    T_EXPECT(rc == TCOLL_ERR_MPI && t_contains(tcoll_last_error(), want),
+             "a truncated receiver got %s: %s "
+             "(expected \"%s\")",
+             tcoll_status_string(rc), tcoll_last_error(), want);
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&y);
   T_OK(tcoll_set_config(&old));
@@ -80,7 +85,8 @@ END_TEST
 START_TEST(world_handler_is_restored_semantics) {
   MPI_Errhandler h;
   MPI_Comm_get_errhandler(MPI_COMM_WORLD, &h);
-  T_EXPECT(h != MPI_ERRORS_RETURN, "tcoll must not turn the host program's MPI_COMM_WORLD to errors-return");
+  T_EXPECT(h != MPI_ERRORS_RETURN,
+           "tcoll must not turn the host program's MPI_COMM_WORLD to errors-return");
   MPI_Errhandler_free(&h);
 }
 END_TEST

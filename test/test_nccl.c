@@ -29,8 +29,8 @@ static void check_comm(tcoll_comm_t *c, int rank, int nranks) {
   T_OK(tcoll_all_reduce(&x, TCOLL_SUM, c, &y));
   T_OK(tcoll_wait(y.data));
   if (y.data)
-    T_EXPECT(((int64_t *)y.data)[0] == (int64_t)nranks * (nranks + 1) / 2, "all_reduce on the new comm gives %lld",
-             (long long)((int64_t *)y.data)[0]);
+    T_EXPECT(((int64_t *)y.data)[0] == (int64_t)nranks * (nranks + 1) / 2,
+             "all_reduce on the new comm gives %lld", (long long)((int64_t *)y.data)[0]);
   tcoll_tensor_free(&x);
   tcoll_tensor_free(&y);
 }
@@ -38,7 +38,8 @@ static void check_comm(tcoll_comm_t *c, int rank, int nranks) {
 /* ------------------------------------------------------------------ version, ids */
 
 START_TEST(version) {
-  T_EXPECT(tcoll_version() == TCOLL_VERSION_MAJOR * 10000 + TCOLL_VERSION_MINOR * 100 + TCOLL_VERSION_PATCH,
+  T_EXPECT(tcoll_version() ==
+               TCOLL_VERSION_MAJOR * 10000 + TCOLL_VERSION_MINOR * 100 + TCOLL_VERSION_PATCH,
            "tcoll_version() is %d", tcoll_version());
   T_EXPECT(tcoll_version_suffix() != NULL, "tcoll_version_suffix() is NULL");
 }
@@ -79,7 +80,8 @@ END_TEST
  * last member of the group), and every rank also joins a pair communicator made by rank 0. */
 START_TEST(init_subsets) {
   int color = t_rank % 2, members = (t_size - color + 1) / 2, my = t_rank / 2;
-  int creators[2] = {(members > 0 ? 2 * ((t_size + 1) / 2 - 1) : 0), t_size > 1 ? 2 * (t_size / 2 - 1) + 1 : 0};
+  int creators[2] = {(members > 0 ? 2 * ((t_size + 1) / 2 - 1) : 0),
+                     t_size > 1 ? 2 * (t_size / 2 - 1) + 1 : 0};
   tcoll_unique_id_t ids[2];
   for (int g = 0; g < 2; g++) ids[g] = g == 1 && t_size < 2 ? ids[0] : shared_id(creators[g]);
   tcoll_comm_t *c = NULL;
@@ -102,16 +104,17 @@ START_TEST(init_bad_ids) {
   tcoll_comm_t *c = NULL;
   T_FAILS(tcoll_comm_init_rank(&c, t_size, id.bytes, 127, t_rank), TCOLL_ERR_INVALID_ARGUMENT,
           "invalid unique_id (expected 128 bytes, got 127)");
-  T_FAILS(tcoll_comm_init_rank(&c, t_size, id.bytes, 0, t_rank), TCOLL_ERR_INVALID_ARGUMENT, "got 0)");
+  T_FAILS(tcoll_comm_init_rank(&c, t_size, id.bytes, 0, t_rank), TCOLL_ERR_INVALID_ARGUMENT,
+          "got 0)");
   char zeros[TCOLL_UNIQUE_ID_BYTES] = {0};
   T_FAILS(tcoll_comm_init_rank(&c, t_size, zeros, sizeof zeros, t_rank), TCOLL_ERR_INVALID_ARGUMENT,
           "invalid unique_id");
   tcoll_unique_id_t bad = id;
   bad.bytes[30] ^= 0x5a; /* a tampered nonce */
-  T_FAILS(tcoll_comm_init_rank(&c, t_size, bad.bytes, sizeof bad.bytes, t_rank), TCOLL_ERR_INVALID_ARGUMENT,
-          "invalid unique_id");
-  T_FAILS(tcoll_comm_init_rank(&c, t_size, NULL, TCOLL_UNIQUE_ID_BYTES, t_rank), TCOLL_ERR_INVALID_ARGUMENT,
-          "id is NULL");
+  T_FAILS(tcoll_comm_init_rank(&c, t_size, bad.bytes, sizeof bad.bytes, t_rank),
+          TCOLL_ERR_INVALID_ARGUMENT, "invalid unique_id");
+  T_FAILS(tcoll_comm_init_rank(&c, t_size, NULL, TCOLL_UNIQUE_ID_BYTES, t_rank),
+          TCOLL_ERR_INVALID_ARGUMENT, "id is NULL");
   T_EXPECT(c == NULL, "a failed init_rank set the communicator");
   T_FAILS(tcoll_get_unique_id(NULL), TCOLL_ERR_INVALID_ARGUMENT, "id is NULL");
   /* the untouched id still works afterwards */
@@ -129,12 +132,15 @@ START_TEST(init_bad_ranks) {
   int last = t_rank == t_size - 1;
   int rc = tcoll_comm_init_rank(&c, t_size, id.bytes, sizeof id.bytes, last ? t_size : t_rank);
   T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "rank out of range: %s", tcoll_status_string(rc));
-  if (last) T_EXPECT(t_contains(tcoll_last_error(), "rank is"), "message: %s", tcoll_last_error());
-  else T_EXPECT(t_contains(tcoll_last_error(), "with rank"), "message: %s", tcoll_last_error());
+  if (last)
+    T_EXPECT(t_contains(tcoll_last_error(), "rank is"), "message: %s", tcoll_last_error());
+  else
+    T_EXPECT(t_contains(tcoll_last_error(), "with rank"), "message: %s", tcoll_last_error());
   T_EXPECT(c == NULL, "a failed init_rank set the communicator");
   /* nranks out of range */
   id = shared_id(t_size - 1);
-  rc = tcoll_comm_init_rank(&c, t_rank == 0 ? t_size + 5 : t_size, id.bytes, sizeof id.bytes, t_rank);
+  rc = tcoll_comm_init_rank(&c, t_rank == 0 ? t_size + 5 : t_size, id.bytes, sizeof id.bytes,
+                            t_rank);
   T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "nranks out of range: %s", tcoll_status_string(rc));
   T_EXPECT(t_contains(tcoll_last_error(), "nranks"), "message: %s", tcoll_last_error());
   if (t_size >= 2) {
@@ -147,9 +153,11 @@ START_TEST(init_bad_ranks) {
   if (t_size >= 3) {
     /* nranks disagreement that no subset can complete */
     id = shared_id(1);
-    rc = tcoll_comm_init_rank(&c, last ? t_size - 1 : t_size, id.bytes, sizeof id.bytes, last ? t_size - 2 : t_rank);
+    rc = tcoll_comm_init_rank(&c, last ? t_size - 1 : t_size, id.bytes, sizeof id.bytes,
+                              last ? t_size - 2 : t_rank);
     T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "nranks disagreement: %s", tcoll_status_string(rc));
-    T_EXPECT(t_contains(tcoll_last_error(), "disagree on nranks"), "message: %s", tcoll_last_error());
+    T_EXPECT(t_contains(tcoll_last_error(), "disagree on nranks"), "message: %s",
+             tcoll_last_error());
   }
   if (t_size >= 2) {
     /* one member more than nranks: the id is used up when it comes */
@@ -161,8 +169,8 @@ START_TEST(init_bad_ranks) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (last)
-      T_FAILS(tcoll_comm_init_rank(&c, t_size - 1, id.bytes, sizeof id.bytes, 0), TCOLL_ERR_INVALID_ARGUMENT,
-              "already used");
+      T_FAILS(tcoll_comm_init_rank(&c, t_size - 1, id.bytes, sizeof id.bytes, 0),
+              TCOLL_ERR_INVALID_ARGUMENT, "already used");
   }
   T_EXPECT(c == NULL, "a failed init_rank set the communicator");
 }
@@ -179,8 +187,8 @@ START_TEST(init_timeout) {
   tcoll_unique_id_t id = shared_id(0);
   tcoll_comm_t *c = NULL;
   if (t_rank != t_size - 1) /* the last rank never joins */
-    T_FAILS(tcoll_comm_init_rank(&c, t_size, id.bytes, sizeof id.bytes, t_rank), TCOLL_ERR_INVALID_ARGUMENT,
-            "rendezvous timed out");
+    T_FAILS(tcoll_comm_init_rank(&c, t_size, id.bytes, sizeof id.bytes, t_rank),
+            TCOLL_ERR_INVALID_ARGUMENT, "rendezvous timed out");
   T_EXPECT(c == NULL, "a failed init_rank set the communicator");
   cfg.timeout = saved;
   T_OK(tcoll_set_config(&cfg));
@@ -196,15 +204,18 @@ typedef struct bufs {
 
 static bufs_t local_buffers(void) {
   bufs_t b = {1, {TCOLL_HOST, 0, 0}};
-  if (t_device() != TCOLL_HOST && tcoll_device_count() > 1) b = (bufs_t){3, {0, 1, TCOLL_HOST}};
-  else if (t_device() != TCOLL_HOST) b = (bufs_t){2, {0, TCOLL_HOST, 0}}; /* one GPU */
+  if (t_device() != TCOLL_HOST && tcoll_device_count() > 1)
+    b = (bufs_t){3, {0, 1, TCOLL_HOST}};
+  else if (t_device() != TCOLL_HOST)
+    b = (bufs_t){2, {0, TCOLL_HOST, 0}}; /* one GPU */
   return b;
 }
 
 static double gval(int g, int64_t i) { return (double)(g + 1) * (double)(i % 7 + 1); }
 
 /* Buffer i of this process holds gval(global index, .). */
-static void make_inputs(const bufs_t *b, int p, int64_t n_el, tcoll_dtype_t dt, tcoll_tensor_t *in) {
+static void make_inputs(const bufs_t *b, int p, int64_t n_el, tcoll_dtype_t dt,
+                        tcoll_tensor_t *in) {
   int64_t shape[1] = {n_el};
   for (int i = 0; i < b->n; i++) {
     in[i] = t_empty();
@@ -213,9 +224,12 @@ static void make_inputs(const bufs_t *b, int p, int64_t n_el, tcoll_dtype_t dt, 
     tcoll_tensor_t h = t_host(dt, 1, shape);
     for (int64_t k = 0; k < n_el; k++) v[k] = gval(p * b->n + i, k);
     for (int64_t k = 0; k < n_el; k++) {
-      if (dt == TCOLL_FLOAT32) ((float *)h.data)[k] = (float)v[k];
-      else if (dt == TCOLL_FLOAT64) ((double *)h.data)[k] = v[k];
-      else ((int32_t *)h.data)[k] = (int32_t)v[k];
+      if (dt == TCOLL_FLOAT32)
+        ((float *)h.data)[k] = (float)v[k];
+      else if (dt == TCOLL_FLOAT64)
+        ((double *)h.data)[k] = v[k];
+      else
+        ((int32_t *)h.data)[k] = (int32_t)v[k];
     }
     T_OK(tcoll_tensor_copy(&in[i], &h));
     tcoll_tensor_free(&h);
@@ -253,8 +267,8 @@ static void force_algo(const char *spec, tcoll_config_t *saved) {
  * ring when forced. */
 static void expect_ring(const char *label, const char *op, tcoll_comm_t *c) {
   if (c)
-    T_EXPECT(!strcmp(tcoll_last_algorithm(), "ring"), "%s %s with the ring forced ran \"%s\"", label, op,
-             tcoll_last_algorithm());
+    T_EXPECT(!strcmp(tcoll_last_algorithm(), "ring"), "%s %s with the ring forced ran \"%s\"",
+             label, op, tcoll_last_algorithm());
 }
 
 /* comms: NULL (local only) or n entries of c. */
@@ -314,7 +328,8 @@ static void multi_all_ops(tcoll_comm_t *c, const char *label) {
   /* reduce without an output: into the root's own input */
   make_inputs(&b, p, n_el, TCOLL_INT32, in);
   T_OK(tcoll_multi_reduce(in, b.n, NULL, T - 1, TCOLL_SUM, NULL, comms));
-  if ((T - 1) / b.n == p) t_check_all("multi_reduce into the root's input", &in[(T - 1) % b.n], scaled, &w, 0);
+  if ((T - 1) / b.n == p)
+    t_check_all("multi_reduce into the root's input", &in[(T - 1) % b.n], scaled, &w, 0);
   free_list(in, b.n);
 
   /* broadcast from every root */
@@ -332,7 +347,8 @@ static void multi_all_ops(tcoll_comm_t *c, const char *label) {
   T_OK(tcoll_multi_all_gather(in, out, b.n, NULL, comms));
   want_t gw = {0, n_el};
   for (int i = 0; i < b.n; i++) {
-    T_EXPECT(out[i].shape[0] == n_el * T, "all_gather out[%d] has %lld rows", i, (long long)out[i].shape[0]);
+    T_EXPECT(out[i].shape[0] == n_el * T, "all_gather out[%d] has %lld rows", i,
+             (long long)out[i].shape[0]);
     t_check_all("multi_all_gather", &out[i], gathered, &gw, 0);
   }
   free_list(out, b.n);
@@ -425,7 +441,8 @@ START_TEST(multi_streams) {
   T_OK(tcoll_tensor_copy(&back[2], &out[2]));
   int T = 3 * t_size;
   want_t want = {(double)T * (T + 1) / 2, 0};
-  for (int i = 0; i < 3; i++) t_check_all("multi_all_reduce on streams", &back[i], scaled, &want, 0);
+  for (int i = 0; i < 3; i++)
+    t_check_all("multi_all_reduce on streams", &back[i], scaled, &want, 0);
   free_list(host, 3);
   free_list(in, 3);
   free_list(out, 3);
@@ -456,8 +473,8 @@ START_TEST(multi_after_pending) {
     t_pending_ring_done(&pr, "multi op after a pending ring");
     const double *got = op == 0 ? out.data : in.data;
     if (op != 2 || t_rank == 0)
-      T_EXPECT(got && got[0] == want && got[999] == want, "multi op %d after a pending ring: %g (expected %g)", op,
-               got ? got[0] : -1.0, want);
+      T_EXPECT(got && got[0] == want && got[999] == want,
+               "multi op %d after a pending ring: %g (expected %g)", op, got ? got[0] : -1.0, want);
     tcoll_tensor_free(&in);
     tcoll_tensor_free(&out);
   }
@@ -482,15 +499,18 @@ END_TEST
  * refused on every process, inputs that pending work writes are completed first. */
 START_TEST(multi_pending) {
   bufs_t b = local_buffers();
-  tcoll_tensor_t in[3] = {t_empty(), t_empty(), t_empty()}, y = t_empty(), out[3] = {t_empty(), t_empty(), t_empty()};
+  tcoll_tensor_t in[3] = {t_empty(), t_empty(), t_empty()}, y = t_empty(),
+                 out[3] = {t_empty(), t_empty(), t_empty()};
   make_inputs(&b, t_rank, 14, TCOLL_FLOAT64, in);
   T_OK(tcoll_all_reduce(&in[0], TCOLL_SUM, NULL, &y)); /* pending: reads in[0], writes y */
-  T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY, "an input still read by");
+  T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY,
+          "an input still read by");
   T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY, "out[0]");
   if (b.n > 1) /* in[0] is written: the root is the last buffer */
     T_FAILS(tcoll_multi_broadcast(in, b.n, b.n - 1, NULL, NULL), TCOLL_ERR_BUSY, "inout[0]");
   tcoll_tensor_t busy_out[3] = {y, t_empty(), t_empty()};
-  T_FAILS(tcoll_multi_all_reduce(in, busy_out, b.n, TCOLL_SUM, NULL, NULL), TCOLL_ERR_BUSY, "the output of");
+  T_FAILS(tcoll_multi_all_reduce(in, busy_out, b.n, TCOLL_SUM, NULL, NULL), TCOLL_ERR_BUSY,
+          "the output of");
   T_EXPECT(tcoll_pending_count() == 1, "failed calls changed the pending works (%d, expected 1)",
            (int)tcoll_pending_count());
   /* y as an input: completed first. y = sum over ranks r of gval(r * n, .) */
@@ -500,7 +520,8 @@ START_TEST(multi_pending) {
   for (int r = 0; r < t_size; r++) s += r * b.n + 1;
   for (int i = 1; i < b.n; i++) s += t_rank * b.n + i + 1;
   want_t w = {s, 0};
-  for (int i = 0; i < b.n; i++) t_check_all("multi_all_reduce of a pending output", &out[i], scaled, &w, 1e-9);
+  for (int i = 0; i < b.n; i++)
+    t_check_all("multi_all_reduce of a pending output", &out[i], scaled, &w, 1e-9);
   T_EXPECT(tcoll_pending_count() == 0, "%d works pending after a multi op read their output",
            (int)tcoll_pending_count());
   free_list(out, b.n);
@@ -517,20 +538,23 @@ START_TEST(multi_errors) {
   tcoll_comm_t *w = tcoll_comm_world(), *cl[3] = {w, w, w};
   T_FAILS(tcoll_multi_all_reduce_v(in, b.n, out, b.n, TCOLL_SUM, streams, b.n + 1, NULL, 0),
           TCOLL_ERR_INVALID_ARGUMENT, "number of streams is not equal to number of inputs");
-  T_FAILS(tcoll_multi_all_reduce_v(in, b.n, out, b.n, TCOLL_SUM, NULL, 0, cl, b.n + 1), TCOLL_ERR_INVALID_ARGUMENT,
-          "number of communicators is not equal to number of inputs");
-  T_FAILS(tcoll_multi_all_gather_v(in, b.n, out, b.n + 1, NULL, 0, NULL, 0), TCOLL_ERR_INVALID_ARGUMENT,
-          "number of outputs is not equal to number of inputs");
-  T_FAILS(tcoll_multi_broadcast(in, b.n, b.n, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT, "invalid root");
-  T_FAILS(tcoll_multi_broadcast(in, b.n, -1, NULL, cl), TCOLL_ERR_INVALID_ARGUMENT, "invalid root");
-  T_FAILS(tcoll_multi_reduce(in, b.n, NULL, b.n * t_size, TCOLL_SUM, NULL, cl), TCOLL_ERR_INVALID_ARGUMENT,
+  T_FAILS(tcoll_multi_all_reduce_v(in, b.n, out, b.n, TCOLL_SUM, NULL, 0, cl, b.n + 1),
+          TCOLL_ERR_INVALID_ARGUMENT, "number of communicators is not equal to number of inputs");
+  T_FAILS(tcoll_multi_all_gather_v(in, b.n, out, b.n + 1, NULL, 0, NULL, 0),
+          TCOLL_ERR_INVALID_ARGUMENT, "number of outputs is not equal to number of inputs");
+  T_FAILS(tcoll_multi_broadcast(in, b.n, b.n, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT,
           "invalid root");
+  T_FAILS(tcoll_multi_broadcast(in, b.n, -1, NULL, cl), TCOLL_ERR_INVALID_ARGUMENT, "invalid root");
+  T_FAILS(tcoll_multi_reduce(in, b.n, NULL, b.n * t_size, TCOLL_SUM, NULL, cl),
+          TCOLL_ERR_INVALID_ARGUMENT, "invalid root");
   tcoll_comm_t *holes[3] = {w, NULL, NULL};
   if (b.n > 1)
-    T_FAILS(tcoll_multi_all_reduce(in, out, b.n, TCOLL_SUM, NULL, holes), TCOLL_ERR_INVALID_ARGUMENT,
-            "number of communicators is not equal to number of inputs");
-  T_FAILS(tcoll_multi_all_reduce(in, out, 0, TCOLL_SUM, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT, "n is 0");
-  T_FAILS(tcoll_multi_reduce_scatter(in, out, b.n, TCOLL_BAND, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT, "op");
+    T_FAILS(tcoll_multi_all_reduce(in, out, b.n, TCOLL_SUM, NULL, holes),
+            TCOLL_ERR_INVALID_ARGUMENT, "number of communicators is not equal to number of inputs");
+  T_FAILS(tcoll_multi_all_reduce(in, out, 0, TCOLL_SUM, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT,
+          "n is 0");
+  T_FAILS(tcoll_multi_reduce_scatter(in, out, b.n, TCOLL_BAND, NULL, NULL),
+          TCOLL_ERR_INVALID_ARGUMENT, "op");
   /* one buffer per device */
   tcoll_tensor_t twice[2] = {in[0], in[0]};
   T_FAILS(tcoll_multi_all_reduce(twice, out, 2, TCOLL_SUM, NULL, NULL), TCOLL_ERR_INVALID_ARGUMENT,
@@ -540,16 +564,16 @@ START_TEST(multi_errors) {
     tcoll_comm_t *half = NULL;
     T_OK(tcoll_comm_split(NULL, t_rank % 2, t_rank, &half));
     tcoll_comm_t *mixed[3] = {w, half, w};
-    T_FAILS(tcoll_multi_all_reduce(in, out, b.n, TCOLL_SUM, NULL, mixed), TCOLL_ERR_INVALID_ARGUMENT,
-            "does not have the same members");
+    T_FAILS(tcoll_multi_all_reduce(in, out, b.n, TCOLL_SUM, NULL, mixed),
+            TCOLL_ERR_INVALID_ARGUMENT, "does not have the same members");
     T_OK(tcoll_comm_free(&half));
   }
   /* a bad root on one process only: every process fails, none hangs */
   if (t_size > 1) {
     int rc = tcoll_multi_broadcast(in, b.n, t_rank == 0 ? -3 : 0, NULL, cl);
     T_EXPECT(rc == TCOLL_ERR_INVALID_ARGUMENT, "one bad root: %s", tcoll_status_string(rc));
-    T_EXPECT(t_contains(tcoll_last_error(), t_rank == 0 ? "invalid root" : "world rank 0"), "message: %s",
-             tcoll_last_error());
+    T_EXPECT(t_contains(tcoll_last_error(), t_rank == 0 ? "invalid root" : "world rank 0"),
+             "message: %s", tcoll_last_error());
   }
   for (int i = 0; i < 3; i++) T_EXPECT(out[i].data == NULL, "a failed call allocated out[%d]", i);
   free_list(in, b.n);

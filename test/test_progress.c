@@ -29,14 +29,16 @@ START_TEST(completes_without_the_caller) {
   T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
   T_OK(tcoll_all_gather(&x, 0, NULL, &g));
   int waited = 0;
-  while ((tcoll_query(y.data) != TCOLL_SUCCESS || tcoll_query(g.data) != TCOLL_SUCCESS) && waited < 60000) {
+  while ((tcoll_query(y.data) != TCOLL_SUCCESS || tcoll_query(g.data) != TCOLL_SUCCESS) &&
+         waited < 60000) {
     nap_ms(5);
     waited += 5;
   }
-  T_EXPECT(tcoll_query(y.data) == TCOLL_SUCCESS, "all_reduce not completed by the progress thread after %d ms",
-           waited);
+  T_EXPECT(tcoll_query(y.data) == TCOLL_SUCCESS,
+           "all_reduce not completed by the progress thread after %d ms", waited);
   T_EXPECT(tcoll_query(g.data) == TCOLL_SUCCESS, "all_gather not completed by the progress thread");
-  T_EXPECT(tcoll_pending_count() == 2, "completed work stays pending until waited (%zu)", tcoll_pending_count());
+  T_EXPECT(tcoll_pending_count() == 2, "completed work stays pending until waited (%zu)",
+           tcoll_pending_count());
   T_OK(tcoll_wait(y.data));
   T_OK(tcoll_wait(g.data));
   double want = 0;
@@ -82,7 +84,8 @@ START_TEST(caller_stream_sees_outputs) {
     int v = t_rank + it;
     t_set_all(&x, fill, &v);
     T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
-    for (int waited = 0; tcoll_query(y.data) != TCOLL_SUCCESS && waited < 60000; waited++) nap_ms(1);
+    for (int waited = 0; tcoll_query(y.data) != TCOLL_SUCCESS && waited < 60000; waited++)
+      nap_ms(1);
     T_OK(tcoll_wait(y.data));
     /* Read on the caller's stream, then wait for that stream only. */
     tcoll_tensor_t h = t_host(TCOLL_FLOAT32, 1, shape);
@@ -90,8 +93,8 @@ START_TEST(caller_stream_sees_outputs) {
     T_OK(tcoll_stream_synchronize(0, stream));
     double want = 0;
     for (int r = 0; r < t_size; r++) want += r + it + 1 + 2; /* element 2 */
-    T_EXPECT(((float *)h.data)[2] == want, "iteration %d: the caller's stream read %g, expected %g", it,
-             ((float *)h.data)[2], want);
+    T_EXPECT(((float *)h.data)[2] == want, "iteration %d: the caller's stream read %g, expected %g",
+             it, ((float *)h.data)[2], want);
     tcoll_tensor_free(&h);
     tcoll_tensor_free(&x);
     tcoll_tensor_free(&y);
@@ -101,7 +104,9 @@ START_TEST(caller_stream_sees_outputs) {
 }
 END_TEST
 
-static double sent(int64_t i, void *ctx) { return (double)(((int *)ctx)[0] * 100 + ((int *)ctx)[1] * 10) + (double)(i % 7); }
+static double sent(int64_t i, void *ctx) {
+  return (double)(((int *)ctx)[0] * 100 + ((int *)ctx)[1] * 10) + (double)(i % 7);
+}
 static double junk(int64_t i, void *ctx) {
   (void)i;
   (void)ctx;
@@ -128,10 +133,13 @@ START_TEST(outputs_after_posting_stream) {
     outs[p] = t_alloc(TCOLL_FLOAT32, 1, p == 0 ? none : some);
     /* Only rank 0 keeps its stream busy: the others post at once (their inputs are read after
      * their own streams), so the exchange completes while rank 0's junk is still queued. */
-    for (int k = 0; t_rank == 0 && p != 0 && k < 20; k++) T_OK(tcoll_tensor_copy_async(&outs[p], &trash, stream));
+    for (int k = 0; t_rank == 0 && p != 0 && k < 20; k++)
+      T_OK(tcoll_tensor_copy_async(&outs[p], &trash, stream));
   }
   T_OK(tcoll_all_to_all(ins, NULL, outs));
-  for (int waited = 0; tcoll_query(outs[t_size - 1].data) != TCOLL_SUCCESS && waited < 60000; waited++) nap_ms(1);
+  for (int waited = 0; tcoll_query(outs[t_size - 1].data) != TCOLL_SUCCESS && waited < 60000;
+       waited++)
+    nap_ms(1);
   for (int p = 0; p < t_size; p++) T_OK(tcoll_wait(outs[p].data));
   for (int p = 1; p < t_size; p++) {
     tcoll_tensor_t h = t_host(TCOLL_FLOAT32, 1, some);

@@ -23,22 +23,28 @@ static void rd_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, int dst, int v
                     const int64_t *shape) {
   char what[200], whatin[220];
   int me = local_rank(&c);
-  snprintf(what, sizeof what, "reduce %s %s to %d %s G=%d (local rank %d)", kname(c.k), tcoll_dtype_name(c.d), dst,
-           vname[variant], c.G, me);
+  snprintf(what, sizeof what, "reduce %s %s to %d %s G=%d (local rank %d)", kname(c.k),
+           tcoll_dtype_name(c.d), dst, vname[variant], c.G, me);
   snprintf(whatin, sizeof whatin, "%s: input", what);
   tcoll_tensor_t in = t_alloc(c.d, ndim, shape);
   t_set_all(&in, rc_fill, &c);
-  tcoll_tensor_t out = variant == V_PREALLOC ? t_alloc(c.d, ndim, shape) : variant == V_INPLACE ? in : t_empty();
+  tcoll_tensor_t out = variant == V_PREALLOC  ? t_alloc(c.d, ndim, shape)
+                       : variant == V_INPLACE ? in
+                                              : t_empty();
   if (variant == V_PREALLOC) t_set_all(&out, sentinel, &c.d);
   if (!k_accepts(c.k, c.d)) {
     T_REFUSED(tcoll_reduce(&in, dst, op, comm, &out), c.k, c.d);
-    T_EXPECT(tcoll_pending_count() == 0, "%s: refused call left %zu pending", what, tcoll_pending_count());
-    if (variant == V_ALLOC) T_EXPECT(out.data == NULL, "%s: refused call allocated the output", what);
+    T_EXPECT(tcoll_pending_count() == 0, "%s: refused call left %zu pending", what,
+             tcoll_pending_count());
+    if (variant == V_ALLOC)
+      T_EXPECT(out.data == NULL, "%s: refused call allocated the output", what);
   } else {
     T_OK(tcoll_reduce(&in, dst, op, comm, &out));
-    T_EXPECT(tcoll_pending_count() == 1, "%s: %zu pending (expected the output)", what, tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 1, "%s: %zu pending (expected the output)", what,
+             tcoll_pending_count());
     T_OK(tcoll_wait(out.data));
-    T_EXPECT(tcoll_pending_count() == 0, "%s: %zu pending after the wait", what, tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 0, "%s: %zu pending after the wait", what,
+             tcoll_pending_count());
     if (variant == V_ALLOC) t_expect_desc(what, &out, c.d, ndim, shape, in.device);
     if (me == dst) {
       t_check_all(what, &out, rc_want, &c, 0);
@@ -48,7 +54,8 @@ static void rd_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, int dst, int v
       t_check_all(w2, &out, sentinel, &c.d, 0);
     }
   }
-  if (variant != V_INPLACE || me != dst || !k_accepts(c.k, c.d)) t_check_all(whatin, &in, rc_orig, &c, 0);
+  if (variant != V_INPLACE || me != dst || !k_accepts(c.k, c.d))
+    t_check_all(whatin, &in, rc_orig, &c, 0);
   if (variant != V_INPLACE) tcoll_tensor_free(&out);
   tcoll_tensor_free(&in);
 }
@@ -61,7 +68,8 @@ START_TEST(matrix) {
   for (int di = 0; di < TCOLL_NUM_DTYPES; di++)
     for (int k = 0; k < K_NKINDS; k++)
       for (int v = 0; v < V_COUNT; v++)
-        rd_case(rc_world(ALL_DTYPES[di], k, 0.5), kop(k, premul), NULL, (t_size - 1 + v) % t_size, v, 2, shape);
+        rd_case(rc_world(ALL_DTYPES[di], k, 0.5), kop(k, premul), NULL, (t_size - 1 + v) % t_size,
+                v, 2, shape);
   T_OK(tcoll_redop_destroy(premul));
 }
 END_TEST
@@ -70,15 +78,16 @@ END_TEST
 START_TEST(every_dst) {
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(2.0, &premul));
-  const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_INT32, TCOLL_BFLOAT16, TCOLL_BOOL, TCOLL_FLOAT64, TCOLL_UINT8};
+  const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_INT32,   TCOLL_BFLOAT16,
+                               TCOLL_BOOL,    TCOLL_FLOAT64, TCOLL_UINT8};
   const int ks[] = {K_SUM, K_AVG, K_MAX, K_PREMUL, K_PROD, K_BOR, K_MIN};
   int64_t shape[1] = {18};
   for (int dst = 0; dst < t_size; dst++)
     for (size_t d = 0; d < T_LEN(dts); d++)
       for (size_t k = 0; k < T_LEN(ks); k++)
         if (k_accepts(ks[k], dts[d]))
-          rd_case(rc_world(dts[d], ks[k], 2.0), kop(ks[k], premul), NULL, dst, (int)((d + k + (size_t)dst) % V_COUNT),
-                  1, shape);
+          rd_case(rc_world(dts[d], ks[k], 2.0), kop(ks[k], premul), NULL, dst,
+                  (int)((d + k + (size_t)dst) % V_COUNT), 1, shape);
   T_OK(tcoll_redop_destroy(premul));
 }
 END_TEST
@@ -92,7 +101,8 @@ START_TEST(in_place_every_dst) {
   for (int dst = 0; dst < t_size; dst++)
     for (size_t d = 0; d < T_LEN(dts); d++)
       for (int k = 0; k < K_NKINDS; k++)
-        if (k_accepts(k, dts[d])) rd_case(rc_world(dts[d], k, 0.25), kop(k, premul), NULL, dst, V_INPLACE, 3, shape);
+        if (k_accepts(k, dts[d]))
+          rd_case(rc_world(dts[d], k, 0.25), kop(k, premul), NULL, dst, V_INPLACE, 3, shape);
   T_OK(tcoll_redop_destroy(premul));
 }
 END_TEST
@@ -110,8 +120,8 @@ START_TEST(shapes) {
     for (size_t d = 0; d < T_LEN(dts); d++)
       for (size_t k = 0; k < T_LEN(ks); k++)
         if (k_accepts(ks[k], dts[d]))
-          rd_case(rc_world(dts[d], ks[k], 1), ks[k], NULL, (int)(s + d + k) % t_size, (int)(s + d + k) % V_COUNT,
-                  cases[s].ndim, cases[s].shape);
+          rd_case(rc_world(dts[d], ks[k], 1), ks[k], NULL, (int)(s + d + k) % t_size,
+                  (int)(s + d + k) % V_COUNT, cases[s].ndim, cases[s].shape);
 }
 END_TEST
 
@@ -145,7 +155,8 @@ START_TEST(groups) {
     for (int dst = 0; dst < G; dst++)
       for (int k = 0; k < K_NKINDS; k++) {
         tcoll_dtype_t d = k >= K_BAND && k <= K_BXOR ? TCOLL_INT64 : TCOLL_BFLOAT16;
-        rd_case(rc_group(d, k, 0.5, ids, G), kop(k, premul), tcoll_mesh_comm(mesh, md), dst, n++ % V_COUNT, 2, shape);
+        rd_case(rc_group(d, k, 0.5, ids, G), kop(k, premul), tcoll_mesh_comm(mesh, md), dst,
+                n++ % V_COUNT, 2, shape);
       }
   }
   if (mesh) T_OK(tcoll_mesh_free(&mesh));
@@ -180,7 +191,8 @@ START_TEST(pending) {
   int64_t shape[1] = {9};
   rc_t c = rc_world(TCOLL_INT32, K_SUM, 1);
   /* out: zero-filled by tcoll_tensor_alloc, left so on the ranks other than dst */
-  tcoll_tensor_t in = t_alloc(TCOLL_INT32, 1, shape), out = t_alloc(TCOLL_INT32, 1, shape), out2 = t_empty();
+  tcoll_tensor_t in = t_alloc(TCOLL_INT32, 1, shape), out = t_alloc(TCOLL_INT32, 1, shape),
+                 out2 = t_empty();
   t_set_all(&in, rc_fill, &c);
   T_OK(tcoll_reduce(&in, 0, TCOLL_SUM, NULL, &out));
   T_EXPECT(tcoll_pending_count() == 1, "%zu pending", tcoll_pending_count());
@@ -217,15 +229,15 @@ START_TEST(large_counts) {
     int64_t n;
     int variant;
   } cases[] = {
-      {TCOLL_FLOAT32, K_SUM, 3001, V_PREALLOC}, {TCOLL_FLOAT16, K_AVG, 2999, V_INPLACE},
-      {TCOLL_FLOAT64, K_PREMUL, 4001, V_ALLOC}, {TCOLL_INT8, K_BXOR, 1001, V_PREALLOC},
-      {TCOLL_BOOL, K_BAND, 2000, V_INPLACE},    {TCOLL_INT32, K_PROD, 1000, V_ALLOC},
+      {TCOLL_FLOAT32, K_SUM, 3001, V_PREALLOC},    {TCOLL_FLOAT16, K_AVG, 2999, V_INPLACE},
+      {TCOLL_FLOAT64, K_PREMUL, 4001, V_ALLOC},    {TCOLL_INT8, K_BXOR, 1001, V_PREALLOC},
+      {TCOLL_BOOL, K_BAND, 2000, V_INPLACE},       {TCOLL_INT32, K_PROD, 1000, V_ALLOC},
       {TCOLL_BFLOAT16, K_PREMUL, 2500, V_INPLACE},
   };
   for (size_t i = 0; i < T_LEN(cases); i++) {
     int64_t shape[1] = {cases[i].n};
-    rd_case(rc_world(cases[i].d, cases[i].k, 0.5), kop(cases[i].k, premul), NULL, (int)i % t_size, cases[i].variant,
-            1, shape);
+    rd_case(rc_world(cases[i].d, cases[i].k, 0.5), kop(cases[i].k, premul), NULL, (int)i % t_size,
+            cases[i].variant, 1, shape);
   }
   T_OK(tcoll_redop_destroy(premul));
   t_set_max_count(old);

@@ -18,11 +18,11 @@ static double b_const(int64_t i, void *v) {
 static void mv_fill_b(tcoll_tensor_t *t, double v) { t_set_all(t, b_const, &v); }
 
 /* One reduce_scatter of c's data (input shape `shape`) along dim, checked. */
-static void rs_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, bool alloc, int ndim, const int64_t *shape,
-                    int dim) {
+static void rs_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, bool alloc, int ndim,
+                    const int64_t *shape, int dim) {
   char what[200];
-  snprintf(what, sizeof what, "reduce_scatter %s %s dim %d %s G=%d", kname(c.k), tcoll_dtype_name(c.d), dim,
-           alloc ? "allocating" : "preallocated", c.G);
+  snprintf(what, sizeof what, "reduce_scatter %s %s dim %d %s G=%d", kname(c.k),
+           tcoll_dtype_name(c.d), dim, alloc ? "allocating" : "preallocated", c.G);
   int dn = dim < 0 ? dim + ndim : dim;
   int64_t oshape[TCOLL_MAX_DIMS];
   memcpy(oshape, shape, (size_t)ndim * sizeof *oshape);
@@ -32,13 +32,16 @@ static void rs_case(rc_t c, tcoll_redop_t op, tcoll_comm_t *comm, bool alloc, in
   tcoll_tensor_t out = alloc ? t_empty() : t_alloc(c.d, ndim, oshape);
   if (!k_accepts(c.k, c.d)) {
     T_REFUSED(tcoll_reduce_scatter(&in, op, dim, comm, &out), c.k, c.d);
-    T_EXPECT(tcoll_pending_count() == 0, "%s: refused call left %zu pending", what, tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 0, "%s: refused call left %zu pending", what,
+             tcoll_pending_count());
     if (alloc) T_EXPECT(out.data == NULL, "%s: refused call allocated the output", what);
   } else {
     T_OK(tcoll_reduce_scatter(&in, op, dim, comm, &out));
-    T_EXPECT(tcoll_pending_count() == 1, "%s: %zu pending (expected 1)", what, tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 1, "%s: %zu pending (expected 1)", what,
+             tcoll_pending_count());
     T_OK(tcoll_wait(out.data));
-    T_EXPECT(tcoll_pending_count() == 0, "%s: %zu pending after the wait", what, tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 0, "%s: %zu pending after the wait", what,
+             tcoll_pending_count());
     if (alloc) t_expect_desc(what, &out, c.d, ndim, oshape, in.device);
     rc_t want = c;
     rc_scatter(&want, shape, ndim, dn, local_rank(&c));
@@ -71,7 +74,8 @@ END_TEST
 START_TEST(every_dim) {
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(2.0, &premul));
-  const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_BFLOAT16, TCOLL_INT8, TCOLL_BOOL, TCOLL_FLOAT64};
+  const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_BFLOAT16, TCOLL_INT8, TCOLL_BOOL,
+                               TCOLL_FLOAT64};
   const int ks[] = {K_SUM, K_AVG, K_MIN, K_MAX, K_PREMUL, K_PROD, K_BXOR};
   int n = 0;
   const int64_t sizes[2][3] = {{2, 3, 2}, {4, 128, 8}};
@@ -119,7 +123,8 @@ START_TEST(large_other_dims) {
   for (size_t i = 0; i < T_LEN(cases); i++) {
     int64_t shape[3] = {cases[i].shape[0], cases[i].shape[1], cases[i].shape[2]};
     shape[cases[i].dim < 0 ? cases[i].dim + 3 : cases[i].dim] *= G;
-    rs_case(rc_world(cases[i].d, cases[i].k, 0.5), kop(cases[i].k, premul), NULL, i % 2, 3, shape, cases[i].dim);
+    rs_case(rc_world(cases[i].d, cases[i].k, 0.5), kop(cases[i].k, premul), NULL, i % 2, 3, shape,
+            cases[i].dim);
   }
   T_OK(tcoll_redop_destroy(premul));
 }
@@ -182,25 +187,34 @@ START_TEST(refusals) {
   tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 2, shape), out = t_empty();
   char msg[128];
   if (G > 1) {
-    snprintf(msg, sizeof msg, "input dimension 1 (%d) must be a multiple of group_size %d", 3 * G + 1, G);
+    snprintf(msg, sizeof msg, "input dimension 1 (%d) must be a multiple of group_size %d",
+             3 * G + 1, G);
     T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, 1, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, msg);
     /* a negative dim: the seed prints the dim as given, tcoll the normalized one; only the
      * size and the group size are pinned here */
     snprintf(msg, sizeof msg, "(%d) must be a multiple of group_size %d", 3 * G + 1, G);
     T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, -1, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, msg);
     snprintf(msg, sizeof msg, "input dimension 0 (2) must be a multiple of group_size %d", G);
-    if (G != 2) T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, msg);
+    if (G != 2)
+      T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, msg);
   }
-  T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, 2, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "scatter_dim is 2");
-  T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, -3, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "scatter_dim is -3");
+  T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, 2, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "scatter_dim is 2");
+  T_FAILS(tcoll_reduce_scatter(&in, TCOLL_SUM, -3, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "scatter_dim is -3");
   tcoll_tensor_t scalar = t_alloc(TCOLL_FLOAT32, 0, NULL);
-  T_FAILS(tcoll_reduce_scatter(&scalar, TCOLL_SUM, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "0-dim");
+  T_FAILS(tcoll_reduce_scatter(&scalar, TCOLL_SUM, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "0-dim");
   tcoll_tensor_free(&scalar);
   T_FAILS(tcoll_reduce_scatter(&in, TCOLL_BAND, 0, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "band");
   /* a preallocated output of the input's shape (not the scattered one) */
   tcoll_tensor_t in2 = t_alloc(TCOLL_FLOAT32, 2, good), wrong = t_alloc(TCOLL_FLOAT32, 2, good);
-  if (G > 1) T_FAILS(tcoll_reduce_scatter(&in2, TCOLL_SUM, 1, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT, "out->shape");
-  else T_FAILS(tcoll_reduce_scatter(&in2, TCOLL_SUM, 1, NULL, &in2), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+  if (G > 1)
+    T_FAILS(tcoll_reduce_scatter(&in2, TCOLL_SUM, 1, NULL, &wrong), TCOLL_ERR_INVALID_ARGUMENT,
+            "out->shape");
+  else
+    T_FAILS(tcoll_reduce_scatter(&in2, TCOLL_SUM, 1, NULL, &in2), TCOLL_ERR_INVALID_ARGUMENT,
+            "overlaps");
   T_EXPECT(out.data == NULL, "a refused call allocated the output");
   T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu pending", tcoll_pending_count());
   tcoll_tensor_free(&wrong);
@@ -216,14 +230,14 @@ START_TEST(shape_rule) {
   const struct {
     int dim, G;
     int64_t want[3];
-  } ok[] = {{0, 4, {2, 6, 4}}, {-3, 8, {1, 6, 4}}, {1, 3, {8, 2, 4}}, {-2, 6, {8, 1, 4}},
-            {2, 2, {8, 6, 2}},  {-1, 1, {8, 6, 4}}};
+  } ok[] = {{0, 4, {2, 6, 4}},  {-3, 8, {1, 6, 4}}, {1, 3, {8, 2, 4}},
+            {-2, 6, {8, 1, 4}}, {2, 2, {8, 6, 2}},  {-1, 1, {8, 6, 4}}};
   for (size_t i = 0; i < T_LEN(ok); i++) {
     memset(got, 0x55, sizeof got);
     T_OK(tcoll_reduce_scatter_shape(&t, ok[i].dim, ok[i].G, got));
     for (int d = 0; d < 3; d++)
-      T_EXPECT(got[d] == ok[i].want[d], "shape(dim %d, G %d)[%d] = %lld, expected %lld", ok[i].dim, ok[i].G, d,
-               (long long)got[d], (long long)ok[i].want[d]);
+      T_EXPECT(got[d] == ok[i].want[d], "shape(dim %d, G %d)[%d] = %lld, expected %lld", ok[i].dim,
+               ok[i].G, d, (long long)got[d], (long long)ok[i].want[d]);
   }
   T_FAILS(tcoll_reduce_scatter_shape(&t, 1, 4, got), TCOLL_ERR_INVALID_ARGUMENT,
           "input dimension 1 (6) must be a multiple of group_size 4");
@@ -240,7 +254,8 @@ START_TEST(shape_rule) {
   int64_t z[2] = {0, 5};
   tcoll_tensor_t tz = tcoll_tensor_make(NULL, TCOLL_INT8, 2, z, TCOLL_HOST);
   T_OK(tcoll_reduce_scatter_shape(&tz, 0, 3, got));
-  T_EXPECT(got[0] == 0 && got[1] == 5, "empty dim: got [%lld, %lld]", (long long)got[0], (long long)got[1]);
+  T_EXPECT(got[0] == 0 && got[1] == 5, "empty dim: got [%lld, %lld]", (long long)got[0],
+           (long long)got[1]);
 }
 END_TEST
 
@@ -256,7 +271,9 @@ START_TEST(groups) {
   for (size_t d = 0; d < T_LEN(dts); d++)
     for (int k = 0; k < K_NKINDS; k++) {
       int64_t shape[2] = {3, 2 * (int64_t)G};
-      if (k_accepts(k, dts[d])) rs_case(rc_group(dts[d], k, 0.5, ids, G), kop(k, premul), sub, n % 2, 2, shape, (n % 2) ? 1 : -1);
+      if (k_accepts(k, dts[d]))
+        rs_case(rc_group(dts[d], k, 0.5, ids, G), kop(k, premul), sub, n % 2, 2, shape,
+                (n % 2) ? 1 : -1);
       n++;
     }
   T_OK(tcoll_comm_free(&sub));
@@ -269,7 +286,8 @@ START_TEST(groups) {
     for (int k = 0; k < K_NKINDS; k++) {
       int64_t shape[2] = {2 * (int64_t)G, 5};
       tcoll_dtype_t d = k >= K_BAND && k <= K_BXOR ? TCOLL_INT16 : TCOLL_FLOAT64;
-      rs_case(rc_group(d, k, 0.5, ids, G), kop(k, premul), tcoll_mesh_comm(mesh, md), k % 2, 2, shape, 0);
+      rs_case(rc_group(d, k, 0.5, ids, G), kop(k, premul), tcoll_mesh_comm(mesh, md), k % 2, 2,
+              shape, 0);
     }
   }
   if (mesh) T_OK(tcoll_mesh_free(&mesh));
@@ -297,8 +315,8 @@ static int wait_index(int how, int n, int j) {
 
 /* One reduce_scatter_coalesced of the specs (tensor t's values salted by 1000 * t), waited in
  * order `how`, checked. */
-static void rsc_case(const co_spec_t *sp, int n, int k, tcoll_redop_t op, double s, tcoll_comm_t *comm,
-                     const int *ids, int G, int how) {
+static void rsc_case(const co_spec_t *sp, int n, int k, tcoll_redop_t op, double s,
+                     tcoll_comm_t *comm, const int *ids, int G, int how) {
   tcoll_tensor_t in[16], out[16];
   int dims[16];
   int64_t ishape[16][4], oshape[16][4];
@@ -321,23 +339,24 @@ static void rsc_case(const co_spec_t *sp, int n, int k, tcoll_redop_t op, double
     int bad = 0;
     while (k_accepts(k, sp[bad].d)) bad++;
     T_REFUSED(tcoll_reduce_scatter_coalesced(in, n, op, dims, comm, out), k, sp[bad].d);
-    T_EXPECT(tcoll_pending_count() == 0, "refused coalesced call left %zu pending", tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 0, "refused coalesced call left %zu pending",
+             tcoll_pending_count());
     for (int t = 0; t < n; t++)
       T_EXPECT(!sp[t].alloc || out[t].data == NULL, "refused coalesced call allocated out[%d]", t);
   } else {
     T_OK(tcoll_reduce_scatter_coalesced(in, n, op, dims, comm, out));
-    T_EXPECT(tcoll_pending_count() == (size_t)n, "coalesced %s: %zu pending (expected %d)", kname(k),
-             tcoll_pending_count(), n);
+    T_EXPECT(tcoll_pending_count() == (size_t)n, "coalesced %s: %zu pending (expected %d)",
+             kname(k), tcoll_pending_count(), n);
     for (int j = 0; j < n; j++) {
       int t = wait_index(how, n, j);
       T_OK(tcoll_wait(out[t].data));
-      T_EXPECT(tcoll_pending_count() == (size_t)(n - j - 1), "coalesced: %zu pending after %d waits",
-               tcoll_pending_count(), j + 1);
+      T_EXPECT(tcoll_pending_count() == (size_t)(n - j - 1),
+               "coalesced: %zu pending after %d waits", tcoll_pending_count(), j + 1);
     }
     for (int t = 0; t < n; t++) {
       char what[160];
-      snprintf(what, sizeof what, "reduce_scatter_coalesced %s out[%d] (%s, dim %d, G=%d)", kname(k), t,
-               tcoll_dtype_name(sp[t].d), sp[t].dim, G);
+      snprintf(what, sizeof what, "reduce_scatter_coalesced %s out[%d] (%s, dim %d, G=%d)",
+               kname(k), t, tcoll_dtype_name(sp[t].d), sp[t].dim, G);
       int dn = sp[t].dim < 0 ? sp[t].dim + sp[t].ndim : sp[t].dim;
       if (sp[t].alloc) t_expect_desc(what, &out[t], sp[t].d, sp[t].ndim, oshape[t], in[t].device);
       rc_t want = c[t];
@@ -354,15 +373,15 @@ static void rsc_case(const co_spec_t *sp, int n, int k, tcoll_redop_t op, double
 }
 
 static const co_spec_t MIXED[] = {
-    {TCOLL_FLOAT32, 2, {2, 3}, 0, false},  {TCOLL_INT32, 2, {3, 1}, -1, true},
-    {TCOLL_FLOAT16, 3, {2, 2, 2}, 1, true}, {TCOLL_FLOAT32, 1, {1}, 0, true},
-    {TCOLL_BFLOAT16, 2, {1, 1}, 0, false}, {TCOLL_INT32, 2, {0, 1}, 1, true},
+    {TCOLL_FLOAT32, 2, {2, 3}, 0, false},     {TCOLL_INT32, 2, {3, 1}, -1, true},
+    {TCOLL_FLOAT16, 3, {2, 2, 2}, 1, true},   {TCOLL_FLOAT32, 1, {1}, 0, true},
+    {TCOLL_BFLOAT16, 2, {1, 1}, 0, false},    {TCOLL_INT32, 2, {0, 1}, 1, true},
     {TCOLL_FLOAT64, 3, {1, 2, 3}, -1, false}, {TCOLL_INT8, 1, {4}, 0, false},
     {TCOLL_BOOL, 2, {2, 2}, 1, true},
 };
 static const co_spec_t FLOATS[] = {
-    {TCOLL_FLOAT32, 2, {2, 3}, 1, false},  {TCOLL_FLOAT16, 3, {2, 2, 2}, -3, true},
-    {TCOLL_FLOAT64, 1, {5}, 0, true},     {TCOLL_BFLOAT16, 2, {3, 1}, -1, false},
+    {TCOLL_FLOAT32, 2, {2, 3}, 1, false},   {TCOLL_FLOAT16, 3, {2, 2, 2}, -3, true},
+    {TCOLL_FLOAT64, 1, {5}, 0, true},       {TCOLL_BFLOAT16, 2, {3, 1}, -1, false},
     {TCOLL_FLOAT32, 3, {1, 0, 2}, 2, true}, {TCOLL_FLOAT32, 2, {4, 2}, 0, true},
 };
 
@@ -381,9 +400,12 @@ START_TEST(coalesced) {
   rsc_case(FLOATS, nf, K_AVG, TCOLL_AVG, 1, NULL, ids, G, REV);
   rsc_case(FLOATS, nf, K_PREMUL, premul, 0.5, NULL, ids, G, FWD);
   /* integers and bool: bitwise */
-  const co_spec_t ints[] = {{TCOLL_INT64, 1, {3}, 0, true}, {TCOLL_BOOL, 2, {4, 1}, 0, false},
-                            {TCOLL_UINT8, 2, {2, 3}, -1, true}, {TCOLL_INT16, 1, {2}, 0, false}};
-  for (int k = K_BAND; k <= K_BXOR; k++) rsc_case(ints, 4, k, k, 1, NULL, ids, G, k == K_BOR ? REV : FWD);
+  const co_spec_t ints[] = {{TCOLL_INT64, 1, {3}, 0, true},
+                            {TCOLL_BOOL, 2, {4, 1}, 0, false},
+                            {TCOLL_UINT8, 2, {2, 3}, -1, true},
+                            {TCOLL_INT16, 1, {2}, 0, false}};
+  for (int k = K_BAND; k <= K_BXOR; k++)
+    rsc_case(ints, 4, k, k, 1, NULL, ids, G, k == K_BOR ? REV : FWD);
   /* refusals: AVG / premul_sum with an integer among the tensors, bitwise with a float */
   rsc_case(MIXED, n, K_AVG, TCOLL_AVG, 1, NULL, ids, G, FWD);
   rsc_case(MIXED, n, K_PREMUL, premul, 0.5, NULL, ids, G, FWD);
@@ -403,20 +425,25 @@ END_TEST
 START_TEST(coalesced_refusals) {
   int G = t_size;
   int64_t a[2] = {2 * (int64_t)G, 3}, b[2] = {3, 2 * (int64_t)G + 1};
-  tcoll_tensor_t in[2] = {t_alloc(TCOLL_FLOAT32, 2, a), t_alloc(TCOLL_FLOAT32, 2, b)}, out[2] = {t_empty(), t_empty()};
+  tcoll_tensor_t in[2] = {t_alloc(TCOLL_FLOAT32, 2, a), t_alloc(TCOLL_FLOAT32, 2, b)},
+                 out[2] = {t_empty(), t_empty()};
   int dims[2] = {0, 1};
   char msg[128];
   if (G > 1) {
-    snprintf(msg, sizeof msg, "input dimension 1 (%d) must be a multiple of group_size %d", 2 * G + 1, G);
-    T_FAILS(tcoll_reduce_scatter_coalesced(in, 2, TCOLL_SUM, dims, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, msg);
-    T_EXPECT(t_contains(tcoll_last_error(), "index 1"), "message does not name the tensor: %s", tcoll_last_error());
+    snprintf(msg, sizeof msg, "input dimension 1 (%d) must be a multiple of group_size %d",
+             2 * G + 1, G);
+    T_FAILS(tcoll_reduce_scatter_coalesced(in, 2, TCOLL_SUM, dims, NULL, out),
+            TCOLL_ERR_INVALID_ARGUMENT, msg);
+    T_EXPECT(t_contains(tcoll_last_error(), "index 1"), "message does not name the tensor: %s",
+             tcoll_last_error());
   }
   dims[1] = 2;
-  T_FAILS(tcoll_reduce_scatter_coalesced(in, 2, TCOLL_SUM, dims, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
-          "scatter_dims[1]");
-  T_FAILS(tcoll_reduce_scatter_coalesced(in, 2, TCOLL_SUM, NULL, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
-          "scatter_dims");
-  T_FAILS(tcoll_reduce_scatter_coalesced(in, -1, TCOLL_SUM, dims, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "n");
+  T_FAILS(tcoll_reduce_scatter_coalesced(in, 2, TCOLL_SUM, dims, NULL, out),
+          TCOLL_ERR_INVALID_ARGUMENT, "scatter_dims[1]");
+  T_FAILS(tcoll_reduce_scatter_coalesced(in, 2, TCOLL_SUM, NULL, NULL, out),
+          TCOLL_ERR_INVALID_ARGUMENT, "scatter_dims");
+  T_FAILS(tcoll_reduce_scatter_coalesced(in, -1, TCOLL_SUM, dims, NULL, out),
+          TCOLL_ERR_INVALID_ARGUMENT, "n");
   T_EXPECT(out[0].data == NULL && out[1].data == NULL, "a refused call allocated outputs");
   T_EXPECT(tcoll_pending_count() == 0, "refused calls left %zu pending", tcoll_pending_count());
   T_OK(tcoll_reduce_scatter_coalesced(in, 0, TCOLL_SUM, dims, NULL, out)); /* nothing to do */
@@ -427,8 +454,10 @@ END_TEST
 
 /* ------------------------------------------------------------------ list form */
 
-/* ins[j] (shape, on every rank) is rank j's part: rank q gets the reduction of everyone's ins[q]. */
-static void rsl_case(tcoll_dtype_t d, int k, tcoll_redop_t op, double s, int ndim, const int64_t *shape, bool alloc) {
+/* ins[j] (shape, on every rank) is rank j's part: rank q gets the reduction of everyone's ins[q].
+ */
+static void rsl_case(tcoll_dtype_t d, int k, tcoll_redop_t op, double s, int ndim,
+                     const int64_t *shape, bool alloc) {
   int G = t_size;
   char what[160];
   snprintf(what, sizeof what, "reduce_scatter_list %s %s %s", kname(k), tcoll_dtype_name(d),
@@ -464,7 +493,8 @@ START_TEST(list_form) {
   int64_t shape[2] = {3, 2};
   int n = 0;
   for (int di = 0; di < TCOLL_NUM_DTYPES; di++)
-    for (int k = 0; k < K_NKINDS; k++) rsl_case(ALL_DTYPES[di], k, kop(k, premul), 2.0, 2, shape, n++ % 2);
+    for (int k = 0; k < K_NKINDS; k++)
+      rsl_case(ALL_DTYPES[di], k, kop(k, premul), 2.0, 2, shape, n++ % 2);
   rsl_case(TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, 0, NULL, true); /* 0-dim entries */
   int64_t z[1] = {0};
   rsl_case(TCOLL_FLOAT32, K_SUM, TCOLL_SUM, 1, 1, z, true);
@@ -473,17 +503,21 @@ START_TEST(list_form) {
     tcoll_tensor_t ins[T_MAX_G], out = t_empty();
     int64_t other[2] = {2, 3};
     for (int j = 0; j < t_size; j++) ins[j] = t_alloc(TCOLL_FLOAT32, 2, j == 1 ? other : shape);
-    T_FAILS(tcoll_reduce_scatter_list(ins, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "ins[1]");
+    T_FAILS(tcoll_reduce_scatter_list(ins, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+            "ins[1]");
     ins[1].shape[0] = 3;
     ins[1].shape[1] = 2;
     ins[1].dtype = TCOLL_INT32;
-    T_FAILS(tcoll_reduce_scatter_list(ins, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "ins[1]");
+    T_FAILS(tcoll_reduce_scatter_list(ins, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+            "ins[1]");
     ins[1].dtype = TCOLL_FLOAT32;
-    T_EXPECT(out.data == NULL && tcoll_pending_count() == 0, "a refused list call started something");
+    T_EXPECT(out.data == NULL && tcoll_pending_count() == 0,
+             "a refused list call started something");
     for (int j = 0; j < t_size; j++) tcoll_tensor_free(&ins[j]);
   }
   tcoll_tensor_t out = t_empty();
-  T_FAILS(tcoll_reduce_scatter_list(NULL, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "ins");
+  T_FAILS(tcoll_reduce_scatter_list(NULL, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "ins");
 }
 END_TEST
 
@@ -496,8 +530,8 @@ START_TEST(large_counts) {
   int G = t_size;
   /* per-rank blocks above the limit (per-root MPI_Ireduce), at and below it */
   int64_t s1[1] = {1503 * (int64_t)G}, s2[2] = {3, 601 * (int64_t)G}, s3[1] = {1001 * (int64_t)G},
-          s4[2] = {2500 * (int64_t)G, 1}, s5[1] = {700 * (int64_t)G}, s6[3] = {3, 2 * (int64_t)G, 677},
-          s7[1] = {1000 * (int64_t)G};
+          s4[2] = {2500 * (int64_t)G, 1}, s5[1] = {700 * (int64_t)G},
+          s6[3] = {3, 2 * (int64_t)G, 677}, s7[1] = {1000 * (int64_t)G};
   rs_case(rc_world(TCOLL_FLOAT32, K_SUM, 1), TCOLL_SUM, NULL, false, 1, s1, 0);
   rs_case(rc_world(TCOLL_INT32, K_BXOR, 1), TCOLL_BXOR, NULL, true, 2, s2, 1);
   rs_case(rc_world(TCOLL_FLOAT16, K_AVG, 1), TCOLL_AVG, NULL, true, 1, s3, -1);
@@ -507,8 +541,10 @@ START_TEST(large_counts) {
   rs_case(rc_world(TCOLL_BFLOAT16, K_MIN, 1), TCOLL_MIN, NULL, false, 1, s7, 0);
   rs_case(rc_world(TCOLL_INT64, K_PROD, 1), TCOLL_PRODUCT, NULL, true, 2, s2, -1);
   /* coalesced: per-rank blocks of one dtype group above the limit */
-  const co_spec_t big[] = {{TCOLL_FLOAT32, 1, {700}, 0, false}, {TCOLL_FLOAT32, 2, {5, 101}, 0, true},
-                           {TCOLL_INT32, 2, {3, 401}, -1, true}, {TCOLL_FLOAT32, 2, {1, 3}, 1, false}};
+  const co_spec_t big[] = {{TCOLL_FLOAT32, 1, {700}, 0, false},
+                           {TCOLL_FLOAT32, 2, {5, 101}, 0, true},
+                           {TCOLL_INT32, 2, {3, 401}, -1, true},
+                           {TCOLL_FLOAT32, 2, {1, 3}, 1, false}};
   int ids[T_MAX_G];
   for (int r = 0; r < G; r++) ids[r] = r;
   rsc_case(big, 4, K_SUM, TCOLL_SUM, 1, NULL, ids, G, REV);
@@ -533,7 +569,8 @@ START_TEST(tiny_limits) {
     rs_case(rc_world(TCOLL_INT32, K_SUM, 1), TCOLL_SUM, NULL, false, 1, s1, 0);
     rs_case(rc_world(TCOLL_FLOAT16, K_AVG, 1), TCOLL_AVG, NULL, true, 2, s2, 1);
     rs_case(rc_world(TCOLL_BOOL, K_MIN, 1), TCOLL_MIN, NULL, true, 1, s3, 0);
-    const co_spec_t sp[] = {{TCOLL_FLOAT32, 1, {3}, 0, true}, {TCOLL_INT8, 2, {2, 1}, 1, false},
+    const co_spec_t sp[] = {{TCOLL_FLOAT32, 1, {3}, 0, true},
+                            {TCOLL_INT8, 2, {2, 1}, 1, false},
                             {TCOLL_FLOAT32, 2, {1, 2}, -1, false}};
     rsc_case(sp, 3, K_MAX, TCOLL_MAX, 1, NULL, ids, G, REV);
     int64_t s4[1] = {3};
@@ -547,10 +584,13 @@ END_TEST
 START_TEST(coalesced_empty_group) {
   int G = t_size, ids[T_MAX_G];
   for (int r = 0; r < G; r++) ids[r] = r;
-  const co_spec_t sp[] = {{TCOLL_INT16, 2, {0, 1}, 1, true}, {TCOLL_FLOAT32, 1, {2}, 0, false},
-                          {TCOLL_INT16, 1, {0}, 0, false}, {TCOLL_FLOAT64, 2, {1, 0}, 0, true}};
+  const co_spec_t sp[] = {{TCOLL_INT16, 2, {0, 1}, 1, true},
+                          {TCOLL_FLOAT32, 1, {2}, 0, false},
+                          {TCOLL_INT16, 1, {0}, 0, false},
+                          {TCOLL_FLOAT64, 2, {1, 0}, 0, true}};
   rsc_case(sp, 4, K_SUM, TCOLL_SUM, 1, NULL, ids, G, REV);
-  const co_spec_t all_empty[] = {{TCOLL_FLOAT32, 1, {0}, 0, true}, {TCOLL_INT32, 2, {2, 0}, 0, false}};
+  const co_spec_t all_empty[] = {{TCOLL_FLOAT32, 1, {0}, 0, true},
+                                 {TCOLL_INT32, 2, {2, 0}, 0, false}};
   rsc_case(all_empty, 2, K_MAX, TCOLL_MAX, 1, NULL, ids, G, FWD);
 }
 END_TEST
@@ -563,8 +603,10 @@ START_TEST(list_overlap) {
   tcoll_tensor_t out = ins[t_size - 1];
   char needle[32];
   snprintf(needle, sizeof needle, "ins[%d]", t_size - 1);
-  T_FAILS(tcoll_reduce_scatter_list(ins, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
-  T_EXPECT(t_contains(tcoll_last_error(), needle), "message does not name %s: %s", needle, tcoll_last_error());
+  T_FAILS(tcoll_reduce_scatter_list(ins, TCOLL_SUM, NULL, &out), TCOLL_ERR_INVALID_ARGUMENT,
+          "overlaps");
+  T_EXPECT(t_contains(tcoll_last_error(), needle), "message does not name %s: %s", needle,
+           tcoll_last_error());
   T_EXPECT(tcoll_pending_count() == 0, "refused call left %zu pending", tcoll_pending_count());
   for (int j = 0; j < t_size; j++) tcoll_tensor_free(&ins[j]);
 }

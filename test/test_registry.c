@@ -36,13 +36,15 @@ static tcoll_tensor_t input_1d(int64_t n) {
 /* A descriptor for elements [off, off + n) of t (a view; tcoll does not own it). */
 static tcoll_tensor_t view_1d(const tcoll_tensor_t *t, int64_t off, int64_t n) {
   int64_t shape[1] = {n};
-  return tcoll_tensor_make((char *)t->data + (size_t)off * tcoll_dtype_size(t->dtype), t->dtype, 1, shape, t->device);
+  return tcoll_tensor_make((char *)t->data + (size_t)off * tcoll_dtype_size(t->dtype), t->dtype, 1,
+                           shape, t->device);
 }
 
-#define PENDING_IS(n)                                                                                                \
-  do {                                                                                                               \
-    size_t t_p_ = tcoll_pending_count();                                                                             \
-    T_EXPECT(t_p_ == (size_t)(n), "tcoll_pending_count() is %zu, expected %zu", t_p_, (size_t)(n));                  \
+#define PENDING_IS(n)                                                                 \
+  do {                                                                                \
+    size_t t_p_ = tcoll_pending_count();                                              \
+    T_EXPECT(t_p_ == (size_t)(n), "tcoll_pending_count() is %zu, expected %zu", t_p_, \
+             (size_t)(n));                                                            \
   } while (0)
 
 START_TEST(pending_until_waited) {
@@ -51,8 +53,8 @@ START_TEST(pending_until_waited) {
   T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
   T_EXPECT(out.data != NULL, "out.data was not allocated");
   T_EXPECT(out.dtype == F32 && out.ndim == 1 && out.shape[0] == 64 && out.device == in.device,
-           "allocated out is %s ndim %d shape[0] %lld device %d", tcoll_dtype_name(out.dtype), out.ndim,
-           (long long)out.shape[0], out.device);
+           "allocated out is %s ndim %d shape[0] %lld device %d", tcoll_dtype_name(out.dtype),
+           out.ndim, (long long)out.shape[0], out.device);
   PENDING_IS(1);
   /* Every rank has posted by now and MPI may well have finished: still pending until waited. */
   MPI_Barrier(MPI_COMM_WORLD);
@@ -90,8 +92,10 @@ START_TEST(busy_overlaps) {
   long calls = t_mpi_calls();
 
   /* The same buffer, a view inside it, ranges overlapping its start, its end, and all of it. */
-  tcoll_tensor_t same = view_1d(&big, 16, 16), inside = view_1d(&big, 20, 4), last = view_1d(&big, 31, 1);
-  tcoll_tensor_t over_start = view_1d(&big, 8, 16), over_end = view_1d(&big, 24, 16), first_byte = view_1d(&big, 12, 5);
+  tcoll_tensor_t same = view_1d(&big, 16, 16), inside = view_1d(&big, 20, 4),
+                 last = view_1d(&big, 31, 1);
+  tcoll_tensor_t over_start = view_1d(&big, 8, 16), over_end = view_1d(&big, 24, 16),
+                 first_byte = view_1d(&big, 12, 5);
   T_FAILS(tcoll_all_reduce(&in16, TCOLL_SUM, NULL, &same), TCOLL_ERR_BUSY, "pending work");
   T_FAILS(tcoll_all_reduce(&in4, TCOLL_SUM, NULL, &inside), TCOLL_ERR_BUSY, "pending work");
   T_FAILS(tcoll_all_reduce(&in16, TCOLL_SUM, NULL, &over_start), TCOLL_ERR_BUSY, "pending work");
@@ -107,13 +111,15 @@ START_TEST(busy_overlaps) {
   T_FAILS(tcoll_all_reduce(&in16, TCOLL_SUM, NULL, &same), TCOLL_ERR_BUSY, "all_reduce");
   /* A call refused half-way through its outputs undoes what it allocated. */
   tcoll_tensor_t cin[2] = {in4, in16}, cout[2] = {t_empty(), same};
-  T_FAILS(tcoll_all_reduce_coalesced(cin, 2, TCOLL_SUM, NULL, cout), TCOLL_ERR_BUSY, "pending work");
+  T_FAILS(tcoll_all_reduce_coalesced(cin, 2, TCOLL_SUM, NULL, cout), TCOLL_ERR_BUSY,
+          "pending work");
   T_EXPECT(cout[0].data == NULL, "refused call left out[0] allocated (%p)", cout[0].data);
   tcoll_tensor_t lin = in4, louts[4] = {t_empty(), t_empty(), t_empty(), t_empty()};
   if (t_size <= 4) {
     louts[t_size - 1] = inside;
     T_FAILS(tcoll_all_gather_list(&lin, NULL, louts), TCOLL_ERR_BUSY, "pending work");
-    for (int r = 0; r < t_size - 1; r++) T_EXPECT(louts[r].data == NULL, "refused call left outs[%d] allocated", r);
+    for (int r = 0; r < t_size - 1; r++)
+      T_EXPECT(louts[r].data == NULL, "refused call left outs[%d] allocated", r);
   }
   /* Nothing was started: no MPI call, the pending count is unchanged. */
   T_EXPECT(t_mpi_calls() == calls, "refused calls made %ld MPI calls", t_mpi_calls() - calls);
@@ -123,7 +129,8 @@ START_TEST(busy_overlaps) {
   tcoll_tensor_t before = view_1d(&big, 0, 16), after = view_1d(&big, 32, 16);
   T_OK(tcoll_all_reduce(&in16, TCOLL_SUM, NULL, &before));
   T_OK(tcoll_all_reduce(&in16, TCOLL_SUM, NULL, &after));
-  T_EXPECT(t_mpi_calls() >= calls + 2, "valid calls were not seen posting MPI calls (the counter is broken)");
+  T_EXPECT(t_mpi_calls() >= calls + 2,
+           "valid calls were not seen posting MPI calls (the counter is broken)");
   PENDING_IS(3);
   T_OK(tcoll_wait(out.data));
   T_OK(tcoll_wait(before.data));
@@ -151,9 +158,11 @@ START_TEST(busy_same_call) {
   tcoll_tensor_t in[2] = {input_1d(8), input_1d(8)};
   tcoll_tensor_t out[2] = {view_1d(&big, 0, 8), view_1d(&big, 4, 8)};
   long calls = t_mpi_calls();
-  T_FAILS(tcoll_all_reduce_coalesced(in, 2, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+  T_FAILS(tcoll_all_reduce_coalesced(in, 2, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "overlaps");
   out[1] = view_1d(&big, 0, 8);
-  T_FAILS(tcoll_all_reduce_coalesced(in, 2, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT, "overlaps");
+  T_FAILS(tcoll_all_reduce_coalesced(in, 2, TCOLL_SUM, NULL, out), TCOLL_ERR_INVALID_ARGUMENT,
+          "overlaps");
   T_EXPECT(t_mpi_calls() == calls, "refused calls made %ld MPI calls", t_mpi_calls() - calls);
   PENDING_IS(0);
   out[1] = view_1d(&big, 8, 8);
@@ -225,7 +234,8 @@ START_TEST(coalesced_lifetime) {
   }
   /* ... but each buffer stays keyed until it is waited itself. */
   T_FAILS(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &out[2]), TCOLL_ERR_BUSY, "pending work");
-  T_EXPECT(tcoll_test(out[0].data) == TCOLL_SUCCESS, "tcoll_test on a completed coalesced output is not SUCCESS");
+  T_EXPECT(tcoll_test(out[0].data) == TCOLL_SUCCESS,
+           "tcoll_test on a completed coalesced output is not SUCCESS");
   PENDING_IS(1);
   T_OK(tcoll_wait((char *)out[2].data + 4)); /* through a view: releases the work */
   PENDING_IS(0);
@@ -240,8 +250,8 @@ START_TEST(coalesced_lifetime) {
   T_OK(tcoll_wait(g[0].data));
   T_OK(tcoll_wait(g[1].data));
   PENDING_IS(0);
-  T_EXPECT(g[1].shape[0] == 2 * t_size && g[1].shape[1] == 3, "gathered shape [%lld, %lld]", (long long)g[1].shape[0],
-           (long long)g[1].shape[1]);
+  T_EXPECT(g[1].shape[0] == 2 * t_size && g[1].shape[1] == 3, "gathered shape [%lld, %lld]",
+           (long long)g[1].shape[0], (long long)g[1].shape[1]);
   for (int i = 0; i < 3; i++) {
     tcoll_tensor_free(&in[i]);
     tcoll_tensor_free(&out[i]);
@@ -310,7 +320,8 @@ START_TEST(wait_all_and_count) {
   /* broadcast from rank 0: rank 0's values, (0 + 1) * (i % 7 + 1) */
   double bvals[12];
   t_read(&c, bvals);
-  for (int i = 0; i < 12; i++) T_EXPECT(bvals[i] == (double)(i % 7 + 1), "broadcast element %d is %g", i, bvals[i]);
+  for (int i = 0; i < 12; i++)
+    T_EXPECT(bvals[i] == (double)(i % 7 + 1), "broadcast element %d is %g", i, bvals[i]);
   T_OK(tcoll_wait_all()); /* nothing left: returns at once */
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&a);
@@ -338,7 +349,8 @@ START_TEST(wait_timeout_leaves_pending) {
   } else {
     if (t_rank != 1) T_OK(tcoll_broadcast(&in, 1, NULL, &out));
     if (t_rank == 0) {
-      T_EXPECT(tcoll_test(out.data) == TCOLL_IN_PROGRESS, "broadcast from rank 1 completed before rank 1 posted");
+      T_EXPECT(tcoll_test(out.data) == TCOLL_IN_PROGRESS,
+               "broadcast from rank 1 completed before rank 1 posted");
       double t0 = MPI_Wtime();
       T_FAILS(tcoll_wait_timeout(out.data, 0.2), TCOLL_ERR_TIMEOUT, "did not complete within");
       double waited = MPI_Wtime() - t0;
@@ -383,7 +395,8 @@ START_TEST(free_waits) {
   tcoll_tensor_free(&cout[0]);
   T_EXPECT(cout[0].data == NULL, "tcoll_tensor_free left data");
   PENDING_IS(1);
-  if (t_device() == TCOLL_HOST) t_check_all("the other output, before its wait", &cout[1], sum_val, NULL, 0);
+  if (t_device() == TCOLL_HOST)
+    t_check_all("the other output, before its wait", &cout[1], sum_val, NULL, 0);
   T_OK(tcoll_wait(cout[1].data));
   t_check_all("the other output", &cout[1], sum_val, NULL, 0);
   PENDING_IS(0);
@@ -445,7 +458,8 @@ START_TEST(pending_input_waited) {
   T_OK(tcoll_wait_timeout(t_rank == 0 ? gouts[0].data : ga.data, 20.0));
   T_OK(tcoll_wait_all());
   if (t_rank == 0)
-    for (int r = 0; r < t_size; r++) t_check_all("gather of a pending output", &gouts[r], sum_val, NULL, 0);
+    for (int r = 0; r < t_size; r++)
+      t_check_all("gather of a pending output", &gouts[r], sum_val, NULL, 0);
   for (int r = 0; r < 4; r++) tcoll_tensor_free(&gouts[r]);
   tcoll_tensor_free(&ga);
 
@@ -473,7 +487,8 @@ START_TEST(pending_input_waited) {
   PENDING_IS(0);
   t_check_all("copy into a pending output", &k, src_val, NULL, 0);
 
-  tcoll_tensor_t *all[] = {&in, &a, &b, &c, &d, &e, &f, &g, &h, &k, &cin[0], &cin[1], &cout[0], &cout[1]};
+  tcoll_tensor_t *all[] = {&in, &a, &b, &c,      &d,      &e,       &f,
+                           &g,  &h, &k, &cin[0], &cin[1], &cout[0], &cout[1]};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) tcoll_tensor_free(all[i]);
 }
 END_TEST
@@ -523,10 +538,12 @@ START_TEST(concurrent_waits) {
     T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &b));
     waiter_t w[4] = {{a.data, -100}, {(float *)a.data + 100, -100}, {b.data, -100}, {a.data, -100}};
     pthread_t th[4];
-    for (int i = 0; i < 4; i++) T_EXPECT(pthread_create(&th[i], NULL, wait_thread, &w[i]) == 0, "pthread_create");
+    for (int i = 0; i < 4; i++)
+      T_EXPECT(pthread_create(&th[i], NULL, wait_thread, &w[i]) == 0, "pthread_create");
     for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < 4; i++) T_EXPECT(w[i].rc == TCOLL_SUCCESS, "round %d: waiter %d got %s", round, i,
-                                         tcoll_status_string(w[i].rc));
+    for (int i = 0; i < 4; i++)
+      T_EXPECT(w[i].rc == TCOLL_SUCCESS, "round %d: waiter %d got %s", round, i,
+               tcoll_status_string(w[i].rc));
     PENDING_IS(0);
     t_check_all("waited by threads", &a, sum_val, NULL, 0);
     t_check_all("waited by threads", &b, sum_val, NULL, 0);
@@ -588,16 +605,19 @@ START_TEST(ends_churn) {
   for (int k = 0; k < NV; k++) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k]));
   for (int k = 0; k < 50; k++) T_OK(tcoll_wait(views[k].data)); /* from the front */
   PENDING_IS(NV - 50);
-  for (int k = 24; k >= 0; k--) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k])); /* below the rest */
+  for (int k = 24; k >= 0; k--)
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k])); /* below the rest */
   PENDING_IS(NV - 25);
-  tcoll_tensor_t across = view_1d(&big, 24 * E + 2, E); /* half in view 24 (pending), half in 25 (free) */
+  tcoll_tensor_t across =
+      view_1d(&big, 24 * E + 2, E); /* half in view 24 (pending), half in 25 (free) */
   T_FAILS(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &across), TCOLL_ERR_BUSY, "pending work");
   tcoll_tensor_t gap = view_1d(&big, 30 * E + 2, E); /* inside the waited range: free */
   T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &gap));
   T_OK(tcoll_wait(gap.data));
   for (int k = NV - 1; k >= NV - 50; k--) T_OK(tcoll_wait(views[k].data)); /* from the back */
   PENDING_IS(NV - 75);
-  for (int k = NV - 50; k < NV; k++) T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k])); /* above */
+  for (int k = NV - 50; k < NV; k++)
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &views[k])); /* above */
   PENDING_IS(NV - 25);
   /* every pending view is still found through an interior element, and still refuses a writer */
   for (int k = 0; k < NV; k++) {
@@ -638,13 +658,16 @@ START_TEST(batch_below_pending) {
   PENDING_IS(2 * N);
   tcoll_tensor_t src = input_1d(E);
   for (int k = 0; k < N; k += 37) { /* any one element of any output or input is refused */
-    tcoll_tensor_t o[4] = {view_1d(&outs, (int64_t)k * E + 1, 1), view_1d(&outs, (int64_t)(N + k) * E, 1),
-                           view_1d(&ins, (int64_t)k * E + 1, 1), view_1d(&ins, (int64_t)(N + k) * E, 1)};
+    tcoll_tensor_t o[4] = {
+        view_1d(&outs, (int64_t)k * E + 1, 1), view_1d(&outs, (int64_t)(N + k) * E, 1),
+        view_1d(&ins, (int64_t)k * E + 1, 1), view_1d(&ins, (int64_t)(N + k) * E, 1)};
     tcoll_tensor_t one = view_1d(&src, 0, 1);
     for (int j = 0; j < 4; j++)
-      T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &o[j]), TCOLL_ERR_BUSY, j < 2 ? "pending work" : "the input of");
+      T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &o[j]), TCOLL_ERR_BUSY,
+              j < 2 ? "pending work" : "the input of");
   }
-  tcoll_tensor_t across = view_1d(&outs, (int64_t)N * E - 1, 2); /* last of the low half, first of the high */
+  tcoll_tensor_t across =
+      view_1d(&outs, (int64_t)N * E - 1, 2); /* last of the low half, first of the high */
   T_FAILS(tcoll_all_reduce(&src, TCOLL_SUM, NULL, &across), TCOLL_ERR_BUSY, "pending work");
   PENDING_IS(2 * N);
   for (int k = N - 1; k >= 0; k -= 2) T_OK(tcoll_wait(out_lo[k].data)); /* some from the back */
@@ -659,7 +682,9 @@ START_TEST(batch_below_pending) {
 END_TEST
 
 /* Slot k of an order of n slots: forward, reverse, or scrambled (n coprime with 7). */
-static int64_t slot_of(int order, int64_t k, int64_t n) { return order == 0 ? k : order == 1 ? n - 1 - k : k * 7 % n; }
+static int64_t slot_of(int order, int64_t k, int64_t n) {
+  return order == 0 ? k : order == 1 ? n - 1 - k : k * 7 % n;
+}
 
 START_TEST(batch_in_any_address_order) {
   /* One call's buffers keyed and read in address order, in reverse or scrambled: each element
@@ -682,9 +707,11 @@ START_TEST(batch_in_any_address_order) {
     T_OK(tcoll_all_reduce_coalesced(in_b, N, TCOLL_SUM, NULL, out_b));
     PENDING_IS(2 * N);
     for (int64_t slot = 0; slot < 2 * N; slot++) {
-      tcoll_tensor_t o = view_1d(&outs, slot * E + slot % E, 1), i = view_1d(&ins, slot * E + 2 - slot % E, 1);
+      tcoll_tensor_t o = view_1d(&outs, slot * E + slot % E, 1),
+                     i = view_1d(&ins, slot * E + 2 - slot % E, 1);
       T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &o), TCOLL_ERR_BUSY, "pending work");
-      T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i), TCOLL_ERR_BUSY, "the input of pending work");
+      T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i), TCOLL_ERR_BUSY,
+              "the input of pending work");
     }
     /* B first: its read of the top slot is the table's last entry, its other reads lie between
      * A's. */
@@ -697,7 +724,8 @@ START_TEST(batch_in_any_address_order) {
     for (int64_t slot = 0; slot < 2 * N; slot++) { /* B's inputs are free, A's still read */
       tcoll_tensor_t i = view_1d(&ins, slot * E + 1, 1);
       if (slot % 2 == 0) {
-        T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i), TCOLL_ERR_BUSY, "the input of pending work");
+        T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i), TCOLL_ERR_BUSY,
+                "the input of pending work");
       } else {
         T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &i));
         T_OK(tcoll_wait(i.data));
@@ -707,7 +735,10 @@ START_TEST(batch_in_any_address_order) {
     T_OK(tcoll_wait_all());
     PENDING_IS(0);
     int64_t off = 0;
-    t_check_all(order == 0 ? "forward order" : order == 1 ? "reverse order" : "scrambled order", &outs, sum_val, &off, 0);
+    t_check_all(order == 0   ? "forward order"
+                : order == 1 ? "reverse order"
+                             : "scrambled order",
+                &outs, sum_val, &off, 0);
     tcoll_tensor_t free_in = view_1d(&ins, 1, 1); /* slot 0 (A's): writable again */
     T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &free_in));
     T_OK(tcoll_wait(free_in.data));
@@ -735,9 +766,12 @@ START_TEST(forgotten_reads) {
   for (int k = 0; k < N; k++)
     if (k != keep) T_OK(tcoll_wait((float *)outs.data + k * E));
   PENDING_IS(1);
-  tcoll_tensor_t src = input_1d(E), read = view_1d(&ins, (int64_t)keep * E + 1, 1), one = view_1d(&src, 0, 1);
-  T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &read), TCOLL_ERR_BUSY, "the input of pending work");
-  tcoll_tensor_t free_in = view_1d(&ins, (int64_t)(keep + 1) * E, 1); /* the next input: no longer read */
+  tcoll_tensor_t src = input_1d(E), read = view_1d(&ins, (int64_t)keep * E + 1, 1),
+                 one = view_1d(&src, 0, 1);
+  T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &read), TCOLL_ERR_BUSY,
+          "the input of pending work");
+  tcoll_tensor_t free_in =
+      view_1d(&ins, (int64_t)(keep + 1) * E, 1); /* the next input: no longer read */
   T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &free_in));
   T_OK(tcoll_wait_all());
   T_OK(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &read)); /* and now that one is free too */
@@ -790,15 +824,20 @@ START_TEST(thousands_in_random_order) {
   PENDING_IS(N);
   long calls = t_mpi_calls();
   for (int k = 0; k < N; k += 97) {
-    tcoll_tensor_t same = view_1d(&big, (int64_t)k * E, E), straddle = view_1d(&big, (int64_t)k * E + 3, E);
+    tcoll_tensor_t same = view_1d(&big, (int64_t)k * E, E),
+                   straddle = view_1d(&big, (int64_t)k * E + 3, E);
     tcoll_tensor_t same_in = view_1d(&src, 0, E);
     T_FAILS(tcoll_all_reduce(&same_in, TCOLL_SUM, NULL, &same), TCOLL_ERR_BUSY, "pending work");
-    if (k + 1 < N) T_FAILS(tcoll_all_reduce(&same_in, TCOLL_SUM, NULL, &straddle), TCOLL_ERR_BUSY, "pending work");
+    if (k + 1 < N)
+      T_FAILS(tcoll_all_reduce(&same_in, TCOLL_SUM, NULL, &straddle), TCOLL_ERR_BUSY,
+              "pending work");
   }
   tcoll_tensor_t whole_in = input_1d((int64_t)N * E);
-  T_FAILS(tcoll_all_reduce(&whole_in, TCOLL_SUM, NULL, &big), TCOLL_ERR_BUSY, "pending work"); /* all of them */
+  T_FAILS(tcoll_all_reduce(&whole_in, TCOLL_SUM, NULL, &big), TCOLL_ERR_BUSY,
+          "pending work"); /* all of them */
   tcoll_tensor_t in_part = view_1d(&in, 2, 3), src3 = view_1d(&src, 0, 3);
-  T_FAILS(tcoll_all_reduce(&src3, TCOLL_SUM, NULL, &in_part), TCOLL_ERR_BUSY, "the input of pending work");
+  T_FAILS(tcoll_all_reduce(&src3, TCOLL_SUM, NULL, &in_part), TCOLL_ERR_BUSY,
+          "the input of pending work");
   T_EXPECT(t_mpi_calls() == calls, "refused calls made %ld MPI calls", t_mpi_calls() - calls);
   PENDING_IS(N);
   for (int i = 0; i < N; i++) {
@@ -848,7 +887,7 @@ START_TEST(bases_a_power_of_two_apart) {
     T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &first), TCOLL_ERR_BUSY, "pending work");
     T_FAILS(tcoll_all_reduce(&one, TCOLL_SUM, NULL, &last), TCOLL_ERR_BUSY, "pending work");
     T_OK(tcoll_wait(f + at[i] + 512)); /* half the smallest stride away: in no buffer */
-    T_OK(tcoll_test(f + at[i] + E));    /* one past its end */
+    T_OK(tcoll_test(f + at[i] + E));   /* one past its end */
   }
   PENDING_IS(N);
   static int order[MOST];
@@ -889,7 +928,8 @@ START_TEST(views_and_gaps_among_many) {
     T_OK(tcoll_wait((float *)gap.data + 1));
     if (k + 1 < N) { /* a gap and one element more on either side */
       tcoll_tensor_t left = view_1d(&big, (int64_t)k * S + E - 1, GAP + 1);
-      tcoll_tensor_t right = view_1d(&big, (int64_t)k * S + E, GAP + 1), wide_in = view_1d(&src, 0, GAP + 1);
+      tcoll_tensor_t right = view_1d(&big, (int64_t)k * S + E, GAP + 1),
+                     wide_in = view_1d(&src, 0, GAP + 1);
       T_FAILS(tcoll_all_reduce(&wide_in, TCOLL_SUM, NULL, &left), TCOLL_ERR_BUSY, "pending work");
       T_FAILS(tcoll_all_reduce(&wide_in, TCOLL_SUM, NULL, &right), TCOLL_ERR_BUSY, "pending work");
     }
@@ -916,7 +956,8 @@ START_TEST(grow_and_shrink) {
   enum { E = 7, MOST = 3000 };
   static const int rounds[] = {3000, 5, 1500, 1, 700, 0, 64};
   int64_t bshape[1] = {MOST * E};
-  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E), lone_out = t_alloc(F32, 1, (int64_t[]){E});
+  tcoll_tensor_t big = t_alloc(F32, 1, bshape), in = input_1d(E),
+                 lone_out = t_alloc(F32, 1, (int64_t[]){E});
   static int order[MOST];
   for (size_t r = 0; r < sizeof rounds / sizeof *rounds; r++) {
     int n = many(rounds[r]);
@@ -926,7 +967,8 @@ START_TEST(grow_and_shrink) {
     }
     PENDING_IS(n);
     if (n > 0) {
-      tcoll_tensor_t again = view_1d(&big, (int64_t)(n - 1) * E + 2, 3), again_in = view_1d(&in, 0, 3);
+      tcoll_tensor_t again = view_1d(&big, (int64_t)(n - 1) * E + 2, 3),
+                     again_in = view_1d(&in, 0, 3);
       T_FAILS(tcoll_all_reduce(&again_in, TCOLL_SUM, NULL, &again), TCOLL_ERR_BUSY, "pending work");
     }
     scrambled(order, n, 100 + r);

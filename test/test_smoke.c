@@ -1,7 +1,9 @@
 /* A first end-to-end check: all_reduce SUM on world. */
 #include "harness.h"
 
-static double rank_value(int64_t i, void *ctx) { return (double)(*(int *)ctx + 1) * (double)(i % 5 + 1); }
+static double rank_value(int64_t i, void *ctx) {
+  return (double)(*(int *)ctx + 1) * (double)(i % 5 + 1);
+}
 static double sum_value(int64_t i, void *ctx) {
   (void)ctx;
   return (double)(t_size * (t_size + 1) / 2) * (double)(i % 5 + 1);

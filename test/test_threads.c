@@ -16,7 +16,9 @@ typedef struct job {
   tcoll_tensor_t *handoff; /* cross-thread: the tensor another thread waits on */
 } job_t;
 
-static double value(int rank, int k, int iter, int64_t i) { return (double)(rank + 1) * (k + 1) + iter + (double)(i % 3); }
+static double value(int rank, int k, int iter, int64_t i) {
+  return (double)(rank + 1) * (k + 1) + iter + (double)(i % 3);
+}
 static double sum_value(int k, int iter, int64_t i) {
   double s = 0;
   for (int r = 0; r < t_size; r++) s += value(r, k, iter, i);
@@ -24,7 +26,8 @@ static double sum_value(int k, int iter, int64_t i) {
 }
 
 static void make_comms(tcoll_comm_t **comms) {
-  for (int k = 0; k < NT; k++) T_OK(tcoll_comm_from_mpi(MPI_COMM_WORLD, &comms[k])); /* collective: main thread */
+  for (int k = 0; k < NT; k++)
+    T_OK(tcoll_comm_from_mpi(MPI_COMM_WORLD, &comms[k])); /* collective: main thread */
 }
 
 static void free_comms(tcoll_comm_t **comms) {
@@ -43,11 +46,13 @@ static void *concurrent_body(void *arg) {
     T_OK(tcoll_wait(y.data));
     for (int64_t i = 0; i < shape[0]; i++) {
       double want = sum_value(j->k, it, i), got = ((double *)y.data)[i];
-      T_EXPECT(got == want, "thread %d iter %d: y[%lld] = %g, expected %g", j->k, it, (long long)i, got, want);
+      T_EXPECT(got == want, "thread %d iter %d: y[%lld] = %g, expected %g", j->k, it, (long long)i,
+               got, want);
     }
     for (int r = 0; r < t_size; r++) {
       double got = ((double *)g.data)[r * shape[0] + 1], want = value(r, j->k, it, 1);
-      T_EXPECT(got == want, "thread %d iter %d: gathered block %d is %g, expected %g", j->k, it, r, got, want);
+      T_EXPECT(got == want, "thread %d iter %d: gathered block %d is %g, expected %g", j->k, it, r,
+               got, want);
     }
     tcoll_tensor_free(&x);
     tcoll_tensor_free(&y);
@@ -88,8 +93,8 @@ static void *handoff_body(void *arg) {
     T_OK(tcoll_wait(theirs->data));
     for (int64_t i = 0; i < shape[0]; i++) {
       double got = ((double *)theirs->data)[i], want = sum_value(from, it, i);
-      T_EXPECT(got == want, "thread %d waited on thread %d's work: [%lld] = %g, expected %g", j->k, from,
-               (long long)i, got, want);
+      T_EXPECT(got == want, "thread %d waited on thread %d's work: [%lld] = %g, expected %g", j->k,
+               from, (long long)i, got, want);
     }
     pthread_barrier_wait(j->barrier); /* everyone has read before anyone frees */
     tcoll_tensor_free(theirs);
@@ -106,7 +111,8 @@ START_TEST(wait_on_another_threads_work) {
   pthread_barrier_init(&barrier, NULL, NT);
   tcoll_tensor_t handoff[NT];
   job_t jobs[NT];
-  for (int k = 0; k < NT; k++) jobs[k] = (job_t){.k = k, .comm = comms[k], .barrier = &barrier, .handoff = handoff};
+  for (int k = 0; k < NT; k++)
+    jobs[k] = (job_t){.k = k, .comm = comms[k], .barrier = &barrier, .handoff = handoff};
   run_threads(handoff_body, jobs);
   pthread_barrier_destroy(&barrier);
   free_comms(comms);
@@ -119,7 +125,8 @@ static void *pile_body(void *arg) {
   int64_t shape[1] = {8};
   for (int it = 0; it < ITERS; it++) {
     tcoll_tensor_t x = t_host(TCOLL_INT64, 1, shape);
-    for (int64_t i = 0; i < shape[0]; i++) ((int64_t *)x.data)[i] = (int64_t)value(t_rank, j->k, it, i);
+    for (int64_t i = 0; i < shape[0]; i++)
+      ((int64_t *)x.data)[i] = (int64_t)value(t_rank, j->k, it, i);
     j->handoff[j->k * ITERS + it] = t_empty();
     T_OK(tcoll_all_reduce(&x, TCOLL_SUM, j->comm, &j->handoff[j->k * ITERS + it]));
     tcoll_tensor_free(&x); /* the input is waited first: nothing is freed under MPI */

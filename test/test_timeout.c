@@ -21,14 +21,19 @@ static void late_broadcast(int how) {
   t_set_all(&x, from_src, &t_rank);
   if (t_rank != 1) {
     T_OK(tcoll_broadcast(&x, 1, NULL, &y));
-    T_EXPECT(tcoll_test(y.data) == TCOLL_IN_PROGRESS, "a broadcast whose root has not posted completed");
+    T_EXPECT(tcoll_test(y.data) == TCOLL_IN_PROGRESS,
+             "a broadcast whose root has not posted completed");
     T_EXPECT(tcoll_query(y.data) == TCOLL_IN_PROGRESS, "tcoll_query says complete");
-    int rc = how == 0 ? tcoll_wait(y.data) : how == 1 ? tcoll_wait_timeout(y.data, 0.2) : tcoll_wait_tensor(&y);
+    int rc = how == 0   ? tcoll_wait(y.data)
+             : how == 1 ? tcoll_wait_timeout(y.data, 0.2)
+                        : tcoll_wait_tensor(&y);
     T_EXPECT(rc == TCOLL_ERR_TIMEOUT, "wait returned %s", tcoll_status_string(rc));
     const char *m = tcoll_last_error();
-    T_EXPECT(t_contains(m, "broadcast") && t_contains(m, "did not complete within") && t_contains(m, "still pending"),
+    T_EXPECT(t_contains(m, "broadcast") && t_contains(m, "did not complete within") &&
+                 t_contains(m, "still pending"),
              "message does not describe the pending op: %s", m);
-    T_EXPECT(tcoll_pending_count() == 1, "the timed-out work is no longer pending (%zu)", tcoll_pending_count());
+    T_EXPECT(tcoll_pending_count() == 1, "the timed-out work is no longer pending (%zu)",
+             tcoll_pending_count());
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (t_rank == 1) T_OK(tcoll_broadcast(&x, 1, NULL, &y));

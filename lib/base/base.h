@@ -79,7 +79,9 @@ typedef struct tc_state {
 } tc_state_t;
 extern tc_state_t tc_g;
 /* tcoll_initialized(), inline for the calls that ask it on every collective. */
-static inline bool tc_initialized(void) { return __atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) > 0; }
+static inline bool tc_initialized(void) {
+  return __atomic_load_n(&tc_g.init_count, __ATOMIC_ACQUIRE) > 0;
+}
 /* TCOLL_ERR_STATE unless tcoll is initialized (and MPI not yet finalized). */
 int tc_require_init(void);
 
@@ -88,7 +90,9 @@ double tc_now(void); /* seconds, monotonic */
 /* A work's post and completion times (seconds, same clock as tc_now): the coarse clock (a few
  * ms, a fifth of the cost) unless a trace file or INFO logs will show durations. Inline: every
  * collective takes two. */
-static inline bool tc_stamps_precise(void) { return tc_cfg.trace_path[0] || tc_cfg.debug >= TCOLL_LOG_INFO; }
+static inline bool tc_stamps_precise(void) {
+  return tc_cfg.trace_path[0] || tc_cfg.debug >= TCOLL_LOG_INFO;
+}
 static inline double tc_stamp(void) {
   struct timespec ts;
   clock_gettime(tc_stamps_precise() ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE, &ts);

@@ -39,8 +39,8 @@ static int set_algo(const char *spec, const char *what, bool apply) {
 }
 
 static int bad_env(const char *name, const char *value, const char *expected) {
-  return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is invalid (expected %s)",
-                  name, value, expected);
+  return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                  "environment variable %s=\"%s\" is invalid (expected %s)", name, value, expected);
 }
 
 static int parse_int64(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out) {
@@ -58,17 +58,34 @@ static int parse_int64(const char *name, const char *v, int64_t lo, int64_t hi, 
 
 /* Bytes: an integer with an optional K, M, G or T suffix (powers of 1024, "KiB" style too). */
 static int parse_bytes(const char *name, const char *v, size_t *out) {
-  const char *expected = "bytes >= 0: an integer with an optional K, M, G or T suffix (powers of 1024)";
+  const char *expected =
+      "bytes >= 0: an integer with an optional K, M, G or T suffix (powers of 1024)";
   char *end = NULL;
   errno = 0;
   unsigned long long x = strtoull(v, &end, 10);
   if (errno || end == v || *v == '-' || *v == '+' || *v == ' ') return bad_env(name, v, expected);
   int shift = 0;
   switch (*end) {
-  case 'k': case 'K': shift = 10; end++; break;
-  case 'm': case 'M': shift = 20; end++; break;
-  case 'g': case 'G': shift = 30; end++; break;
-  case 't': case 'T': shift = 40; end++; break;
+  case 'k':
+  case 'K':
+    shift = 10;
+    end++;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    end++;
+    break;
+  case 't':
+  case 'T':
+    shift = 40;
+    end++;
+    break;
   default: break;
   }
   if (shift && *end == 'i') end++;
@@ -79,10 +96,14 @@ static int parse_bytes(const char *name, const char *v, size_t *out) {
 }
 
 static int load_debug(const char *v) {
-  if (!strcasecmp(v, "WARN")) tc_cfg.debug = TCOLL_LOG_WARN;
-  else if (!strcasecmp(v, "INFO")) tc_cfg.debug = TCOLL_LOG_INFO;
-  else if (!strcasecmp(v, "DETAIL")) tc_cfg.debug = TCOLL_LOG_DETAIL;
-  else return bad_env("TCOLL_DEBUG", v, "WARN, INFO or DETAIL");
+  if (!strcasecmp(v, "WARN"))
+    tc_cfg.debug = TCOLL_LOG_WARN;
+  else if (!strcasecmp(v, "INFO"))
+    tc_cfg.debug = TCOLL_LOG_INFO;
+  else if (!strcasecmp(v, "DETAIL"))
+    tc_cfg.debug = TCOLL_LOG_DETAIL;
+  else
+    return bad_env("TCOLL_DEBUG", v, "WARN, INFO or DETAIL");
   return TCOLL_SUCCESS;
 }
 
@@ -96,31 +117,44 @@ static int load_timeout(const char *v) {
 }
 
 static int load_on_timeout(const char *v) {
-  if (!strcasecmp(v, "return")) tc_cfg.abort_on_timeout = 0;
-  else if (!strcasecmp(v, "abort")) tc_cfg.abort_on_timeout = 1;
-  else return bad_env("TCOLL_ON_TIMEOUT", v, "return or abort");
+  if (!strcasecmp(v, "return"))
+    tc_cfg.abort_on_timeout = 0;
+  else if (!strcasecmp(v, "abort"))
+    tc_cfg.abort_on_timeout = 1;
+  else
+    return bad_env("TCOLL_ON_TIMEOUT", v, "return or abort");
   return TCOLL_SUCCESS;
 }
 
 static int load_cuda_aware(const char *v) {
-  if (!strcasecmp(v, "auto")) tc_cfg.cuda_aware = -1;
-  else if (!strcmp(v, "0")) tc_cfg.cuda_aware = 0;
-  else if (!strcmp(v, "1")) tc_cfg.cuda_aware = 1;
-  else return bad_env("TCOLL_CUDA_AWARE", v, "auto, 0 or 1");
+  if (!strcasecmp(v, "auto"))
+    tc_cfg.cuda_aware = -1;
+  else if (!strcmp(v, "0"))
+    tc_cfg.cuda_aware = 0;
+  else if (!strcmp(v, "1"))
+    tc_cfg.cuda_aware = 1;
+  else
+    return bad_env("TCOLL_CUDA_AWARE", v, "auto, 0 or 1");
   return TCOLL_SUCCESS;
 }
 
 static int load_progress(const char *v) {
-  if (!strcasecmp(v, "none")) tc_cfg.progress_thread = 0;
-  else if (!strcasecmp(v, "thread")) tc_cfg.progress_thread = 1;
-  else return bad_env("TCOLL_PROGRESS", v, "none or thread");
+  if (!strcasecmp(v, "none"))
+    tc_cfg.progress_thread = 0;
+  else if (!strcasecmp(v, "thread"))
+    tc_cfg.progress_thread = 1;
+  else
+    return bad_env("TCOLL_PROGRESS", v, "none or thread");
   return TCOLL_SUCCESS;
 }
 
 static int load_wait(const char *v) {
-  if (!strcasecmp(v, "block")) tc_cfg.wait_yield = 0;
-  else if (!strcasecmp(v, "yield")) tc_cfg.wait_yield = 1;
-  else return bad_env("TCOLL_WAIT", v, "block or yield");
+  if (!strcasecmp(v, "block"))
+    tc_cfg.wait_yield = 0;
+  else if (!strcasecmp(v, "yield"))
+    tc_cfg.wait_yield = 1;
+  else
+    return bad_env("TCOLL_WAIT", v, "block or yield");
   return TCOLL_SUCCESS;
 }
 
@@ -147,13 +181,15 @@ int tc_config_load(void) {
     tc_cfg.fake_devices = (int)x;
   }
   if ((v = getenv("TCOLL_ALGO")) && *v) {
-    if (strlen(v) >= sizeof tc_cfg.algo) return bad_env("TCOLL_ALGO", v, "a setting shorter than 256 bytes");
+    if (strlen(v) >= sizeof tc_cfg.algo)
+      return bad_env("TCOLL_ALGO", v, "a setting shorter than 256 bytes");
     char what[300];
     snprintf(what, sizeof what, "TCOLL_ALGO=\"%s\"", v);
     if ((rc = set_algo(v, what, true))) return rc;
     strcpy(tc_cfg.algo, v);
   }
-  if ((v = getenv("TCOLL_CACHE_BYTES")) && *v && (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
+  if ((v = getenv("TCOLL_CACHE_BYTES")) && *v &&
+      (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
     return rc;
   if ((v = getenv("TCOLL_TRACE")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.trace_path)
@@ -179,25 +215,29 @@ int tcoll_set_config(const tcoll_config_t *c) {
   TC_ENTER("tcoll_set_config");
   if (!c) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config is NULL (expected a pointer)");
   if (c->debug < TCOLL_LOG_WARN || c->debug > TCOLL_LOG_DETAIL)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->debug is %d (expected 0..2)", (int)c->debug);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->debug is %d (expected 0..2)",
+                    (int)c->debug);
   if (!isfinite(c->timeout) || c->timeout < 0)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->timeout is %g (expected seconds >= 0)", c->timeout);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->timeout is %g (expected seconds >= 0)",
+                    c->timeout);
   if (c->max_count < 1 || c->max_count > INT_MAX)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->max_count is %lld (expected 1..%d)",
                     (long long)c->max_count, INT_MAX);
   if (c->staging_chunk < 256)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->staging_chunk is %zu (expected >= 256 bytes)",
-                    c->staging_chunk);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "config->staging_chunk is %zu (expected >= 256 bytes)", c->staging_chunk);
   if (!memchr(c->algo, '\0', sizeof c->algo))
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "config->algo is not a terminated string (expected < 256 bytes)");
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "config->algo is not a terminated string (expected < 256 bytes)");
   char what[300];
   snprintf(what, sizeof what, "config->algo=\"%.256s\"", c->algo);
   int rc = set_algo(c->algo, what, false);
   if (rc) return rc;
   if (!fixed_fields_equal(c, &tc_cfg))
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                    "cuda_aware, fake_devices, progress_thread and trace_path are fixed at tcoll_init "
-                    "(set them through the environment)");
+    return tc_error(
+        TCOLL_ERR_INVALID_ARGUMENT,
+        "cuda_aware, fake_devices, progress_thread and trace_path are fixed at tcoll_init "
+        "(set them through the environment)");
   tc_cfg.debug = c->debug;
   tc_cfg.timeout = c->timeout;
   tc_cfg.abort_on_timeout = c->abort_on_timeout ? 1 : 0;

@@ -2,14 +2,17 @@
 #include "dtype.h"
 
 static const char *const dtype_name[TCOLL_NUM_DTYPES] = {
-    [TCOLL_BOOL] = "bool",       [TCOLL_INT8] = "int8",        [TCOLL_UINT8] = "uint8",     [TCOLL_INT16] = "int16",
-    [TCOLL_INT32] = "int32",     [TCOLL_INT64] = "int64",      [TCOLL_FLOAT16] = "float16", [TCOLL_BFLOAT16] = "bfloat16",
-    [TCOLL_FLOAT32] = "float32", [TCOLL_FLOAT64] = "float64",
+    [TCOLL_BOOL] = "bool",       [TCOLL_INT8] = "int8",         [TCOLL_UINT8] = "uint8",
+    [TCOLL_INT16] = "int16",     [TCOLL_INT32] = "int32",       [TCOLL_INT64] = "int64",
+    [TCOLL_FLOAT16] = "float16", [TCOLL_BFLOAT16] = "bfloat16", [TCOLL_FLOAT32] = "float32",
+    [TCOLL_FLOAT64] = "float64",
 };
 
 size_t tcoll_dtype_size(tcoll_dtype_t d) { return tc_dtype_size(d); }
 
-const char *tcoll_dtype_name(tcoll_dtype_t d) { return tc_dtype_valid(d) ? dtype_name[d] : "invalid"; }
+const char *tcoll_dtype_name(tcoll_dtype_t d) {
+  return tc_dtype_valid(d) ? dtype_name[d] : "invalid";
+}
 
 double tc_load_double(const void *buf, tcoll_dtype_t d, int64_t i) {
   switch (d) {
@@ -43,39 +46,45 @@ void tc_store_double(void *buf, tcoll_dtype_t d, int64_t i, double v) {
 }
 
 /* One loop per floating dtype; EXPR combines the element v with the scalar s. */
-#define TC_FLOAT_LOOP(dst, src, d, n, EXPR)                                                      \
-  switch (d) {                                                                                   \
-  case TCOLL_FLOAT32: {                                                                          \
-    float *o_ = (dst);                                                                           \
-    const float *x_ = (src);                                                                     \
-    for (int64_t i_ = 0; i_ < (n); i_++) { float v = x_[i_]; o_[i_] = (float)(EXPR); }         \
-    break;                                                                                       \
-  }                                                                                              \
-  case TCOLL_FLOAT64: {                                                                          \
-    double *o_ = (dst);                                                                          \
-    const double *x_ = (src);                                                                    \
-    for (int64_t i_ = 0; i_ < (n); i_++) { double v = x_[i_]; o_[i_] = (EXPR); }               \
-    break;                                                                                       \
-  }                                                                                              \
-  case TCOLL_FLOAT16: {                                                                          \
-    uint16_t *o_ = (dst);                                                                        \
-    const uint16_t *x_ = (src);                                                                  \
-    for (int64_t i_ = 0; i_ < (n); i_++) {                                                       \
-      float v = tc_half_to_float(x_[i_]);                                                        \
-      o_[i_] = tc_float_to_half((float)(EXPR));                                                  \
-    }                                                                                            \
-    break;                                                                                       \
-  }                                                                                              \
-  case TCOLL_BFLOAT16: {                                                                         \
-    uint16_t *o_ = (dst);                                                                        \
-    const uint16_t *x_ = (src);                                                                  \
-    for (int64_t i_ = 0; i_ < (n); i_++) {                                                       \
-      float v = tc_bf16_to_float(x_[i_]);                                                        \
-      o_[i_] = tc_float_to_bf16((float)(EXPR));                                                  \
-    }                                                                                            \
-    break;                                                                                       \
-  }                                                                                              \
-  default: break; /* callers only scale floating dtypes */                                      \
+#define TC_FLOAT_LOOP(dst, src, d, n, EXPR)                \
+  switch (d) {                                             \
+  case TCOLL_FLOAT32: {                                    \
+    float *o_ = (dst);                                     \
+    const float *x_ = (src);                               \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                 \
+      float v = x_[i_];                                    \
+      o_[i_] = (float)(EXPR);                              \
+    }                                                      \
+    break;                                                 \
+  }                                                        \
+  case TCOLL_FLOAT64: {                                    \
+    double *o_ = (dst);                                    \
+    const double *x_ = (src);                              \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                 \
+      double v = x_[i_];                                   \
+      o_[i_] = (EXPR);                                     \
+    }                                                      \
+    break;                                                 \
+  }                                                        \
+  case TCOLL_FLOAT16: {                                    \
+    uint16_t *o_ = (dst);                                  \
+    const uint16_t *x_ = (src);                            \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                 \
+      float v = tc_half_to_float(x_[i_]);                  \
+      o_[i_] = tc_float_to_half((float)(EXPR));            \
+    }                                                      \
+    break;                                                 \
+  }                                                        \
+  case TCOLL_BFLOAT16: {                                   \
+    uint16_t *o_ = (dst);                                  \
+    const uint16_t *x_ = (src);                            \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                 \
+      float v = tc_bf16_to_float(x_[i_]);                  \
+      o_[i_] = tc_float_to_bf16((float)(EXPR));            \
+    }                                                      \
+    break;                                                 \
+  }                                                        \
+  default: break; /* callers only scale floating dtypes */ \
   }
 
 void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, double s) {
@@ -97,11 +106,11 @@ void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor) {
 }
 
 /* Integers wrap like MPI's and CUDA's do: add in the unsigned type (no signed overflow). */
-#define TC_ADD_LOOP(type, acc)                                                                   \
-  do {                                                                                           \
-    type *o_ = dst;                                                                              \
-    const type *x_ = src;                                                                        \
-    for (int64_t i_ = 0; i_ < n; i_++) o_[i_] = (type)((acc)o_[i_] + (acc)x_[i_]);               \
+#define TC_ADD_LOOP(type, acc)                                                     \
+  do {                                                                             \
+    type *o_ = dst;                                                                \
+    const type *x_ = src;                                                          \
+    for (int64_t i_ = 0; i_ < n; i_++) o_[i_] = (type)((acc)o_[i_] + (acc)x_[i_]); \
   } while (0)
 
 void tc_host_add(void *dst, const void *src, tcoll_dtype_t d, int64_t n) {
@@ -122,13 +131,15 @@ void tc_host_add(void *dst, const void *src, tcoll_dtype_t d, int64_t n) {
   case TCOLL_FLOAT16: {
     uint16_t *o = dst;
     const uint16_t *x = src;
-    for (int64_t i = 0; i < n; i++) o[i] = tc_float_to_half(tc_half_to_float(o[i]) + tc_half_to_float(x[i]));
+    for (int64_t i = 0; i < n; i++)
+      o[i] = tc_float_to_half(tc_half_to_float(o[i]) + tc_half_to_float(x[i]));
     break;
   }
   case TCOLL_BFLOAT16: {
     uint16_t *o = dst;
     const uint16_t *x = src;
-    for (int64_t i = 0; i < n; i++) o[i] = tc_float_to_bf16(tc_bf16_to_float(o[i]) + tc_bf16_to_float(x[i]));
+    for (int64_t i = 0; i < n; i++)
+      o[i] = tc_float_to_bf16(tc_bf16_to_float(o[i]) + tc_bf16_to_float(x[i]));
     break;
   }
   }

@@ -10,8 +10,9 @@ static inline bool tc_dtype_valid(int d) { return d >= TCOLL_BOOL && d <= TCOLL_
 /* tcoll_dtype_size, inlined: every call asks it several times. 0 for an invalid dtype. */
 static inline size_t tc_dtype_size(int d) {
   static const unsigned char size[TCOLL_NUM_DTYPES] = {
-      [TCOLL_BOOL] = 1,    [TCOLL_INT8] = 1,    [TCOLL_UINT8] = 1,   [TCOLL_INT16] = 2,    [TCOLL_INT32] = 4,
-      [TCOLL_INT64] = 8,   [TCOLL_FLOAT16] = 2, [TCOLL_BFLOAT16] = 2, [TCOLL_FLOAT32] = 4, [TCOLL_FLOAT64] = 8,
+      [TCOLL_BOOL] = 1,    [TCOLL_INT8] = 1,    [TCOLL_UINT8] = 1,   [TCOLL_INT16] = 2,
+      [TCOLL_INT32] = 4,   [TCOLL_INT64] = 8,   [TCOLL_FLOAT16] = 2, [TCOLL_BFLOAT16] = 2,
+      [TCOLL_FLOAT32] = 4, [TCOLL_FLOAT64] = 8,
   };
   return tc_dtype_valid(d) ? size[d] : 0;
 }
@@ -19,7 +20,9 @@ static inline bool tc_dtype_is_float(tcoll_dtype_t d) {
   return d == TCOLL_FLOAT16 || d == TCOLL_BFLOAT16 || d == TCOLL_FLOAT32 || d == TCOLL_FLOAT64;
 }
 /* Integer or bool: the dtypes the bitwise ops accept. */
-static inline bool tc_dtype_is_integral(tcoll_dtype_t d) { return tc_dtype_valid(d) && !tc_dtype_is_float(d); }
+static inline bool tc_dtype_is_integral(tcoll_dtype_t d) {
+  return tc_dtype_valid(d) && !tc_dtype_is_float(d);
+}
 
 /* IEEE binary16 <-> binary32, round to nearest even, NaN and infinity kept. */
 static inline float tc_half_to_float(uint16_t h) {
@@ -56,7 +59,7 @@ static inline uint16_t tc_float_to_half(float f) {
     return sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u);
   if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow to infinity */
     return sign | 0x7c00u;
-  if (absx < 0x38800000u) { /* result is subnormal or zero */
+  if (absx < 0x38800000u) {              /* result is subnormal or zero */
     if (absx < 0x33000000u) return sign; /* below half the smallest subnormal */
     uint32_t exp = absx >> 23;
     uint32_t mant = (absx & 0x7fffffu) | 0x800000u;

@@ -8,8 +8,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static void sleep_while_held(tc_lock_t *l) { syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0); }
-static void wake_one(tc_lock_t *l) { syscall(SYS_futex, &l->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
+static void sleep_while_held(tc_lock_t *l) {
+  syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+}
+static void wake_one(tc_lock_t *l) {
+  syscall(SYS_futex, &l->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 #else
 /* Without futexes a waiter yields its core and looks again; tc_lock_wake has nothing to do. */
 static void sleep_while_held(tc_lock_t *l) {
@@ -35,7 +39,8 @@ void tc_lock_contended(tc_lock_t *l) {
   for (int i = 0; i < SPINS; i++) {
     int free_ = 0;
     if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 &&
-        __atomic_compare_exchange_n(&l->state, &free_, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        __atomic_compare_exchange_n(&l->state, &free_, 1, false, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED))
       return;
     cpu_relax();
   }

@@ -13,7 +13,8 @@ typedef struct tc_lock {
   int state; /* 0 free, 1 held, 2 held with possible sleepers */
 } tc_lock_t;
 
-#define TC_LOCK_INIT {0}
+#define TC_LOCK_INIT \
+  { 0 }
 
 void tc_lock_contended(tc_lock_t *l);
 void tc_lock_wake(tc_lock_t *l);

@@ -9,7 +9,7 @@
 typedef struct tc_ptrmap {
   uintptr_t *keys; /* 0 = empty slot */
   void **vals;
-  size_t cap;      /* a power of two, or 0 */
+  size_t cap; /* a power of two, or 0 */
   size_t count;
 } tc_ptrmap_t;
 

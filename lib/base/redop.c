@@ -57,7 +57,8 @@ int tc_redop_lookup(tcoll_redop_t op, const char *argname, tc_redop_t *out) {
   return TCOLL_SUCCESS;
 }
 
-int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out) {
+int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname,
+                         tc_redop_t *out) {
   if (tc_redop_any_dtype(op)) {
     out->kind = op;
     out->scalar = 1.0;
@@ -78,9 +79,8 @@ int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argn
   case TCOLL_BOR:
   case TCOLL_BXOR:
     if (!tc_dtype_is_integral(dtype))
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                      "%s %s needs an integer or bool dtype, got %s", argname, name,
-                      tcoll_dtype_name(dtype));
+      return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s %s needs an integer or bool dtype, got %s",
+                      argname, name, tcoll_dtype_name(dtype));
     break;
   default: break;
   }
@@ -89,7 +89,8 @@ int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argn
 
 int tcoll_redop_from_string(const char *name, tcoll_redop_t *op) {
   TC_ENTER("tcoll_redop_from_string");
-  if (!name) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "name is NULL (expected a reduce op name)");
+  if (!name)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "name is NULL (expected a reduce op name)");
   if (!op) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "op is NULL (expected a pointer)");
   for (int i = 0; i < TCOLL_NUM_BUILTIN_REDOPS; i++) {
     if (!strcasecmp(name, builtin_names[i])) {
@@ -134,8 +135,9 @@ int tcoll_redop_create_premul_sum(double scalar, tcoll_redop_t *op) {
 int tcoll_redop_destroy(tcoll_redop_t op) {
   TC_ENTER("tcoll_redop_destroy");
   if (op >= 0 && op < TCOLL_NUM_BUILTIN_REDOPS)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "op %d is the built-in %s (only premul_sum handles are destroyed)",
-                    op, builtin_names[op]);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "op %d is the built-in %s (only premul_sum handles are destroyed)", op,
+                    builtin_names[op]);
   pthread_mutex_lock(&premul_lock);
   int i = premul_find(op);
   if (i >= 0) premul_slots[i] = premul_slots[--premul_count];

@@ -13,13 +13,15 @@ typedef struct tc_redop {
 
 /* Resolves op (a built-in value or a live premul handle) and checks that it accepts dtype.
  * argname names the op argument in messages. */
-int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out);
+int tc_redop_resolve_any(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname,
+                         tc_redop_t *out);
 /* The built-in ops that take any dtype. */
 static inline bool tc_redop_any_dtype(tcoll_redop_t op) {
   return op == TCOLL_SUM || op == TCOLL_MIN || op == TCOLL_MAX || op == TCOLL_PRODUCT;
 }
 /* The same, with the ops that take any dtype answered inline (nearly every call's op). */
-static inline int tc_redop_resolve(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname, tc_redop_t *out) {
+static inline int tc_redop_resolve(tcoll_redop_t op, tcoll_dtype_t dtype, const char *argname,
+                                   tc_redop_t *out) {
   if (tc_redop_any_dtype(op)) {
     out->kind = op;
     out->scalar = 1.0;

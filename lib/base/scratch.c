@@ -6,7 +6,7 @@
 
 #define MIN_CLASS 12 /* 4 KiB */
 #define MAX_CLASS 48
-#define HEADER 64    /* keeps the payload 64-byte aligned; holds the class */
+#define HEADER 64 /* keeps the payload 64-byte aligned; holds the class */
 #define KEEP_SMALL 16
 #define KEEP_LARGE 2 /* above 64 MiB */
 

@@ -12,6 +12,7 @@ int tcoll_mpi_thread_level(void) { return tc_g.thread_level; }
 
 int tc_require_init(void) {
   if (!tc_initialized())
-    return tc_error(TCOLL_ERR_STATE, "tcoll is not initialized (call tcoll_init first, and tcoll_finalize last)");
+    return tc_error(TCOLL_ERR_STATE,
+                    "tcoll is not initialized (call tcoll_init first, and tcoll_finalize last)");
   return TCOLL_SUCCESS;
 }

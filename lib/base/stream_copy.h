@@ -9,8 +9,8 @@
 
 #include <stddef.h>
 
-/* The output size from which scattering runs into it pays to stream (see mpi/all_gather/cma.c for the
- * measurements). */
+/* The output size from which scattering runs into it pays to stream (see mpi/all_gather/cma.c for
+ * the measurements). */
 #define TC_STREAM_OUT_MIN_BYTES ((size_t)8 << 20)
 
 /* dst[0, n) = src[0, n), the destination streamed where the CPU offers it (x86-64: SSE2), else

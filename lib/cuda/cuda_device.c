@@ -42,13 +42,14 @@ static primary_ctx_state_fn primary_ctx_state;
 
 static int cuda_fail(cudaError_t e, const char *what) {
   cudaGetLastError(); /* not sticky: the next call must not report it again */
-  return tc_error(TCOLL_ERR_CUDA, "%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return tc_error(TCOLL_ERR_CUDA, "%s failed: %s (%s)", what, cudaGetErrorString(e),
+                  cudaGetErrorName(e));
 }
 
-#define CUDA_TRY(call, what)                                                                     \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) return cuda_fail(e_, what);                                           \
+#define CUDA_TRY(call, what)                           \
+  do {                                                 \
+    cudaError_t e_ = (call);                           \
+    if (e_ != cudaSuccess) return cuda_fail(e_, what); \
   } while (0)
 
 /* ------------------------------------------------------------------ the device guard */
@@ -67,7 +68,8 @@ static int home_device(void) {
 
 /* Whether making dev current again costs nothing: its primary context exists. */
 static bool has_context(int dev) {
-  if (dev >= 0 && dev < 64 && (cu_used_mask() >> dev & 1u)) return true; /* tcoll made it current, so it has one */
+  if (dev >= 0 && dev < 64 && (cu_used_mask() >> dev & 1u))
+    return true; /* tcoll made it current, so it has one */
   unsigned flags = 0;
   int active = 0;
   return primary_ctx_state && primary_ctx_state(dev, &flags, &active) == 0 && active;
@@ -83,8 +85,8 @@ static void guard_restore(dev_guard_t *g) {
   cudaError_t e = cudaSetDevice(g->prev);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    tc_warn("cudaSetDevice(%d) failed giving the caller back its device: %s (%s)", g->prev, cudaGetErrorString(e),
-            cudaGetErrorName(e));
+    tc_warn("cudaSetDevice(%d) failed giving the caller back its device: %s (%s)", g->prev,
+            cudaGetErrorString(e), cudaGetErrorName(e));
   }
 }
 
@@ -103,11 +105,11 @@ static int guard_enter(int dev, dev_guard_t *g) {
 }
 
 /* Makes dev current until the end of the enclosing block, then gives the caller its device. */
-#define USE(dev)                                                                                 \
-  dev_guard_t guard_ __attribute__((cleanup(guard_restore))) = {0, false};                      \
-  do {                                                                                           \
-    int rc_ = guard_enter((dev), &guard_);                                                       \
-    if (rc_) return rc_;                                                                         \
+#define USE(dev)                                                           \
+  dev_guard_t guard_ __attribute__((cleanup(guard_restore))) = {0, false}; \
+  do {                                                                     \
+    int rc_ = guard_enter((dev), &guard_);                                 \
+    if (rc_) return rc_;                                                   \
   } while (0)
 
 /* ------------------------------------------------------------------ start, versions */
@@ -124,8 +126,10 @@ static bool gpu_visible(cudaError_t e, char *node, size_t len) {
 }
 
 static void version_str(int v, char *buf, size_t len) {
-  if (v <= 0) snprintf(buf, len, "none");
-  else snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10);
+  if (v <= 0)
+    snprintf(buf, len, "none");
+  else
+    snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10);
 }
 
 static void versions(char *buf, size_t len) {
@@ -138,8 +142,8 @@ static void versions(char *buf, size_t len) {
 static void find_primary_ctx_state(void) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &found) ==
-          cudaSuccess &&
+  if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault,
+                                       &found) == cudaSuccess &&
       found == cudaDriverEntryPointSuccess)
     primary_ctx_state = (primary_ctx_state_fn)fn;
   else
@@ -163,12 +167,14 @@ static int cu_init(void) {
   cudaGetLastError();
   char node[256], ver[64];
   versions(ver, sizeof ver);
-  snprintf(no_device_reason, sizeof no_device_reason, "no GPU (cudaGetDeviceCount: %s, %s)", cudaGetErrorString(e),
-           cudaGetErrorName(e));
-  if (!gpu_visible(e, node, sizeof node)) return TCOLL_SUCCESS; /* no GPU here: the backend serves none */
+  snprintf(no_device_reason, sizeof no_device_reason, "no GPU (cudaGetDeviceCount: %s, %s)",
+           cudaGetErrorString(e), cudaGetErrorName(e));
+  if (!gpu_visible(e, node, sizeof node))
+    return TCOLL_SUCCESS; /* no GPU here: the backend serves none */
   /* DESIGN: a visible GPU that CUDA cannot use is an error, never a silent fallback. */
   return tc_error(TCOLL_ERR_CUDA,
-                  "a GPU is visible (%s) but CUDA cannot start: cudaGetDeviceCount failed: %s (%s); %s (a driver "
+                  "a GPU is visible (%s) but CUDA cannot start: cudaGetDeviceCount failed: %s "
+                  "(%s); %s (a driver "
                   "older than the runtime needs: CUDA 13 needs driver >= 580.65)",
                   node, cudaGetErrorString(e), cudaGetErrorName(e), ver);
 }
@@ -183,8 +189,10 @@ static int cu_count(void) { return ndev; }
 static void cu_describe(char *buf, size_t len) {
   char ver[64];
   versions(ver, sizeof ver);
-  if (no_device_reason[0]) snprintf(buf, len, "%s; %s", no_device_reason, ver);
-  else snprintf(buf, len, "%s", ver);
+  if (no_device_reason[0])
+    snprintf(buf, len, "%s; %s", no_device_reason, ver);
+  else
+    snprintf(buf, len, "%s", ver);
 }
 
 /* ------------------------------------------------------------------ memory */
@@ -232,7 +240,8 @@ static int cu_pointer_device(const void *p, int near, int *dev) {
 
 static int cu_copy_async(void *dst, const void *src, size_t n, int dev, void *stream) {
   USE(dev);
-  CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)stream), "cudaMemcpyAsync");
+  CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)stream),
+           "cudaMemcpyAsync");
   return TCOLL_SUCCESS;
 }
 
@@ -320,7 +329,8 @@ static int cu_add(int dev, void *stream, void *dst, const void *src, tcoll_dtype
   cudaError_t e = (cudaError_t)tc_cuda_add(stream, dst, src, (int)dt, n);
   if (e != cudaSuccess) {
     char what[96];
-    snprintf(what, sizeof what, "the add kernel (%s, %lld elements)", tcoll_dtype_name(dt), (long long)n);
+    snprintf(what, sizeof what, "the add kernel (%s, %lld elements)", tcoll_dtype_name(dt),
+             (long long)n);
     return cuda_fail(e, what);
   }
   return TCOLL_SUCCESS;

@@ -13,22 +13,51 @@ namespace {
 // Values of tcoll_dtype_t (kept in step with tcoll.h, which is C only).
 enum { BOOL_, INT8_, UINT8_, INT16_, INT32_, INT64_, F16_, BF16_, F32_, F64_ };
 
-template <typename T> struct acc { typedef T type; };
-template <> struct acc<__half> { typedef float type; };
-template <> struct acc<__nv_bfloat16> { typedef float type; };
+template <typename T>
+struct acc {
+  typedef T type;
+};
+template <>
+struct acc<__half> {
+  typedef float type;
+};
+template <>
+struct acc<__nv_bfloat16> {
+  typedef float type;
+};
 
-template <typename T> __device__ typename acc<T>::type up(T x) { return x; }
-template <> __device__ float up<__half>(__half x) { return __half2float(x); }
-template <> __device__ float up<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ T down(typename acc<T>::type x) { return (T)x; }
-template <> __device__ __half down<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __nv_bfloat16 down<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <typename T>
+__device__ typename acc<T>::type up(T x) {
+  return x;
+}
+template <>
+__device__ float up<__half>(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ float up<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ T down(typename acc<T>::type x) {
+  return (T)x;
+}
+template <>
+__device__ __half down<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __nv_bfloat16 down<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 __device__ int64_t first_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ int64_t grid_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
-template <typename T> __global__ void add_kernel(T *dst, const T *src, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = down<T>(up(dst[i]) + up(src[i]));
+template <typename T>
+__global__ void add_kernel(T *dst, const T *src, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dst[i] = down<T>(up(dst[i]) + up(src[i]));
 }
 
 __global__ void add_bool_kernel(unsigned char *dst, const unsigned char *src, int64_t n) {
@@ -42,7 +71,8 @@ unsigned grid_for(int64_t n) {
 
 // A launch reports its configuration errors through cudaGetLastError only: read it right
 // after every launch, before any other runtime call can replace it.
-template <typename T> int launch_add(cudaStream_t s, void *d, const void *x, int64_t n) {
+template <typename T>
+int launch_add(cudaStream_t s, void *d, const void *x, int64_t n) {
   add_kernel<T><<<grid_for(n), 256, 0, s>>>((T *)d, (const T *)x, n);
   return (int)cudaGetLastError();
 }
@@ -52,7 +82,7 @@ int launch_add_bool(cudaStream_t s, void *d, const void *x, int64_t n) {
   return (int)cudaGetLastError();
 }
 
-}  // namespace
+} // namespace
 
 extern "C" int tc_cuda_add(void *stream, void *dst, const void *src, int dtype, int64_t n) {
   if (n == 0) return (int)cudaSuccess;

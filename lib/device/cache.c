@@ -8,20 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MIN_BYTES 256          /* class 0: every request up to this size */
-#define MAX_SHIFT 48           /* classes up to 2^48 bytes; larger requests pass through uncached */
+#define MIN_BYTES 256 /* class 0: every request up to this size */
+#define MAX_SHIFT 48  /* classes up to 2^48 bytes; larger requests pass through uncached */
 #define NCLASS (1 + 4 * (MAX_SHIFT - 8))
 #define MAX_FENCES 8
 #define NPLACES (TC_MAX_DEVICES + 2) /* pinned, host, devices */
 #define NO_CLASS (-1)
-#define READY_SCAN 4           /* free blocks of a class examined for completed fences */
+#define READY_SCAN 4 /* free blocks of a class examined for completed fences */
 
 typedef enum { FROM_MALLOC, FROM_HOST_ALLOC, FROM_DEVICE } origin_t;
 
 /* One block of storage; the bookkeeping lives apart from it (device memory cannot hold it). */
 typedef struct block {
   void *p;
-  size_t size; /* its class's size: what was allocated */
+  size_t size;    /* its class's size: what was allocated */
   int place, cls; /* cls NO_CLASS: a request larger than any class, never cached */
   origin_t origin;
   unsigned gen; /* backend generation it was allocated under (backend memory) */
@@ -33,10 +33,10 @@ typedef struct block {
 } block_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static tc_ptrmap_t live;              /* storage handed out: address -> block */
-static block_t **lists[NPLACES];      /* per place (allocated on first use): NCLASS free lists */
-static block_t *oldest, *newest;      /* every free block, least recently freed first */
-static bool enabled;                  /* between tc_cache_init and tc_cache_fini */
+static tc_ptrmap_t live;         /* storage handed out: address -> block */
+static block_t **lists[NPLACES]; /* per place (allocated on first use): NCLASS free lists */
+static block_t *oldest, *newest; /* every free block, least recently freed first */
+static bool enabled;             /* between tc_cache_init and tc_cache_fini */
 static struct {
   size_t cached, cached_host, cached_pinned, cached_device, in_use, peak;
   uint64_t reused, allocated, freed;
@@ -64,7 +64,9 @@ static int class_of(size_t n, size_t *size) {
 }
 
 static size_t *cached_of(int place) {
-  return place == TCOLL_HOST ? &st.cached_host : place == TC_PLACE_PINNED ? &st.cached_pinned : &st.cached_device;
+  return place == TCOLL_HOST        ? &st.cached_host
+         : place == TC_PLACE_PINNED ? &st.cached_pinned
+                                    : &st.cached_device;
 }
 
 /* ------------------------------------------------------------------ free lists (mu held) */
@@ -77,8 +79,10 @@ static void list_push(block_t *b) {
   *head = b;
   b->older = newest;
   b->newer = NULL;
-  if (newest) newest->newer = b;
-  else oldest = b;
+  if (newest)
+    newest->newer = b;
+  else
+    oldest = b;
   newest = b;
   st.cached += b->size;
   *cached_of(b->place) += b->size;
@@ -86,13 +90,19 @@ static void list_push(block_t *b) {
 
 static void list_unlink(block_t *b) {
   block_t **head = &lists[place_index(b->place)][b->cls];
-  if (b->prev) b->prev->next = b->next;
-  else *head = b->next;
+  if (b->prev)
+    b->prev->next = b->next;
+  else
+    *head = b->next;
   if (b->next) b->next->prev = b->prev;
-  if (b->older) b->older->newer = b->newer;
-  else oldest = b->newer;
-  if (b->newer) b->newer->older = b->older;
-  else newest = b->older;
+  if (b->older)
+    b->older->newer = b->newer;
+  else
+    oldest = b->newer;
+  if (b->newer)
+    b->newer->older = b->older;
+  else
+    newest = b->older;
   st.cached -= b->size;
   *cached_of(b->place) -= b->size;
 }
@@ -172,7 +182,9 @@ static void failed(failures_t *f, int rc) {
   }
 }
 
-static bool backend_current(const block_t *b) { return b->origin == FROM_MALLOC || b->gen == tc_dev_generation(); }
+static bool backend_current(const block_t *b) {
+  return b->origin == FROM_MALLOC || b->gen == tc_dev_generation();
+}
 
 /* Gives b's memory back (waiting for its fences first) and frees its bookkeeping. Backend memory
  * of a backend since shut down went with it. After a failed wait the memory is freed all the
@@ -180,9 +192,12 @@ static bool backend_current(const block_t *b) { return b->origin == FROM_MALLOC 
 static void system_free(block_t *b, failures_t *f) {
   if (backend_current(b)) {
     failed(f, fences_wait(b));
-    if (b->origin == FROM_MALLOC) free(b->p);
-    else if (b->origin == FROM_HOST_ALLOC) failed(f, tc_dev()->host_free(b->p));
-    else failed(f, tc_dev()->free(b->place, b->p));
+    if (b->origin == FROM_MALLOC)
+      free(b->p);
+    else if (b->origin == FROM_HOST_ALLOC)
+      failed(f, tc_dev()->host_free(b->p));
+    else
+      failed(f, tc_dev()->free(b->place, b->p));
   }
   free(b);
 }
@@ -201,7 +216,8 @@ static const char *place_name(int place) {
 
 static int system_alloc(int place, int cls, size_t size, block_t **out) {
   block_t *b = calloc(1, sizeof *b);
-  if (!b) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the record of a %zu-byte block", size);
+  if (!b)
+    return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the record of a %zu-byte block", size);
   b->size = size;
   b->place = place;
   b->cls = cls;
@@ -219,7 +235,8 @@ static int system_alloc(int place, int cls, size_t size, block_t **out) {
     size_t align = size >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 256;
     if (posix_memalign(&b->p, align, size)) {
       b->p = NULL;
-      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of %s memory", size, place_name(place));
+      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of %s memory", size,
+                    place_name(place));
     }
   }
   if (rc) {
@@ -308,8 +325,11 @@ static int grow(int place, int cls, size_t size, size_t n, block_t **out) {
     system_free(b, NULL);
     return tc_error(rc, "cannot record a block of %zu bytes", size);
   }
-  tc_info("cache: allocated %zu bytes of %s memory%s for %zu bytes; %zu bytes in use, %zu cached (limit %zu)", size,
-          place_name(place), place >= 0 ? " on a device" : "", n, in_use, cached, tc_cfg.cache_bytes);
+  tc_info(
+      "cache: allocated %zu bytes of %s memory%s for %zu bytes; %zu bytes in use, %zu cached "
+      "(limit %zu)",
+      size, place_name(place), place >= 0 ? " on a device" : "", n, in_use, cached,
+      tc_cfg.cache_bytes);
   *out = b;
   return TCOLL_SUCCESS;
 }
@@ -467,7 +487,8 @@ int tcoll_cache_release(void) {
 
 int tcoll_cache_info(tcoll_cache_info_t *info) {
   TC_ENTER("tcoll_cache_info");
-  if (!info) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "info is NULL (expected a pointer to fill in)");
+  if (!info)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "info is NULL (expected a pointer to fill in)");
   tc_cache_stats(info);
   return TCOLL_SUCCESS;
 }

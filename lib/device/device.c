@@ -10,7 +10,8 @@ extern const tc_device_ops_t tc_fake_device_ops;
 
 static int none_count(void) { return 0; }
 static uint64_t none_used(void) { return 0; }
-static const tc_device_ops_t none_ops = {.name = "none", .count = none_count, .used_mask = none_used};
+static const tc_device_ops_t none_ops = {
+    .name = "none", .count = none_count, .used_mask = none_used};
 /* Why the backend is "none" (set when a built backend found no device). */
 static char none_reason[256];
 /* The hardware backend tcoll_init offered (NULL: built without one). */
@@ -50,8 +51,8 @@ int tc_dev_init(const tc_device_ops_t *hardware_ops) {
   set_active(&none_ops);
   __atomic_add_fetch(&backend_gen, 1, __ATOMIC_RELAXED);
   if (tc_cfg.fake_devices > TC_MAX_DEVICES)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_FAKE_DEVICES=%d (expected at most %d)", tc_cfg.fake_devices,
-                    TC_MAX_DEVICES);
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "TCOLL_FAKE_DEVICES=%d (expected at most %d)",
+                    tc_cfg.fake_devices, TC_MAX_DEVICES);
   const tc_device_ops_t *candidate = tc_cfg.fake_devices > 0 ? &tc_fake_device_ops : hardware;
   if (!candidate) return TCOLL_SUCCESS;
   int rc = candidate->init();
@@ -63,7 +64,8 @@ int tc_dev_init(const tc_device_ops_t *hardware_ops) {
   }
   set_active(candidate);
   if (active->count() > TC_MAX_DEVICES)
-    tc_warn("%d %s devices; tcoll uses the first %d", active->count(), active->name, TC_MAX_DEVICES);
+    tc_warn("%d %s devices; tcoll uses the first %d", active->count(), active->name,
+            TC_MAX_DEVICES);
   return TCOLL_SUCCESS;
 }
 
@@ -96,14 +98,20 @@ int tc_dev_count(void) {
   return n > TC_MAX_DEVICES ? TC_MAX_DEVICES : n;
 }
 
-bool tc_dev_used(int dev) { return dev >= 0 && dev < TC_MAX_DEVICES && (active->used_mask() >> dev & 1u); }
+bool tc_dev_used(int dev) {
+  return dev >= 0 && dev < TC_MAX_DEVICES && (active->used_mask() >> dev & 1u);
+}
 
 const char *tc_dev_describe(char *buf, size_t len) {
   char what[256] = "";
-  if (active->describe) active->describe(what, sizeof what);
-  else if (none_reason[0]) snprintf(what, sizeof what, "%s", none_reason);
-  else if (!hardware) snprintf(what, sizeof what, "built without CUDA");
-  snprintf(buf, len, "backend %s, %d device(s)%s%s", active->name, tc_dev_count(), what[0] ? ": " : "", what);
+  if (active->describe)
+    active->describe(what, sizeof what);
+  else if (none_reason[0])
+    snprintf(what, sizeof what, "%s", none_reason);
+  else if (!hardware)
+    snprintf(what, sizeof what, "built without CUDA");
+  snprintf(buf, len, "backend %s, %d device(s)%s%s", active->name, tc_dev_count(),
+           what[0] ? ": " : "", what);
   return buf;
 }
 
@@ -115,12 +123,14 @@ int tc_dev_check(int device, const char *argname) {
   int n = tc_dev_count();
   if (device < 0 || device >= n) {
     if (n == 0)
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                      "%s->device is %d but no device exists (backend %s; expected TCOLL_HOST, or set "
-                      "TCOLL_FAKE_DEVICES)",
-                      argname, device, active->name);
+      return tc_error(
+          TCOLL_ERR_INVALID_ARGUMENT,
+          "%s->device is %d but no device exists (backend %s; expected TCOLL_HOST, or set "
+          "TCOLL_FAKE_DEVICES)",
+          argname, device, active->name);
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                    "%s->device is %d but device %d does not exist (expected TCOLL_HOST or a device in [0, %d), "
+                    "%s->device is %d but device %d does not exist (expected TCOLL_HOST or a "
+                    "device in [0, %d), "
                     "backend %s)",
                     argname, device, device, n, active->name);
   }
@@ -143,7 +153,8 @@ int tc_dev_check_pointer_query(const void *p, int device, const char *argname) {
   if (rc) return rc;
   if (actual == device || actual == TC_DEV_MANAGED) return TCOLL_SUCCESS;
   char a[48], b[48];
-  return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s->device is %d but %s->data (%p) is %s (expected %s)", argname, device,
+  return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                  "%s->device is %d but %s->data (%p) is %s (expected %s)", argname, device,
                   argname, p, where(actual, a, sizeof a), where(device, b, sizeof b));
 }
 
@@ -188,7 +199,8 @@ int tc_dev_copy_sync(void *dst, int dst_dev, const void *src, int src_dev, size_
 
 static int own_stream(int dev, void **slot, void **out) {
   if (dev < 0 || dev >= tc_dev_count())
-    return tc_error(TCOLL_ERR_INTERNAL, "device %d has no streams (%d devices)", dev, tc_dev_count());
+    return tc_error(TCOLL_ERR_INTERNAL, "device %d has no streams (%d devices)", dev,
+                    tc_dev_count());
   int rc = TCOLL_SUCCESS;
   pthread_mutex_lock(&res_mu);
   if (!*slot) rc = active->stream_create(dev, slot);
@@ -204,7 +216,9 @@ int tc_dev_copy_streams(int dev, void **d2h, void **h2d) {
   return rc;
 }
 
-int tc_dev_local_stream(int dev, void **bg) { return own_stream(dev, &res[dev < 0 ? 0 : dev].bg, bg); }
+int tc_dev_local_stream(int dev, void **bg) {
+  return own_stream(dev, &res[dev < 0 ? 0 : dev].bg, bg);
+}
 
 int tc_dev_event_get(int dev, void **ev) {
   dev_res_t *r = &res[dev];

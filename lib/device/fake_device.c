@@ -146,7 +146,9 @@ static void stream_delete(fake_stream_t *s) {
   free(s);
 }
 
-static fake_stream_t *stream_of(int dev, void *stream) { return stream ? stream : default_streams[dev]; }
+static fake_stream_t *stream_of(int dev, void *stream) {
+  return stream ? stream : default_streams[dev];
+}
 
 static int enqueue(int dev, void *stream, op_t tmpl) {
   if (dev < 0 || dev >= ndev)
@@ -158,8 +160,10 @@ static int enqueue(int dev, void *stream, op_t tmpl) {
   touch(dev);
   fake_stream_t *s = stream_of(dev, stream);
   pthread_mutex_lock(&s->mu);
-  if (s->tail) s->tail->next = o;
-  else s->head = o;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
   s->tail = o;
   s->enqueued++;
   pthread_cond_broadcast(&s->cv);
@@ -210,8 +214,10 @@ static size_t alloc_lower_bound(uintptr_t key) {
   size_t lo = 0, hi = nallocs;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (allocs[mid].base < key) lo = mid + 1;
-    else hi = mid;
+    if (allocs[mid].base < key)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -269,7 +275,8 @@ static int fake_pointer_device(const void *p, int near, int *dev) {
 }
 
 static int fake_host_alloc(size_t n, void **p) {
-  if (posix_memalign(p, 256, n ? n : 1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu pinned bytes", n);
+  if (posix_memalign(p, 256, n ? n : 1))
+    return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu pinned bytes", n);
   return TCOLL_SUCCESS;
 }
 
@@ -290,9 +297,11 @@ static int fake_memset_async(void *p, int byte, size_t n, int dev, void *stream)
   return enqueue(dev, stream, (op_t){.kind = OP_MEMSET, .dst = p, .byte = byte, .n = n});
 }
 
-static int fake_add(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n) {
+static int fake_add(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt,
+                    int64_t n) {
   if (n == 0) return TCOLL_SUCCESS;
-  return enqueue(dev, stream, (op_t){.kind = OP_ADD, .dst = dst, .src = src, .n = (size_t)n, .dt = dt});
+  return enqueue(dev, stream,
+                 (op_t){.kind = OP_ADD, .dst = dst, .src = src, .n = (size_t)n, .dt = dt});
 }
 
 static int fake_event_create(int dev, void **event) {
@@ -355,7 +364,8 @@ static int fake_stream_wait_event(int dev, void *stream, void *event) {
 static int fake_count(void) { return ndev; }
 
 static void fake_describe(char *buf, size_t len) {
-  snprintf(buf, len, "emulated (host memory, one worker thread per stream%s)", delay_us ? ", delayed" : "");
+  snprintf(buf, len, "emulated (host memory, one worker thread per stream%s)",
+           delay_us ? ", delayed" : "");
 }
 
 static void fake_fini(void) {
@@ -380,7 +390,8 @@ static int fake_init(void) {
     long v = strtol(d, &end, 10);
     if (end == d || *end != '\0' || v < 0 || v > 10 * 1000 * 1000)
       return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                      "environment variable TCOLL_FAKE_DELAY_US=\"%s\" is invalid (expected microseconds in [0, "
+                      "environment variable TCOLL_FAKE_DELAY_US=\"%s\" is invalid (expected "
+                      "microseconds in [0, "
                       "10000000])",
                       d);
     delay_us = v;

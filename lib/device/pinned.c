@@ -5,7 +5,9 @@
 
 #include "cache.h"
 
-int tc_pinned_get(size_t n, void **p) { return tc_cache_alloc(TC_PLACE_PINNED, n ? n : 1, false, p); }
+int tc_pinned_get(size_t n, void **p) {
+  return tc_cache_alloc(TC_PLACE_PINNED, n ? n : 1, false, p);
+}
 
 void tc_pinned_put(void *p) {
   if (p) tc_cache_free(p);

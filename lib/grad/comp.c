@@ -32,7 +32,8 @@ int tg_comp_begin(tc_comp_t **out, const char *op, tcoll_comm_t *comm, int nout,
   return TCOLL_SUCCESS;
 }
 
-int tg_comp_output(tc_comp_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc, bool written) {
+int tg_comp_output(tc_comp_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc,
+                   bool written) {
   void *host;
   int rc = tc_comp_output(w, k, out, desc, written, &host);
   if (!rc && written) tg_job(w)->res[k] = host;

@@ -100,14 +100,14 @@ typedef int (*tg_fin_fn)(tg_job_t *j);
 
 /* Lives inside the composite (tc_comp_ctx): no allocation of its own. */
 struct tg_job {
-  tg_fin_fn fin;      /* local math, after every inner collective completed */
+  tg_fin_fn fin; /* local math, after every inner collective completed */
   tg_saved_t *hold[3];
   int nhold;
   /* what fin works on */
   tcoll_dtype_t dtype;
-  int64_t n;          /* elements per output */
+  int64_t n; /* elements per output */
   int nout;
-  void **res;         /* host buffer fin writes for each output; NULL: output left unchanged */
+  void **res; /* host buffer fin writes for each output; NULL: output left unchanged */
   const void *a, *b, *c;
   double scale;
   int mode;
@@ -118,7 +118,8 @@ int tg_comp_begin(tc_comp_t **w, const char *op, tcoll_comm_t *comm, int nout, i
 /* Prepares output k (allocating it if out->data == NULL, as described by desc). written: fin
  * produces it (a host buffer is set up: the output itself, or scratch copied to the device
  * at completion); otherwise the output is left unchanged (zero-filled if allocated). */
-int tg_comp_output(tc_comp_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc, bool written);
+int tg_comp_output(tc_comp_t *w, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc,
+                   bool written);
 /* The composite's own calls (composite.h), under the names the rules use. */
 #define tg_comp_register tc_comp_register
 #define tg_comp_scratch tc_comp_scratch
@@ -134,11 +135,11 @@ static inline tg_job_t *tg_job(tc_comp_t *w) { return tc_comp_ctx(w); }
 
 /* ---- finish steps (math.c) ---- */
 
-int tg_fin_zero(tg_job_t *j);      /* every written output = 0 */
-int tg_fin_copy(tg_job_t *j);      /* res[0] = a (n elements of dtype) */
-int tg_fin_scale(tg_job_t *j);     /* res[k] = a[k*n ..] / scale (mode 1) or * scale (mode 0) */
-int tg_fin_extremum(tg_job_t *j);  /* res[0] = mask b ? sum a[i] / count a[n+i] : 0 */
-int tg_fin_product(tg_job_t *j);   /* res[0] = G * d(prod)/dx from a = [G, zeros], b = prod, c = x */
+int tg_fin_zero(tg_job_t *j);     /* every written output = 0 */
+int tg_fin_copy(tg_job_t *j);     /* res[0] = a (n elements of dtype) */
+int tg_fin_scale(tg_job_t *j);    /* res[k] = a[k*n ..] / scale (mode 1) or * scale (mode 0) */
+int tg_fin_extremum(tg_job_t *j); /* res[0] = mask b ? sum a[i] / count a[n+i] : 0 */
+int tg_fin_product(tg_job_t *j);  /* res[0] = G * d(prod)/dx from a = [G, zeros], b = prod, c = x */
 
 /* Host float64 helpers for the nonlinear rules. */
 void tg_load_all(double *dst, const void *src, tcoll_dtype_t d, int64_t n);

@@ -10,7 +10,6 @@
  * are stream-ordered and register no pending work (see tcoll.h). */
 #include "grad.h"
 
-
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +25,8 @@ static int begin_forward(tcoll_grad_node_t **node) {
 
 /* The end of every forward, given the plain op's status: on success the node records its
  * n_in inputs and n_out outputs and is handed out; on failure it is destroyed. */
-static int end_forward(tcoll_grad_node_t *nd, int rc, const tcoll_tensor_t *in, const tcoll_tensor_t *out,
-                       tcoll_grad_node_t **node) {
+static int end_forward(tcoll_grad_node_t *nd, int rc, const tcoll_tensor_t *in,
+                       const tcoll_tensor_t *out, tcoll_grad_node_t **node) {
   if (rc) {
     tg_node_destroy(nd);
     return rc;
@@ -39,7 +38,8 @@ static int end_forward(tcoll_grad_node_t *nd, int rc, const tcoll_tensor_t *in, 
 }
 
 static int expect_count(int got, int want, const char *what, const tcoll_grad_node_t *n) {
-  if (got != want) return INVALID("%s is %d (expected %d for %s)", what, got, want, tg_kind_name(n->kind));
+  if (got != want)
+    return INVALID("%s is %d (expected %d for %s)", what, got, want, tg_kind_name(n->kind));
   return TCOLL_SUCCESS;
 }
 
@@ -56,7 +56,8 @@ static int check_backward(const tcoll_grad_node_t *n, const tcoll_tensor_t *g, i
 /* n_groups groups of n tensors: refused where the total does not fit an int. */
 static int check_total(int n_groups, int n, const char *what) {
   if ((int64_t)n_groups * n > INT_MAX)
-    return INVALID("%s is %lld tensors (expected at most %d)", what, (long long)n_groups * n, INT_MAX);
+    return INVALID("%s is %lld tensors (expected at most %d)", what, (long long)n_groups * n,
+                   INT_MAX);
   return TCOLL_SUCCESS;
 }
 
@@ -68,7 +69,8 @@ static bool *note_allocs(const tcoll_tensor_t *gin, int count) {
   return mine;
 }
 
-static void undo_allocs(const tcoll_grad_node_t *n, tcoll_tensor_t *gin, int count, const bool *mine) {
+static void undo_allocs(const tcoll_grad_node_t *n, tcoll_tensor_t *gin, int count,
+                        const bool *mine) {
   for (int i = 0; i < count; i++) {
     if (!mine[i] || !gin[i].data) continue;
     tc_tensor_release(&gin[i]);
@@ -79,32 +81,37 @@ static void undo_allocs(const tcoll_grad_node_t *n, tcoll_tensor_t *gin, int cou
 
 /* ------------------------------------------------------------------ broadcast_coalesced */
 
-int tcoll_grad_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *devices, int n_devices,
-                                         tcoll_tensor_t *out, tcoll_grad_node_t **node) {
+int tcoll_grad_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *devices,
+                                         int n_devices, tcoll_tensor_t *out,
+                                         tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_broadcast_coalesced");
   tcoll_grad_node_t *nd;
   int rc = begin_forward(node);
   if (rc) return rc;
   if (n < 0) return INVALID("n is %d (expected >= 0)", n);
   /* The plain op accepts no device at all; its gradient would then be zero from nowhere. */
-  if (n_devices < 1) return INVALID("n_devices is %d (expected >= 1 for the differentiable form)", n_devices);
+  if (n_devices < 1)
+    return INVALID("n_devices is %d (expected >= 1 for the differentiable form)", n_devices);
   if ((rc = check_total(n_devices, n, "n_devices * n"))) return rc;
   if ((rc = tg_node_new(TG_LOCAL_BROADCAST_COALESCED, NULL, n, n_devices * n, &nd))) return rc;
-  return end_forward(nd, tcoll_local_broadcast_coalesced(in, n, devices, n_devices, out), in, out, node);
+  return end_forward(nd, tcoll_local_broadcast_coalesced(in, n, devices, n_devices, out), in, out,
+                     node);
 }
 
 /* out[d*n + i] = in[i] on devices[d]: grad_in[i] = sum_d g[d*n + i] on in[i]'s device, a
  * reduce_add_coalesced per input device (one call when the inputs share a device, as in
  * PyTorch, where they must). */
-int tg_backward_local_broadcast_coalesced(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
-                                          int ngin) {
+int tg_backward_local_broadcast_coalesced(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                                          tcoll_tensor_t *gin, int ngin) {
   int nin = n->n_in, ndev = nin ? n->n_out / nin : 0;
   int rc = check_backward(n, g, ng, n->n_out, gin, ngin, nin);
   if (rc || nin == 0) return rc;
   int *idx = malloc((size_t)nin * sizeof *idx);
   bool *done = calloc((size_t)nin, sizeof *done), *mine = note_allocs(gin, nin);
-  tcoll_tensor_t *gg = malloc((size_t)ndev * (size_t)nin * sizeof *gg), *go = malloc((size_t)nin * sizeof *go);
-  if (!idx || !done || !mine || !gg || !go) rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d entries", nin);
+  tcoll_tensor_t *gg = malloc((size_t)ndev * (size_t)nin * sizeof *gg),
+                 *go = malloc((size_t)nin * sizeof *go);
+  if (!idx || !done || !mine || !gg || !go)
+    rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d entries", nin);
   for (int first = 0; first < nin && !rc; first++) {
     if (done[first]) continue;
     int dev = n->in_desc[first].device, cnt = 0;
@@ -131,8 +138,9 @@ int tg_backward_local_broadcast_coalesced(tcoll_grad_node_t *n, const tcoll_tens
 
 /* ------------------------------------------------------------------ reduce_add_coalesced */
 
-int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, int n, int destination,
-                                          tcoll_tensor_t *out, tcoll_grad_node_t **node) {
+int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, int n,
+                                          int destination, tcoll_tensor_t *out,
+                                          tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_reduce_add_coalesced");
   tcoll_grad_node_t *nd;
   int rc = begin_forward(node);
@@ -141,13 +149,14 @@ int tcoll_grad_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_device
   if (n < 0) return INVALID("n is %d (expected >= 0)", n);
   if ((rc = check_total(n_devices, n, "n_devices * n"))) return rc;
   if ((rc = tg_node_new(TG_LOCAL_REDUCE_ADD_COALESCED, NULL, n_devices * n, n, &nd))) return rc;
-  return end_forward(nd, tcoll_local_reduce_add_coalesced(in, n_devices, n, destination, out), in, out, node);
+  return end_forward(nd, tcoll_local_reduce_add_coalesced(in, n_devices, n, destination, out), in,
+                     out, node);
 }
 
 /* out[i] = sum_d in[d*n + i]: grad_in[d*n + i] = g[i] on group d's device, a
  * broadcast_coalesced of the grads to the groups' devices. */
-int tg_backward_local_reduce_add_coalesced(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
-                                           int ngin) {
+int tg_backward_local_reduce_add_coalesced(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                                           tcoll_tensor_t *gin, int ngin) {
   int nout = n->n_out, ndev = nout ? n->n_in / nout : 0;
   int rc = check_backward(n, g, ng, nout, gin, ngin, n->n_in);
   if (rc || nout == 0) return rc;
@@ -161,8 +170,9 @@ int tg_backward_local_reduce_add_coalesced(tcoll_grad_node_t *n, const tcoll_ten
 
 /* ------------------------------------------------------------------ scatter */
 
-int tcoll_grad_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devices, const int64_t *chunk_sizes,
-                             int dim, tcoll_tensor_t *out, tcoll_grad_node_t **node) {
+int tcoll_grad_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devices,
+                             const int64_t *chunk_sizes, int dim, tcoll_tensor_t *out,
+                             tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_scatter");
   tcoll_grad_node_t *nd;
   int rc = begin_forward(node);
@@ -176,7 +186,8 @@ int tcoll_grad_local_scatter(const tcoll_tensor_t *in, const int *devices, int n
 
 /* out[i] = chunk i of in along dim: grad_in = cat_dim(g[0], ..., g[n-1]) on in's device, a
  * gather of the grads. */
-int tg_backward_local_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_local_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                              tcoll_tensor_t *gin, int ngin) {
   int rc = check_backward(n, g, ng, n->n_out, gin, ngin, 1);
   if (rc) return rc;
   return tcoll_local_gather(g, ng, n->dim, n->in_desc[0].device, &gin[0]);
@@ -184,8 +195,8 @@ int tg_backward_local_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int
 
 /* ------------------------------------------------------------------ gather */
 
-int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_device, tcoll_tensor_t *out,
-                            tcoll_grad_node_t **node) {
+int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_device,
+                            tcoll_tensor_t *out, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_local_gather");
   tcoll_grad_node_t *nd;
   int rc = begin_forward(node);
@@ -210,7 +221,8 @@ int tcoll_grad_local_gather(const tcoll_tensor_t *in, int n, int dim, int target
 /* out = cat_dim(in[0], ..., in[n-1]): grad_in[i] = the slab of g along dim that in[i] filled,
  * on in[i]'s device, a scatter of the grad with the inputs' sizes as chunk sizes. Unsqueezed
  * scalars get scalars back: the scatter writes [1]-shaped views of them. */
-int tg_backward_local_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_local_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                             tcoll_tensor_t *gin, int ngin) {
   int nin = n->n_in;
   int rc = check_backward(n, g, ng, 1, gin, ngin, nin);
   if (rc) return rc;
@@ -227,7 +239,8 @@ int tg_backward_local_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int 
   }
   if (!rc) rc = tcoll_local_scatter(&g[0], devs, nin, n->aux, n->dim, parts);
   for (int i = 0; i < nin && !rc; i++) {
-    if (!unsqueezed) gin[i] = parts[i];
+    if (!unsqueezed)
+      gin[i] = parts[i];
     else if (!gin[i].data) { /* allocated as [1]: the same buffer, described as a scalar */
       gin[i] = n->in_desc[i];
       gin[i].data = parts[i].data;

@@ -63,9 +63,12 @@ int tg_fin_product(tg_job_t *j) {
   for (int64_t i = 0; i < j->n; i++) {
     double g = sum[i], z = sum[j->n + i], x = tc_load_double(j->c, j->dtype, i);
     double d;
-    if (z == 0.0) d = p[i] / x;
-    else if (z == 1.0 && x == 0.0) d = p[i];
-    else d = 0.0;
+    if (z == 0.0)
+      d = p[i] / x;
+    else if (z == 1.0 && x == 0.0)
+      d = p[i];
+    else
+      d = 0.0;
     tc_store_double(j->res[0], j->dtype, i, g * d);
   }
   return TCOLL_SUCCESS;

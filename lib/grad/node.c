@@ -29,7 +29,8 @@ static const char *const kind_names[TG_NUM_KINDS] = {
 };
 
 const char *tg_kind_name(tg_kind_t kind) {
-  return (int)kind >= 0 && (int)kind < TG_NUM_KINDS && kind_names[kind] ? kind_names[kind] : "invalid";
+  return (int)kind >= 0 && (int)kind < TG_NUM_KINDS && kind_names[kind] ? kind_names[kind]
+                                                                        : "invalid";
 }
 
 /* ------------------------------------------------------------------ saved tensors */
@@ -81,7 +82,9 @@ static bool node_live(const tcoll_grad_node_t *n) {
 static tcoll_grad_node_t *kept[KEEP_NODES];
 static int nkept;
 
-static size_t node_bytes(size_t ndesc) { return sizeof(tcoll_grad_node_t) + ndesc * sizeof(tcoll_tensor_t); }
+static size_t node_bytes(size_t ndesc) {
+  return sizeof(tcoll_grad_node_t) + ndesc * sizeof(tcoll_tensor_t);
+}
 
 /* Unrecords n and keeps it, or says to free it (live_lock held). */
 static bool forget_and_keep_locked(tcoll_grad_node_t *n) {
@@ -98,7 +101,9 @@ void tg_cleanup(void) {
   pthread_mutex_unlock(&live_lock);
 }
 
-tcoll_tensor_t tg_desc(const tcoll_tensor_t *t) { return tcoll_tensor_make(NULL, t->dtype, t->ndim, t->shape, t->device); }
+tcoll_tensor_t tg_desc(const tcoll_tensor_t *t) {
+  return tcoll_tensor_make(NULL, t->dtype, t->ndim, t->shape, t->device);
+}
 
 /* One block: the node and its descriptors after it (a kept one when it has room for them). */
 int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_grad_node_t **out) {
@@ -107,8 +112,10 @@ int tg_node_new(tg_kind_t kind, tcoll_comm_t *comm, int n_in, int n_out, tcoll_g
   pthread_mutex_lock(&live_lock);
   if (ndesc <= KEEP_DESCS && nkept > 0) n = kept[--nkept];
   pthread_mutex_unlock(&live_lock);
-  if (n) memset(n, 0, node_bytes(KEEP_DESCS));
-  else n = calloc(1, node_bytes(ndesc <= KEEP_DESCS ? KEEP_DESCS : ndesc));
+  if (n)
+    memset(n, 0, node_bytes(KEEP_DESCS));
+  else
+    n = calloc(1, node_bytes(ndesc <= KEEP_DESCS ? KEEP_DESCS : ndesc));
   if (!n) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a grad node");
   n->magic = TG_NODE_MAGIC;
   n->kind = kind;
@@ -155,21 +162,24 @@ int tg_node_save_x(tcoll_grad_node_t *n, const tcoll_tensor_t *x) {
 
 static int check_like(const tcoll_tensor_t *t, const char *name, const tcoll_tensor_t *want) {
   if (t->dtype != want->dtype)
-    return INVALID("%s->dtype is %s (expected %s, as in the forward)", name, tcoll_dtype_name(t->dtype),
-                   tcoll_dtype_name(want->dtype));
+    return INVALID("%s->dtype is %s (expected %s, as in the forward)", name,
+                   tcoll_dtype_name(t->dtype), tcoll_dtype_name(want->dtype));
   if (!tc_same_shape(t->ndim, t->shape, want->ndim, want->shape)) {
     char got[128], exp[128];
     return INVALID("%s->shape is %s (expected %s, as in the forward)", name,
-                   tc_shape_str(got, sizeof got, t->ndim, t->shape), tc_shape_str(exp, sizeof exp, want->ndim, want->shape));
+                   tc_shape_str(got, sizeof got, t->ndim, t->shape),
+                   tc_shape_str(exp, sizeof exp, want->ndim, want->shape));
   }
   if (t->device != want->device)
-    return INVALID("%s->device is %d (expected %d, as in the forward)", name, t->device, want->device);
+    return INVALID("%s->device is %d (expected %d, as in the forward)", name, t->device,
+                   want->device);
   return TCOLL_SUCCESS;
 }
 
 /* Checks run with a placeholder argument name; only a failing one runs again with its real name
  * ("grad_inputs[3]"), so that a call that passes formats nothing. */
-static int check_gout(const tcoll_grad_node_t *n, const tcoll_tensor_t *g, int first, int i, const char *name) {
+static int check_gout(const tcoll_grad_node_t *n, const tcoll_tensor_t *g, int first, int i,
+                      const char *name) {
   int rc = tc_check_tensor(&g[i], name);
   return rc ? rc : check_like(&g[i], name, &n->out_desc[first + i]);
 }
@@ -186,12 +196,13 @@ int tg_check_gouts(const tcoll_grad_node_t *n, const tcoll_tensor_t *g, int coun
 
 /* grad_inputs[i]: its descriptor, and no overlap with the grad outputs or the earlier grad inputs;
  * gnames: whether to name them ("grad_outputs[2]") or use placeholders. */
-static int check_gin(const tcoll_grad_node_t *n, const tcoll_tensor_t *gin, int first, int i, const tcoll_tensor_t *g,
-                     int count_g, bool named) {
+static int check_gin(const tcoll_grad_node_t *n, const tcoll_tensor_t *gin, int first, int i,
+                     const tcoll_tensor_t *g, int count_g, bool named) {
   char name[48] = "grad_inputs[i]", other[48] = "grad_outputs[k]";
   if (named) snprintf(name, sizeof name, "grad_inputs[%d]", i);
   const tcoll_tensor_t *want = &n->in_desc[first + i];
-  int rc = gin[i].data ? tc_check_tensor_desc(&gin[i], name) : TCOLL_SUCCESS; /* NULL: allocated like want */
+  int rc = gin[i].data ? tc_check_tensor_desc(&gin[i], name)
+                       : TCOLL_SUCCESS; /* NULL: allocated like want */
   if (!rc && gin[i].data) rc = check_like(&gin[i], name, want);
   for (int k = 0; k < count_g && !rc; k++) {
     if (named) snprintf(other, sizeof other, "grad_outputs[%d]", k);
@@ -207,7 +218,8 @@ static int check_gin(const tcoll_grad_node_t *n, const tcoll_tensor_t *gin, int 
 int tg_check_gins(const tcoll_grad_node_t *n, const tcoll_tensor_t *gin, int count, int first,
                   const tcoll_tensor_t *g, int count_g) {
   for (int i = 0; i < count; i++)
-    if (check_gin(n, gin, first, i, g, count_g, false)) return check_gin(n, gin, first, i, g, count_g, true);
+    if (check_gin(n, gin, first, i, g, count_g, false))
+      return check_gin(n, gin, first, i, g, count_g, true);
   return TCOLL_SUCCESS;
 }
 
@@ -218,22 +230,31 @@ void tg_fill_gins(const tcoll_grad_node_t *n, tcoll_tensor_t *gin, int count, in
 
 /* ------------------------------------------------------------------ public entry points */
 
-typedef int (*tg_backward_fn)(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin);
+typedef int (*tg_backward_fn)(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                              tcoll_tensor_t *gin, int ngin);
 int tg_backward_broadcast(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
 int tg_backward_reduce(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
 int tg_backward_gather(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
 int tg_backward_scatter(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
 int tg_backward_all_gather(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_all_gather_into_tensor(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_reduce_scatter(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_reduce_scatter_tensor(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
+int tg_backward_all_gather_into_tensor(tcoll_grad_node_t *, const tcoll_tensor_t *, int,
+                                       tcoll_tensor_t *, int);
+int tg_backward_reduce_scatter(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *,
+                               int);
+int tg_backward_reduce_scatter_tensor(tcoll_grad_node_t *, const tcoll_tensor_t *, int,
+                                      tcoll_tensor_t *, int);
 int tg_backward_all_to_all(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_all_to_all_single(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
+int tg_backward_all_to_all_single(tcoll_grad_node_t *, const tcoll_tensor_t *, int,
+                                  tcoll_tensor_t *, int);
 int tg_backward_all_reduce(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_local_broadcast_coalesced(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_local_reduce_add_coalesced(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_local_scatter(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
-int tg_backward_local_gather(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *, int);
+int tg_backward_local_broadcast_coalesced(tcoll_grad_node_t *, const tcoll_tensor_t *, int,
+                                          tcoll_tensor_t *, int);
+int tg_backward_local_reduce_add_coalesced(tcoll_grad_node_t *, const tcoll_tensor_t *, int,
+                                           tcoll_tensor_t *, int);
+int tg_backward_local_scatter(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *,
+                              int);
+int tg_backward_local_gather(tcoll_grad_node_t *, const tcoll_tensor_t *, int, tcoll_tensor_t *,
+                             int);
 
 static const tg_backward_fn backward_fns[TG_NUM_KINDS] = {
     [TG_BROADCAST] = tg_backward_broadcast,
@@ -253,21 +274,25 @@ static const tg_backward_fn backward_fns[TG_NUM_KINDS] = {
     [TG_LOCAL_GATHER] = tg_backward_local_gather,
 };
 
-int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outputs, int n_grad_outputs,
-                        tcoll_tensor_t *grad_inputs, int n_grad_inputs) {
+int tcoll_grad_backward(tcoll_grad_node_t *node, const tcoll_tensor_t *grad_outputs,
+                        int n_grad_outputs, tcoll_tensor_t *grad_inputs, int n_grad_inputs) {
   TC_ENTER("tcoll_grad_backward");
   int rc = tc_require_init();
   if (rc) return rc;
   if (!node) return INVALID("node is NULL (expected a node from a tcoll_grad_* forward)");
-  if (!node_live(node) || node->magic != TG_NODE_MAGIC || (int)node->kind < 0 || (int)node->kind >= TG_NUM_KINDS || !backward_fns[node->kind])
-    return INVALID("node %p is not a live grad node (freed, or not from a tcoll_grad_* forward)", (void *)node);
+  if (!node_live(node) || node->magic != TG_NODE_MAGIC || (int)node->kind < 0 ||
+      (int)node->kind >= TG_NUM_KINDS || !backward_fns[node->kind])
+    return INVALID("node %p is not a live grad node (freed, or not from a tcoll_grad_* forward)",
+                   (void *)node);
   if (node->comm && (rc = tc_comp_comm_live(node->comm, "the node's communicator")))
     return rc; /* freed since the forward: nodes do not own their communicator */
   if (n_grad_outputs < 0 || n_grad_inputs < 0)
-    return INVALID("n_grad_outputs is %d and n_grad_inputs is %d (expected >= 0)", n_grad_outputs, n_grad_inputs);
+    return INVALID("n_grad_outputs is %d and n_grad_inputs is %d (expected >= 0)", n_grad_outputs,
+                   n_grad_inputs);
   if (n_grad_outputs > 0 && !grad_outputs)
     return INVALID("grad_outputs is NULL (expected %d tensors)", n_grad_outputs);
-  if (n_grad_inputs > 0 && !grad_inputs) return INVALID("grad_inputs is NULL (expected %d tensors)", n_grad_inputs);
+  if (n_grad_inputs > 0 && !grad_inputs)
+    return INVALID("grad_inputs is NULL (expected %d tensors)", n_grad_inputs);
   rc = backward_fns[node->kind](node, grad_outputs, n_grad_outputs, grad_inputs, n_grad_inputs);
   TC_ENTER("tcoll_grad_backward");
   return rc;

@@ -29,8 +29,10 @@ static int check_node_arg(tcoll_grad_node_t **node) {
  * whole word followed by what follows an argument name in those messages is renamed. */
 static int grad_names(int rc) {
   if (rc != TCOLL_ERR_INVALID_ARGUMENT) return rc;
-  static const char *const from[] = {"ins", "outs", "in", "out"}, *const to[] = {"xs", "ys", "x", "y"};
-  static const char *const after[] = {"->", "[", " is ", " (", " has ", " differs", " describes", " would"};
+  static const char *const from[] = {"ins", "outs", "in", "out"}, *const to[] = {"xs", "ys", "x",
+                                                                                 "y"};
+  static const char *const after[] = {"->",    "[",        " is ",       " (",
+                                      " has ", " differs", " describes", " would"};
   const char *msg = tc_last_message();
   char buf[960];
   size_t o = 0;
@@ -69,14 +71,15 @@ static int forward_end(int rc, tcoll_grad_node_t *n, tcoll_grad_node_t **node) {
 }
 
 static int expect_count(int got, int want, const char *what, const tcoll_grad_node_t *n) {
-  if (got != want) return INVALID("%s is %d (expected %d for %s)", what, got, want, tg_kind_name(n->kind));
+  if (got != want)
+    return INVALID("%s is %d (expected %d for %s)", what, got, want, tg_kind_name(n->kind));
   return TCOLL_SUCCESS;
 }
 
 /* The start of most backward rules: exactly ng_want grad outputs and ngin_want grad inputs,
  * checked against the node, and the grad inputs to allocate filled in. */
-static int begin_backward(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, int ng_want, tcoll_tensor_t *gin,
-                          int ngin, int ngin_want) {
+static int begin_backward(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, int ng_want,
+                          tcoll_tensor_t *gin, int ngin, int ngin_want) {
   int rc = expect_count(ng, ng_want, "n_grad_outputs", n);
   if (!rc) rc = expect_count(ngin, ngin_want, "n_grad_inputs", n);
   if (!rc) rc = tg_check_gouts(n, g, ng, 0);
@@ -85,23 +88,32 @@ static int begin_backward(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
   return rc;
 }
 
-static bool is_bitwise(int kind) { return kind == TCOLL_BAND || kind == TCOLL_BOR || kind == TCOLL_BXOR; }
-static bool is_nonlinear(int kind) { return kind == TCOLL_MAX || kind == TCOLL_MIN || kind == TCOLL_PRODUCT; }
+static bool is_bitwise(int kind) {
+  return kind == TCOLL_BAND || kind == TCOLL_BOR || kind == TCOLL_BXOR;
+}
+static bool is_nonlinear(int kind) {
+  return kind == TCOLL_MAX || kind == TCOLL_MIN || kind == TCOLL_PRODUCT;
+}
 
 /* The rules a reduction op has a gradient for, checked at backward. */
 static int check_differentiable(const tcoll_grad_node_t *n) {
   const char *op = tc_redop_kind_name(n->op.kind);
   if (is_bitwise(n->op.kind))
-    return UNSUPPORTED("%s with op %s has no gradient (bitwise ops are not differentiable)", tg_kind_name(n->kind), op);
+    return UNSUPPORTED("%s with op %s has no gradient (bitwise ops are not differentiable)",
+                       tg_kind_name(n->kind), op);
   if (is_nonlinear(n->op.kind) && !tc_dtype_is_float(n->in_desc[0].dtype))
-    return UNSUPPORTED("the gradient of %s with op %s needs a floating dtype (float16, bfloat16, float32, float64), "
-                       "got %s",
-                       tg_kind_name(n->kind), op, tcoll_dtype_name(n->in_desc[0].dtype));
+    return UNSUPPORTED(
+        "the gradient of %s with op %s needs a floating dtype (float16, bfloat16, float32, "
+        "float64), "
+        "got %s",
+        tg_kind_name(n->kind), op, tcoll_dtype_name(n->in_desc[0].dtype));
   return TCOLL_SUCCESS;
 }
 
 /* A 1-D host float64 descriptor of n elements at p. */
-static tcoll_tensor_t flat64(void *p, int64_t n) { return tcoll_tensor_make(p, TCOLL_FLOAT64, 1, &n, TCOLL_HOST); }
+static tcoll_tensor_t flat64(void *p, int64_t n) {
+  return tcoll_tensor_make(p, TCOLL_FLOAT64, 1, &n, TCOLL_HOST);
+}
 /* A host descriptor shaped like d at p. */
 static tcoll_tensor_t host_like(const void *p, const tcoll_tensor_t *d) {
   return tcoll_tensor_make((void *)p, d->dtype, d->ndim, d->shape, TCOLL_HOST);
@@ -129,7 +141,8 @@ static int scratch_copy(tc_comp_t *w, const tcoll_tensor_t *t, void **out) {
  * all_reduce; the caller's y is a composite output written at completion (only on `writer`,
  * -1 for every rank; elsewhere it is left unchanged, as reduce leaves it). MAX / MIN keep y
  * this way so that backward needs nothing of the caller's buffers. */
-static int forward_extremum(tcoll_grad_node_t *n, const char *opname, tcoll_tensor_t *y, int writer) {
+static int forward_extremum(tcoll_grad_node_t *n, const char *opname, tcoll_tensor_t *y,
+                            int writer) {
   const tcoll_tensor_t *d = &n->out_desc[0];
   int rc = tg_saved_new(d, &n->y_saved);
   if (rc) return rc;
@@ -154,14 +167,16 @@ static int forward_extremum(tcoll_grad_node_t *n, const char *opname, tcoll_tens
 /* MAX / MIN backward: grad_x_r = [x_r == y] * G / count, with G = sum over ranks of the grads
  * (only the root's for reduce) and count = number of ranks holding the extremum. One inner
  * all_reduce SUM over [g | mask] in float64 gives both. */
-static int backward_extremum(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll_tensor_t *gin, bool root_only) {
+static int backward_extremum(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll_tensor_t *gin,
+                             bool root_only) {
   int rc = tc_comp_wait(n->y_saved->t.data); /* the forward's result */
   if (rc) return rc;
   const tcoll_tensor_t *d = &n->in_desc[0];
   int64_t cnt = tcoll_tensor_numel(d);
   tc_comp_t *w;
-  if ((rc = tg_comp_begin(&w, n->kind == TG_REDUCE ? "grad_reduce_backward" : "grad_all_reduce_backward", n->comm, 1,
-                          1)))
+  if ((rc = tg_comp_begin(
+           &w, n->kind == TG_REDUCE ? "grad_reduce_backward" : "grad_all_reduce_backward", n->comm,
+           1, 1)))
     return rc;
   tg_job_t *j = tg_job(w);
   rc = tg_comp_output(w, 0, gin, d, true);
@@ -197,11 +212,14 @@ static int backward_extremum(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcol
  * all_reduces in float64: SUM over [g | x == 0] gives G and the number of zeros z, PRODUCT over
  * x with zeros replaced by 1 gives p; then z == 0: p / x_r; z == 1 and x_r == 0: p (exact);
  * otherwise 0. */
-static int backward_product(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll_tensor_t *gin, bool root_only) {
+static int backward_product(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll_tensor_t *gin,
+                            bool root_only) {
   const tcoll_tensor_t *d = &n->in_desc[0];
   int64_t cnt = tcoll_tensor_numel(d);
   tc_comp_t *w;
-  int rc = tg_comp_begin(&w, n->kind == TG_REDUCE ? "grad_reduce_backward" : "grad_all_reduce_backward", n->comm, 1, 2);
+  int rc =
+      tg_comp_begin(&w, n->kind == TG_REDUCE ? "grad_reduce_backward" : "grad_all_reduce_backward",
+                    n->comm, 1, 2);
   if (rc) return rc;
   tg_job_t *j = tg_job(w);
   tg_fill_gins(n, gin, 1, 0);
@@ -248,8 +266,8 @@ static int backward_product(tcoll_grad_node_t *n, const tcoll_tensor_t *g, tcoll
 /* Outputs that receive no gradient on this rank: zero-filled at completion, while an inner
  * collective (posted by the caller with tg_comp_wait_on) runs. Returns the composite begun and
  * registered, or an error with nothing left. */
-static int zero_outputs_begin(tcoll_grad_node_t *n, const char *opname, tcoll_tensor_t *outs, int count,
-                              const tcoll_tensor_t *descs, tc_comp_t **out) {
+static int zero_outputs_begin(tcoll_grad_node_t *n, const char *opname, tcoll_tensor_t *outs,
+                              int count, const tcoll_tensor_t *descs, tc_comp_t **out) {
   tc_comp_t *w;
   int rc = tg_comp_begin(&w, opname, n->comm, count, 1);
   if (rc) return rc;
@@ -281,7 +299,8 @@ int tcoll_grad_broadcast(const tcoll_tensor_t *x, int src, tcoll_comm_t *comm, t
 }
 
 /* y_r = x_src on every rank: grad_x_src = sum_r g_r (reduce SUM to src), zero elsewhere. */
-int tg_backward_broadcast(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_broadcast(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                          tcoll_tensor_t *gin, int ngin) {
   int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
   if (n->rank == n->root) return tcoll_reduce(&g[0], n->root, TCOLL_SUM, n->comm, &gin[0]);
@@ -293,7 +312,8 @@ int tg_backward_broadcast(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
   if (!rc && !unused) rc = TCOLL_ERR_NO_MEMORY;
   if (!rc) {
     tcoll_tensor_t in = host_like(hg, &g[0]), out = host_like(unused, &g[0]);
-    rc = tcoll_reduce(&in, n->root, TCOLL_SUM, n->comm, &out); /* out: registered, left unchanged here */
+    rc = tcoll_reduce(&in, n->root, TCOLL_SUM, n->comm,
+                      &out); /* out: registered, left unchanged here */
     tg_comp_wait_on(w, unused);
   }
   return tg_comp_end(w, rc);
@@ -301,8 +321,8 @@ int tg_backward_broadcast(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
 
 /* ------------------------------------------------------------------ reduce */
 
-int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *y,
-                      tcoll_grad_node_t **node) {
+int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op, tcoll_comm_t *comm,
+                      tcoll_tensor_t *y, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_reduce");
   tcoll_comm_t *c;
   tc_redop_t rop;
@@ -316,7 +336,8 @@ int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op, tcoll_
   n->in_desc[0] = n->out_desc[0] = tg_desc(x);
   if (is_nonlinear(rop.kind) && tc_dtype_is_float(x->dtype)) {
     if ((rc = tg_node_save_x(n, x))) return forward_end(rc, n, node);
-    if (rop.kind != TCOLL_PRODUCT) return forward_end(forward_extremum(n, "grad_reduce", y, dst), n, node);
+    if (rop.kind != TCOLL_PRODUCT)
+      return forward_end(forward_extremum(n, "grad_reduce", y, dst), n, node);
   }
   return forward_end(tcoll_reduce(x, dst, op, c, y), n, node);
 }
@@ -324,7 +345,8 @@ int tcoll_grad_reduce(const tcoll_tensor_t *x, int dst, tcoll_redop_t op, tcoll_
 /* y_dst = op_r x_r; y elsewhere is not a function of x. SUM: grad_x_r = g_dst (broadcast);
  * AVG: g_dst / size; PREMUL_SUM(s): s * g_dst; MAX / MIN / PRODUCT: as all_reduce with the
  * grads of the ranks other than dst taken as zero. */
-int tg_backward_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
+                       int ngin) {
   int rc = check_differentiable(n);
   if (!rc) rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
@@ -380,9 +402,11 @@ int tcoll_grad_gather(const tcoll_tensor_t *x, int dst, tcoll_comm_t *comm, tcol
   n->root = dst;
   n->in_desc[0] = tg_desc(x);
   for (int i = 0; i < tcoll_comm_size(c); i++) n->out_desc[i] = tg_desc(x);
-  if (!zeros) return forward_end(tcoll_gather(x, dst, c, tcoll_comm_rank(c) == dst ? ys : NULL), n, node);
+  if (!zeros)
+    return forward_end(tcoll_gather(x, dst, c, tcoll_comm_rank(c) == dst ? ys : NULL), n, node);
   tc_comp_t *w;
-  if ((rc = zero_outputs_begin(n, "grad_gather", ys, tcoll_comm_size(c), n->out_desc, &w))) return forward_end(rc, n, node);
+  if ((rc = zero_outputs_begin(n, "grad_gather", ys, tcoll_comm_size(c), n->out_desc, &w)))
+    return forward_end(rc, n, node);
   void *hx = NULL;
   rc = scratch_copy(w, x, &hx);
   if (!rc) {
@@ -394,7 +418,8 @@ int tcoll_grad_gather(const tcoll_tensor_t *x, int dst, tcoll_comm_t *comm, tcol
 }
 
 /* ys_dst[r] = x_r: grad_x_r = g_dst[r], a scatter from dst. */
-int tg_backward_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
+                       int ngin) {
   bool is_root = n->rank == n->root;
   int rc = expect_count(ngin, 1, "n_grad_inputs", n);
   if (!rc && (is_root || ng != 0)) rc = expect_count(ng, n->size, "n_grad_outputs", n);
@@ -426,7 +451,8 @@ int tcoll_grad_scatter(const tcoll_tensor_t *xs, int src, tcoll_comm_t *comm, tc
 /* y_r = xs_src[r]: grad_xs_src[r] = g_r, a gather to src. Off src, grad_inputs may be absent
  * (n_grad_inputs 0: the work is then keyed on grad_outputs[0], as tcoll_gather does) or size
  * tensors, zero-filled (xs was not read there). */
-int tg_backward_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
+                        int ngin) {
   bool is_root = n->rank == n->root;
   int rc = expect_count(ng, 1, "n_grad_outputs", n);
   if (!rc && (is_root || ngin != 0)) rc = expect_count(ngin, n->size, "n_grad_inputs", n);
@@ -449,7 +475,8 @@ int tg_backward_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, t
 
 /* ------------------------------------------------------------------ all_gather (list) */
 
-int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm, tcoll_tensor_t *ys, tcoll_grad_node_t **node) {
+int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm, tcoll_tensor_t *ys,
+                          tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_all_gather");
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
@@ -463,7 +490,8 @@ int tcoll_grad_all_gather(const tcoll_tensor_t *x, tcoll_comm_t *comm, tcoll_ten
 }
 
 /* ys_r[s] = x_s: grad_x_s = sum_r g_r[s], a reduce_scatter SUM. */
-int tg_backward_all_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_all_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                           tcoll_tensor_t *gin, int ngin) {
   int rc = begin_backward(n, g, ng, n->size, gin, ngin, 1);
   if (rc) return rc;
   return tcoll_reduce_scatter_list(g, TCOLL_SUM, n->comm, &gin[0]);
@@ -471,8 +499,8 @@ int tg_backward_all_gather(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng
 
 /* ------------------------------------------------------------------ all_gather_into_tensor */
 
-int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim, tcoll_comm_t *comm, tcoll_tensor_t *y,
-                                      tcoll_grad_node_t **node) {
+int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim, tcoll_comm_t *comm,
+                                      tcoll_tensor_t *y, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_all_gather_into_tensor");
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
@@ -490,8 +518,8 @@ int tcoll_grad_all_gather_into_tensor(const tcoll_tensor_t *x, int gather_dim, t
 
 /* y = cat over ranks along gather_dim: grad_x_r = sum over ranks of block r of g, a
  * reduce_scatter SUM along the same dim. */
-int tg_backward_all_gather_into_tensor(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
-                                       int ngin) {
+int tg_backward_all_gather_into_tensor(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                                       tcoll_tensor_t *gin, int ngin) {
   int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
   return tcoll_reduce_scatter(&g[0], TCOLL_SUM, n->dim, n->comm, &gin[0]);
@@ -499,8 +527,8 @@ int tg_backward_all_gather_into_tensor(tcoll_grad_node_t *n, const tcoll_tensor_
 
 /* ------------------------------------------------------------------ reduce_scatter (list) */
 
-int tcoll_grad_reduce_scatter(const tcoll_tensor_t *xs, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *y,
-                              tcoll_grad_node_t **node) {
+int tcoll_grad_reduce_scatter(const tcoll_tensor_t *xs, tcoll_redop_t op, tcoll_comm_t *comm,
+                              tcoll_tensor_t *y, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_reduce_scatter");
   tcoll_comm_t *c;
   tc_redop_t rop;
@@ -517,12 +545,15 @@ int tcoll_grad_reduce_scatter(const tcoll_tensor_t *xs, tcoll_redop_t op, tcoll_
 
 /* y_r = sum_s xs_s[r]: grad_xs_s[r] = g_r, an all_gather; AVG divides by size, PREMUL_SUM(s)
  * multiplies by s. Other ops: TCOLL_ERR_UNSUPPORTED. */
-int tg_backward_reduce_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_reduce_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                               tcoll_tensor_t *gin, int ngin) {
   int rc = expect_count(ng, 1, "n_grad_outputs", n);
   if (!rc) rc = expect_count(ngin, n->size, "n_grad_inputs", n);
-  if (!rc && n->op.kind != TCOLL_SUM && n->op.kind != TCOLL_AVG && n->op.kind != TC_REDOP_PREMUL_SUM)
-    rc = UNSUPPORTED("the gradient of reduce_scatter is defined for sum, avg and premul_sum, not %s",
-                     tc_redop_kind_name(n->op.kind));
+  if (!rc && n->op.kind != TCOLL_SUM && n->op.kind != TCOLL_AVG &&
+      n->op.kind != TC_REDOP_PREMUL_SUM)
+    rc =
+        UNSUPPORTED("the gradient of reduce_scatter is defined for sum, avg and premul_sum, not %s",
+                    tc_redop_kind_name(n->op.kind));
   if (!rc) rc = tg_check_gouts(n, g, 1, 0);
   if (!rc) rc = tg_check_gins(n, gin, ngin, 0, g, 1);
   if (rc) return rc;
@@ -537,7 +568,8 @@ int tg_backward_reduce_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, in
   if (!rc) rc = tg_comp_register(w);
   void *hg = NULL, *all = NULL;
   if (!rc) rc = scratch_copy(w, &g[0], &hg);
-  if (!rc && !(all = tg_comp_scratch(w, (size_t)n->size * tcoll_tensor_nbytes(d)))) rc = TCOLL_ERR_NO_MEMORY;
+  if (!rc && !(all = tg_comp_scratch(w, (size_t)n->size * tcoll_tensor_nbytes(d))))
+    rc = TCOLL_ERR_NO_MEMORY;
   if (!rc) {
     j->fin = tg_fin_scale;
     j->dtype = d->dtype;
@@ -556,8 +588,9 @@ int tg_backward_reduce_scatter(tcoll_grad_node_t *n, const tcoll_tensor_t *g, in
 
 /* ------------------------------------------------------------------ reduce_scatter_tensor */
 
-int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op, int scatter_dim, tcoll_comm_t *comm,
-                                     tcoll_tensor_t *y, tcoll_grad_node_t **node) {
+int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op, int scatter_dim,
+                                     tcoll_comm_t *comm, tcoll_tensor_t *y,
+                                     tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_reduce_scatter_tensor");
   tcoll_comm_t *c;
   tc_redop_t rop;
@@ -566,8 +599,9 @@ int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op, 
   int rc = check_node_arg(node);
   if (!rc) rc = grad_names(tc_check_reduce_scatter(x, op, scatter_dim, comm, y, &c, &rop, &dim));
   if (!rc && rop.kind != TCOLL_SUM)
-    rc = UNSUPPORTED("Only sum reduce op is supported (got %s; the differentiable reduce_scatter_tensor sums)",
-                     tc_redop_kind_name(rop.kind));
+    rc = UNSUPPORTED(
+        "Only sum reduce op is supported (got %s; the differentiable reduce_scatter_tensor sums)",
+        tc_redop_kind_name(rop.kind));
   if (!rc) rc = tg_node_new(TG_REDUCE_SCATTER_TENSOR, c, 1, 1, &n);
   if (rc) return rc;
   n->op = rop;
@@ -579,8 +613,8 @@ int tcoll_grad_reduce_scatter_tensor(const tcoll_tensor_t *x, tcoll_redop_t op, 
 
 /* y_r = sum_s block r of x_s along scatter_dim: grad_x_s = cat_r g_r, an all_gather along the
  * same dim. */
-int tg_backward_reduce_scatter_tensor(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
-                                      int ngin) {
+int tg_backward_reduce_scatter_tensor(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                                      tcoll_tensor_t *gin, int ngin) {
   int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
   return tcoll_all_gather(&g[0], n->dim, n->comm, &gin[0]);
@@ -588,7 +622,8 @@ int tg_backward_reduce_scatter_tensor(tcoll_grad_node_t *n, const tcoll_tensor_t
 
 /* ------------------------------------------------------------------ all_to_all (list) */
 
-int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm, tcoll_tensor_t *ys, tcoll_grad_node_t **node) {
+int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm, tcoll_tensor_t *ys,
+                          tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_all_to_all");
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
@@ -604,7 +639,8 @@ int tcoll_grad_all_to_all(const tcoll_tensor_t *xs, tcoll_comm_t *comm, tcoll_te
 }
 
 /* ys_r[s] = xs_s[r]: grad_xs_s[r] = g_r[s], an all_to_all of the grads. */
-int tg_backward_all_to_all(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_all_to_all(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                           tcoll_tensor_t *gin, int ngin) {
   int rc = begin_backward(n, g, ng, n->size, gin, ngin, n->size);
   if (rc) return rc;
   return tcoll_all_to_all(g, n->comm, gin);
@@ -613,14 +649,16 @@ int tg_backward_all_to_all(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng
 /* ------------------------------------------------------------------ all_to_all_single */
 
 int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x, const int64_t *output_split_sizes,
-                                 const int64_t *input_split_sizes, tcoll_comm_t *comm, tcoll_tensor_t *y,
-                                 tcoll_grad_node_t **node) {
+                                 const int64_t *input_split_sizes, tcoll_comm_t *comm,
+                                 tcoll_tensor_t *y, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_all_to_all_single");
   tcoll_comm_t *c;
   tcoll_grad_node_t *n;
   int64_t rows;
   int rc = check_node_arg(node);
-  if (!rc) rc = grad_names(tc_check_all_to_all_single(x, output_split_sizes, input_split_sizes, comm, y, &c, &rows));
+  if (!rc)
+    rc = grad_names(
+        tc_check_all_to_all_single(x, output_split_sizes, input_split_sizes, comm, y, &c, &rows));
   if (!rc) rc = tg_node_new(TG_ALL_TO_ALL_SINGLE, c, 1, 1, &n);
   if (rc) return rc;
   n->in_desc[0] = n->out_desc[0] = tg_desc(x);
@@ -628,17 +666,20 @@ int tcoll_grad_all_to_all_single(const tcoll_tensor_t *x, const int64_t *output_
   if (input_split_sizes) {
     n->naux = 2 * tcoll_comm_size(c);
     if (!(n->aux = malloc((size_t)n->naux * sizeof *n->aux)))
-      return forward_end(tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the node's split sizes"), n, node);
+      return forward_end(tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the node's split sizes"), n,
+                         node);
     memcpy(n->aux, output_split_sizes, (size_t)tcoll_comm_size(c) * sizeof *n->aux);
-    memcpy(n->aux + tcoll_comm_size(c), input_split_sizes, (size_t)tcoll_comm_size(c) * sizeof *n->aux);
+    memcpy(n->aux + tcoll_comm_size(c), input_split_sizes,
+           (size_t)tcoll_comm_size(c) * sizeof *n->aux);
   }
-  return forward_end(tcoll_all_to_all_single(x, output_split_sizes, input_split_sizes, c, y), n, node);
+  return forward_end(tcoll_all_to_all_single(x, output_split_sizes, input_split_sizes, c, y), n,
+                     node);
 }
 
 /* The transpose of a permutation of rows: all_to_all_single of the grads with the split sizes
  * swapped (what was received from rank s goes back to rank s). */
-int tg_backward_all_to_all_single(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin,
-                                  int ngin) {
+int tg_backward_all_to_all_single(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                                  tcoll_tensor_t *gin, int ngin) {
   int rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;
   const int64_t *fwd_out = n->aux, *fwd_in = n->aux ? n->aux + n->size : NULL;
@@ -647,8 +688,8 @@ int tg_backward_all_to_all_single(tcoll_grad_node_t *n, const tcoll_tensor_t *g,
 
 /* ------------------------------------------------------------------ all_reduce */
 
-int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *y,
-                          tcoll_grad_node_t **node) {
+int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op, tcoll_comm_t *comm,
+                          tcoll_tensor_t *y, tcoll_grad_node_t **node) {
   TC_ENTER("tcoll_grad_all_reduce");
   tcoll_comm_t *c;
   tc_redop_t rop;
@@ -661,7 +702,8 @@ int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op, tcoll_comm_
   n->in_desc[0] = n->out_desc[0] = tg_desc(x);
   if (is_nonlinear(rop.kind) && tc_dtype_is_float(x->dtype)) {
     if ((rc = tg_node_save_x(n, x))) return forward_end(rc, n, node);
-    if (rop.kind != TCOLL_PRODUCT) return forward_end(forward_extremum(n, "grad_all_reduce", y, -1), n, node);
+    if (rop.kind != TCOLL_PRODUCT)
+      return forward_end(forward_extremum(n, "grad_all_reduce", y, -1), n, node);
   }
   return forward_end(tcoll_all_reduce(x, op, c, y), n, node);
 }
@@ -670,7 +712,8 @@ int tcoll_grad_all_reduce(const tcoll_tensor_t *x, tcoll_redop_t op, tcoll_comm_
  * SUM: all_reduce SUM; AVG: all_reduce AVG; PREMUL_SUM(s): s * G (all_reduce PREMUL_SUM(s));
  * MAX / MIN: G split evenly among the ranks holding the extremum; PRODUCT: G * prod of the
  * others; bitwise: TCOLL_ERR_UNSUPPORTED. */
-int tg_backward_all_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng, tcoll_tensor_t *gin, int ngin) {
+int tg_backward_all_reduce(tcoll_grad_node_t *n, const tcoll_tensor_t *g, int ng,
+                           tcoll_tensor_t *gin, int ngin) {
   int rc = check_differentiable(n);
   if (!rc) rc = begin_backward(n, g, ng, 1, gin, ngin, 1);
   if (rc) return rc;

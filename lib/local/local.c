@@ -23,12 +23,14 @@ typedef struct session {
   bool involved[TC_MAX_DEVICES]; /* devices whose current streams order the copies */
   bool started[TC_MAX_DEVICES];  /* bg stream already waits for the involved streams */
   void *bg[TC_MAX_DEVICES];
-  bool host_touched;             /* a host buffer is read or written: wait at the end */
+  bool host_touched; /* a host buffer is read or written: wait at the end */
 } session_t;
 
 static void involve(session_t *s, int dev) {
-  if (dev == TCOLL_HOST) s->host_touched = true;
-  else s->involved[dev] = true;
+  if (dev == TCOLL_HOST)
+    s->host_touched = true;
+  else
+    s->involved[dev] = true;
 }
 
 /* tcoll's background stream of dev, ordered after every involved current stream. */
@@ -90,7 +92,8 @@ typedef struct outs {
   int n, cap;
 } outs_t;
 
-static int out_prepare(outs_t *o, tcoll_tensor_t *out, tcoll_dtype_t dt, int ndim, const int64_t *shape, int dev) {
+static int out_prepare(outs_t *o, tcoll_tensor_t *out, tcoll_dtype_t dt, int ndim,
+                       const int64_t *shape, int dev) {
   if (out->data) return TCOLL_SUCCESS;
   if (o->n == o->cap) {
     int cap = o->cap ? 2 * o->cap : 8;
@@ -121,8 +124,8 @@ static int check_busy(const tcoll_tensor_t *t, const char *name) {
 }
 
 /* An output (data given) must not overlap any input but one it is identical to (allowed). */
-static int check_out_vs_ins(const tcoll_tensor_t *out, const char *oname, const tcoll_tensor_t *in, int nin,
-                            const char *iname, int allowed) {
+static int check_out_vs_ins(const tcoll_tensor_t *out, const char *oname, const tcoll_tensor_t *in,
+                            int nin, const char *iname, int allowed) {
   char nm[48];
   for (int j = 0; j < nin; j++) {
     snprintf(nm, sizeof nm, "%s[%d]", iname, j);
@@ -138,16 +141,20 @@ static int check_device_arg(int dev, const char *name) {
   int nd = tc_dev_count();
   if (dev >= 0 && dev < nd) return TCOLL_SUCCESS;
   if (nd == 0)
-    return INVALID("%s is %d but no device exists (backend %s; expected TCOLL_HOST, or set TCOLL_FAKE_DEVICES)", name,
-                   dev, tcoll_device_backend());
-  return INVALID("%s is %d but device %d does not exist (expected TCOLL_HOST or a device in [0, %d), backend %s)", name,
-                 dev, dev, nd, tcoll_device_backend());
+    return INVALID(
+        "%s is %d but no device exists (backend %s; expected TCOLL_HOST, or set "
+        "TCOLL_FAKE_DEVICES)",
+        name, dev, tcoll_device_backend());
+  return INVALID(
+      "%s is %d but device %d does not exist (expected TCOLL_HOST or a device in [0, %d), backend "
+      "%s)",
+      name, dev, dev, nd, tcoll_device_backend());
 }
 
 /* An output of a local op: its device is the one the op was told to use (`which` says which
  * argument), not the input's, so say so before the generic output check. */
-static int check_out_on(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dt, int ndim, const int64_t *shape,
-                        int device, const char *which) {
+static int check_out_on(const tcoll_tensor_t *out, const char *name, tcoll_dtype_t dt, int ndim,
+                        const int64_t *shape, int device, const char *which) {
   if (out && out->data && out->device != device)
     return INVALID("%s->device is %d (expected %d, %s)", name, out->device, device, which);
   return tc_check_output(out, name, dt, ndim, shape, device);
@@ -164,8 +171,8 @@ static int wait_inputs(const tcoll_tensor_t *in, int n) {
 
 /* ------------------------------------------------------------------ broadcast_coalesced */
 
-int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *devices, int n_devices,
-                                    tcoll_tensor_t *out) {
+int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *devices,
+                                    int n_devices, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_local_broadcast_coalesced");
   int rc = tc_require_init();
   if (rc) return rc;
@@ -189,10 +196,12 @@ int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *
     for (int i = 0; i < n; i++) {
       tcoll_tensor_t *o = &out[d * n + i];
       snprintf(on, sizeof on, "out[%d]", d * n + i);
-      if ((rc = check_out_on(o, on, in[i].dtype, in[i].ndim, in[i].shape, devices[d], nm))) return rc;
+      if ((rc = check_out_on(o, on, in[i].dtype, in[i].ndim, in[i].shape, devices[d], nm)))
+        return rc;
       if (!o->data) continue;
       if ((rc = check_out_vs_ins(o, on, in, n, "in", i))) return rc;
-      if (o->data != in[i].data && (rc = check_busy(o, on))) return rc; /* in[i] itself is not written */
+      if (o->data != in[i].data && (rc = check_busy(o, on)))
+        return rc; /* in[i] itself is not written */
     }
   }
   if ((rc = wait_inputs(in, n))) return rc;
@@ -205,7 +214,8 @@ int tcoll_local_broadcast_coalesced(const tcoll_tensor_t *in, int n, const int *
     for (int i = 0; i < n && !rc; i++) {
       tcoll_tensor_t *o = &out[d * n + i];
       rc = out_prepare(&al, o, in[i].dtype, in[i].ndim, in[i].shape, devices[d]);
-      if (!rc) rc = scopy(&s, o->data, devices[d], in[i].data, in[i].device, tcoll_tensor_nbytes(&in[i]));
+      if (!rc)
+        rc = scopy(&s, o->data, devices[d], in[i].data, in[i].device, tcoll_tensor_nbytes(&in[i]));
     }
   }
   return outs_done(&al, session_end(&s, rc));
@@ -267,7 +277,8 @@ void tc_local_cleanup(void) {
   pthread_mutex_unlock(&scratch_mu);
 }
 
-static int reduce_one(session_t *s, const tcoll_tensor_t *in, int n_devices, int n, int i, int dst, tcoll_tensor_t *o) {
+static int reduce_one(session_t *s, const tcoll_tensor_t *in, int n_devices, int n, int i, int dst,
+                      tcoll_tensor_t *o) {
   size_t nb = tcoll_tensor_nbytes(&in[i]);
   int64_t cnt = tcoll_tensor_numel(&in[i]);
   tcoll_dtype_t dt = in[i].dtype;
@@ -316,8 +327,8 @@ static int reduce_one(session_t *s, const tcoll_tensor_t *in, int n_devices, int
   return rc;
 }
 
-int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, int n, int destination,
-                                     tcoll_tensor_t *out) {
+int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, int n,
+                                     int destination, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_local_reduce_add_coalesced");
   int rc = tc_require_init();
   if (rc) return rc;
@@ -334,29 +345,33 @@ int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, in
       snprintf(nm, sizeof nm, "in[%d]", d * n + i);
       if ((rc = tc_check_tensor(x, nm))) return rc;
       if (x->device != in[d * n].device)
-        return INVALID("%s->device is %d but in[%d]->device is %d (expected group %d on one device)", nm, x->device,
-                       d * n, in[d * n].device, d);
+        return INVALID(
+            "%s->device is %d but in[%d]->device is %d (expected group %d on one device)", nm,
+            x->device, d * n, in[d * n].device, d);
       if (d == 0) continue;
       snprintf(rn, sizeof rn, "in[%d]", i);
       if (x->dtype != in[i].dtype)
-        return INVALID("%s->dtype is %s but %s->dtype is %s (expected the same)", nm, tcoll_dtype_name(x->dtype), rn,
-                       tcoll_dtype_name(in[i].dtype));
+        return INVALID("%s->dtype is %s but %s->dtype is %s (expected the same)", nm,
+                       tcoll_dtype_name(x->dtype), rn, tcoll_dtype_name(in[i].dtype));
       if (!tc_same_shape(x->ndim, x->shape, in[i].ndim, in[i].shape)) {
         char a[96], b[96];
         return INVALID("%s->shape is %s but %s->shape is %s (expected the same)", nm,
-                       tc_shape_str(a, sizeof a, x->ndim, x->shape), rn, tc_shape_str(b, sizeof b, in[i].ndim, in[i].shape));
+                       tc_shape_str(a, sizeof a, x->ndim, x->shape), rn,
+                       tc_shape_str(b, sizeof b, in[i].ndim, in[i].shape));
       }
     }
   }
   for (int i = 0; i < n; i++) {
     snprintf(nm, sizeof nm, "out[%d]", i);
-    if ((rc = check_out_on(&out[i], nm, in[i].dtype, in[i].ndim, in[i].shape, destination, "the destination")))
+    if ((rc = check_out_on(&out[i], nm, in[i].dtype, in[i].ndim, in[i].shape, destination,
+                           "the destination")))
       return rc;
     if (!out[i].data) continue;
     int allowed = -1; /* the output may be one of its own inputs */
     for (int d = 0; d < n_devices; d++)
       if (in[d * n + i].data == out[i].data) allowed = d * n + i;
-    if ((rc = check_out_vs_ins(&out[i], nm, in, n_devices * n, "in", allowed)) || (rc = check_busy(&out[i], nm)))
+    if ((rc = check_out_vs_ins(&out[i], nm, in, n_devices * n, "in", allowed)) ||
+        (rc = check_busy(&out[i], nm)))
       return rc;
   }
   if ((rc = wait_inputs(in, n_devices * n))) return rc;
@@ -376,8 +391,9 @@ int tcoll_local_reduce_add_coalesced(const tcoll_tensor_t *in, int n_devices, in
 
 /* Copies the slab [start, start + len) along dim of a tensor (outer x full x inner elements)
  * to or from a compact tensor (outer x len x inner). */
-static int copy_slab(session_t *s, bool to_compact, void *compact, int cdev, void *big, int bdev, int64_t outer,
-                     int64_t full, int64_t inner, int64_t start, int64_t len, size_t es) {
+static int copy_slab(session_t *s, bool to_compact, void *compact, int cdev, void *big, int bdev,
+                     int64_t outer, int64_t full, int64_t inner, int64_t start, int64_t len,
+                     size_t es) {
   int rc = TCOLL_SUCCESS;
   size_t run = (size_t)(len * inner) * es;
   if (run == 0) return rc;
@@ -389,8 +405,8 @@ static int copy_slab(session_t *s, bool to_compact, void *compact, int cdev, voi
   return rc;
 }
 
-int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devices, const int64_t *chunk_sizes,
-                        int dim, tcoll_tensor_t *out) {
+int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devices,
+                        const int64_t *chunk_sizes, int dim, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_local_scatter");
   int rc = tc_require_init();
   if (rc) return rc;
@@ -407,19 +423,24 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
   char nm[48];
   for (int i = 0; i < n_devices && !rc; i++) {
     if (chunk_sizes) {
-      if (chunk_sizes[i] < 0) rc = INVALID("chunk_sizes[%d] is %lld (expected >= 0)", i, (long long)chunk_sizes[i]);
+      if (chunk_sizes[i] < 0)
+        rc = INVALID("chunk_sizes[%d] is %lld (expected >= 0)", i, (long long)chunk_sizes[i]);
       sizes[i] = chunk_sizes[i];
     } else { /* torch.chunk: ceil(len / n) each, the tail smaller or empty */
-      int64_t c = len / n_devices + (len % n_devices != 0), left = len - c * i; /* no len + n - 1 overflow */
+      int64_t c = len / n_devices + (len % n_devices != 0),
+              left = len - c * i; /* no len + n - 1 overflow */
       sizes[i] = left < 0 ? 0 : left < c ? left : c;
     }
     starts[i] = sum;
     if (!rc && __builtin_add_overflow(sum, sizes[i], &sum))
-      rc = INVALID("chunk_sizes sum to more than 2^63 (chunk_sizes[%d] is %lld; expected a sum of in->shape[%d], %lld)",
-                   i, (long long)sizes[i], d0, (long long)len);
+      rc = INVALID(
+          "chunk_sizes sum to more than 2^63 (chunk_sizes[%d] is %lld; expected a sum of "
+          "in->shape[%d], %lld)",
+          i, (long long)sizes[i], d0, (long long)len);
   }
   if (!rc && sum != len)
-    rc = INVALID("chunk_sizes sum to %lld but in->shape[%d] is %lld (expected equal)", (long long)sum, d0, (long long)len);
+    rc = INVALID("chunk_sizes sum to %lld but in->shape[%d] is %lld (expected equal)",
+                 (long long)sum, d0, (long long)len);
   int64_t shape[TCOLL_MAX_DIMS];
   for (int i = 0; i < n_devices && !rc; i++) {
     snprintf(nm, sizeof nm, "devices[%d]", i);
@@ -429,7 +450,8 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
     char on[48];
     snprintf(on, sizeof on, "out[%d]", i);
     if ((rc = check_out_on(&out[i], on, in->dtype, in->ndim, shape, devices[i], nm))) break;
-    if (out[i].data && !(rc = tc_check_disjoint(&out[i], on, in, "in", n_devices == 1))) rc = check_busy(&out[i], on);
+    if (out[i].data && !(rc = tc_check_disjoint(&out[i], on, in, "in", n_devices == 1)))
+      rc = check_busy(&out[i], on);
   }
   if (!rc) rc = wait_inputs(in, 1);
   if (rc) {
@@ -448,20 +470,22 @@ int tcoll_local_scatter(const tcoll_tensor_t *in, const int *devices, int n_devi
     shape[d0] = sizes[i];
     rc = out_prepare(&al, &out[i], in->dtype, in->ndim, shape, devices[i]);
     if (!rc)
-      rc = copy_slab(&s, true, out[i].data, devices[i], in->data, in->device, v.outer, len, v.inner, starts[i],
-                     sizes[i], es);
+      rc = copy_slab(&s, true, out[i].data, devices[i], in->data, in->device, v.outer, len, v.inner,
+                     starts[i], sizes[i], es);
   }
   free(sizes);
   return outs_done(&al, session_end(&s, rc));
 }
 
-int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_device, tcoll_tensor_t *out) {
+int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_device,
+                       tcoll_tensor_t *out) {
   TC_ENTER("tcoll_local_gather");
   int rc = tc_require_init();
   if (rc) return rc;
   if (n < 1) return INVALID("n is %d (expected >= 1)", n);
   if (!in) return INVALID("in is NULL (expected %d tensors)", n);
-  if (!out) return INVALID("out is NULL (expected a tensor, with data == NULL to have tcoll allocate it)");
+  if (!out)
+    return INVALID("out is NULL (expected a tensor, with data == NULL to have tcoll allocate it)");
   if ((rc = check_device_arg(target_device, "target_device"))) return rc;
   char nm[48];
   bool scalars = true;
@@ -475,36 +499,46 @@ int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_devi
   int ndim = unsqueeze ? 1 : in[0].ndim, d0 = 0;
   int64_t ref[TCOLL_MAX_DIMS], shape[TCOLL_MAX_DIMS];
   memcpy(ref, in[0].shape, sizeof ref);
-  if (unsqueeze) ref[0] = 1;
-  else if ((rc = tc_check_dim(dim, ndim, "dim", &d0))) return rc;
+  if (unsqueeze)
+    ref[0] = 1;
+  else if ((rc = tc_check_dim(dim, ndim, "dim", &d0)))
+    return rc;
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
     snprintf(nm, sizeof nm, "in[%d]", i);
     if (in[i].dtype != in[0].dtype)
-      return INVALID("%s->dtype is %s but in[0]->dtype is %s (expected the same)", nm, tcoll_dtype_name(in[i].dtype),
-                     tcoll_dtype_name(in[0].dtype));
+      return INVALID("%s->dtype is %s but in[0]->dtype is %s (expected the same)", nm,
+                     tcoll_dtype_name(in[i].dtype), tcoll_dtype_name(in[0].dtype));
     if (unsqueeze) {
       total += 1;
       continue;
     }
-    if (in[i].ndim != ndim) return INVALID("%s->ndim is %d but in[0]->ndim is %d (expected the same)", nm, in[i].ndim, ndim);
+    if (in[i].ndim != ndim)
+      return INVALID("%s->ndim is %d but in[0]->ndim is %d (expected the same)", nm, in[i].ndim,
+                     ndim);
     for (int k = 0; k < ndim; k++)
       if (k != d0 && in[i].shape[k] != ref[k])
-        return INVALID("%s->shape[%d] is %lld but in[0]->shape[%d] is %lld (expected equal sizes except along dim %d)",
-                       nm, k, (long long)in[i].shape[k], k, (long long)ref[k], d0);
+        return INVALID(
+            "%s->shape[%d] is %lld but in[0]->shape[%d] is %lld (expected equal sizes except along "
+            "dim %d)",
+            nm, k, (long long)in[i].shape[k], k, (long long)ref[k], d0);
     if (__builtin_add_overflow(total, in[i].shape[d0], &total))
       return INVALID("the inputs' sizes along dim %d sum to more than 2^63 (at in[%d])", d0, i);
   }
   memcpy(shape, ref, sizeof shape);
   shape[d0] = total;
-  if ((rc = check_out_on(out, "out", in[0].dtype, ndim, shape, target_device, "target_device"))) return rc;
+  if ((rc = check_out_on(out, "out", in[0].dtype, ndim, shape, target_device, "target_device")))
+    return rc;
   if (out->data) {
-    if ((rc = check_out_vs_ins(out, "out", in, n, "in", -1)) || (rc = check_busy(out, "out"))) return rc;
+    if ((rc = check_out_vs_ins(out, "out", in, n, "in", -1)) || (rc = check_busy(out, "out")))
+      return rc;
   }
   if ((rc = wait_inputs(in, n))) return rc;
   if (unsqueeze)
-    tc_warn("Was asked to gather along dimension 0, but all input tensors were scalars; will instead unsqueeze and "
-            "return a vector.");
+    tc_warn(
+        "Was asked to gather along dimension 0, but all input tensors were scalars; will instead "
+        "unsqueeze and "
+        "return a vector.");
   tc_dimview_t v = tc_dimview(shape, ndim, d0);
   size_t es = tc_dtype_size(in[0].dtype);
   outs_t al = {0};
@@ -516,8 +550,8 @@ int tcoll_local_gather(const tcoll_tensor_t *in, int n, int dim, int target_devi
   int64_t start = 0;
   for (int i = 0; i < n && !rc; i++) {
     int64_t len = unsqueeze ? 1 : in[i].shape[d0];
-    rc = copy_slab(&s, false, in[i].data, in[i].device, out->data, target_device, v.outer, total, v.inner, start, len,
-                   es);
+    rc = copy_slab(&s, false, in[i].data, in[i].device, out->data, target_device, v.outer, total,
+                   v.inner, start, len, es);
     start += len;
   }
   return outs_done(&al, session_end(&s, rc));

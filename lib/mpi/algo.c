@@ -13,9 +13,12 @@ const tc_algo_t tc_algo_literal = {.name = "mpi", .layouts = TC_LAYOUT_ANY};
 extern const tc_algo_list_t tc_all_reduce_algos, tc_reduce_scatter_algos, tc_all_gather_algos,
     tc_broadcast_algos, tc_all_to_all_algos, tc_reduce_algos, tc_all_to_all_list_algos;
 static const tc_algo_list_t *const lists[TC_NUM_ALGO_OPS] = {
-    [TC_OP_ALL_REDUCE] = &tc_all_reduce_algos,   [TC_OP_REDUCE_SCATTER] = &tc_reduce_scatter_algos,
-    [TC_OP_ALL_GATHER] = &tc_all_gather_algos,   [TC_OP_BROADCAST] = &tc_broadcast_algos,
-    [TC_OP_ALL_TO_ALL] = &tc_all_to_all_algos,   [TC_OP_REDUCE] = &tc_reduce_algos,
+    [TC_OP_ALL_REDUCE] = &tc_all_reduce_algos,
+    [TC_OP_REDUCE_SCATTER] = &tc_reduce_scatter_algos,
+    [TC_OP_ALL_GATHER] = &tc_all_gather_algos,
+    [TC_OP_BROADCAST] = &tc_broadcast_algos,
+    [TC_OP_ALL_TO_ALL] = &tc_all_to_all_algos,
+    [TC_OP_REDUCE] = &tc_reduce_algos,
     [TC_OP_ALL_TO_ALL_LIST] = &tc_all_to_all_list_algos,
 };
 
@@ -27,14 +30,16 @@ const tc_algo_t *tc_algo_forced(tc_algo_op_t op) { return forced[op]; }
 /* Names match in any case, as the other TCOLL_* values do. */
 static const tc_algo_t *find(const tc_algo_list_t *l, const char *name, size_t len) {
   for (int i = 0; i < l->nalgos; i++)
-    if (strlen(l->algos[i]->name) == len && !strncasecmp(l->algos[i]->name, name, len)) return l->algos[i];
+    if (strlen(l->algos[i]->name) == len && !strncasecmp(l->algos[i]->name, name, len))
+      return l->algos[i];
   return NULL;
 }
 
 /* ------------------------------------------------------------------ choosing */
 
 /* a, or where it cannot run the call its fallbacks, or the literal mapping. */
-static const tc_algo_t *runnable(const tc_algo_list_t *l, const tc_algo_t *a, const tc_algo_query_t *q) {
+static const tc_algo_t *runnable(const tc_algo_list_t *l, const tc_algo_t *a,
+                                 const tc_algo_query_t *q) {
   for (int hops = 0; a && hops < l->nalgos; hops++) {
     if (tc_algo_is_literal(a) || !(a->layouts & q->layout)) break;
     if (!a->supported || a->supported(q)) return a;
@@ -49,8 +54,9 @@ static const tc_algo_t *runnable(const tc_algo_list_t *l, const tc_algo_t *a, co
  * initial-exec TLS is scarce. */
 #define MAX_BAND 8
 typedef struct bands {
-  int ranks;    /* 0: not filled */
-  size_t below; /* the smallest size any row covers: smaller calls take the literal mapping at once */
+  int ranks; /* 0: not filled */
+  /* the smallest size any row covers: smaller calls take the literal mapping at once */
+  size_t below;
   uint8_t n, row[MAX_BAND], algo[MAX_BAND];
 } bands_t;
 static _Thread_local TC_TLS_HOT bands_t memo[TC_NUM_ALGO_OPS];
@@ -85,7 +91,8 @@ static bool row_applies(const tc_algo_row_t *r, const tc_algo_query_t *q) {
   return q->layout != TC_LAYOUT_STRIDED || q->run >= r->min_run;
 }
 
-static TC_COLD const tc_algo_t *from_rows(const tc_algo_list_t *l, const bands_t *b, const tc_algo_query_t *q) {
+static TC_COLD const tc_algo_t *from_rows(const tc_algo_list_t *l, const bands_t *b,
+                                          const tc_algo_query_t *q) {
   for (int i = 0; i < b->n; i++) {
     const tc_algo_t *a = l->algos[b->algo[i]];
     if (row_applies(&l->rows[b->row[i]], q) && (a->layouts & q->layout)) return runnable(l, a, q);
@@ -108,18 +115,23 @@ int tc_algo_check_tables(void) {
   for (int op = 0; op < TC_NUM_ALGO_OPS; op++) {
     const tc_algo_list_t *l = lists[op];
     if (l->nalgos < 1 || !tc_algo_is_literal(l->algos[0]))
-      return tc_error(TCOLL_ERR_INTERNAL, "the %s list does not start with the literal mapping", l->op);
+      return tc_error(TCOLL_ERR_INTERNAL, "the %s list does not start with the literal mapping",
+                      l->op);
     for (int i = 0; i < l->nrows; i++) {
       const tc_algo_row_t *r = &l->rows[i];
       if (index_of(l, r->algo) < 0)
-        return tc_error(TCOLL_ERR_INTERNAL, "%s's table row %d names \"%s\", which is not in its list", l->op, i, r->algo);
+        return tc_error(TCOLL_ERR_INTERNAL,
+                        "%s's table row %d names \"%s\", which is not in its list", l->op, i,
+                        r->algo);
       if (!r->source || !r->source[0])
-        return tc_error(TCOLL_ERR_INTERNAL, "%s's table row %d does not say where its figures came from", l->op, i);
+        return tc_error(TCOLL_ERR_INTERNAL,
+                        "%s's table row %d does not say where its figures came from", l->op, i);
     }
     for (int i = 0; i < l->nalgos; i++) {
       const tc_algo_t *a = l->algos[i];
       if (a->fallback && index_of(l, a->fallback) < 0)
-        return tc_error(TCOLL_ERR_INTERNAL, "%s's %s falls back to \"%s\", which is not in its list", l->op, a->name,
+        return tc_error(TCOLL_ERR_INTERNAL,
+                        "%s's %s falls back to \"%s\", which is not in its list", l->op, a->name,
                         a->fallback);
     }
   }
@@ -156,7 +168,10 @@ static const char *names_of(const tc_algo_list_t *l, char *buf, size_t len) {
 static const char *ops_list(char *buf, size_t len) {
   size_t off = 0;
   for (int op = 0; op < TC_NUM_ALGO_OPS && off < len; op++)
-    off += (size_t)snprintf(buf + off, len - off, "%s%s", op == 0 ? "" : op == TC_NUM_ALGO_OPS - 1 ? " or " : ", ",
+    off += (size_t)snprintf(buf + off, len - off, "%s%s",
+                            op == 0                     ? ""
+                            : op == TC_NUM_ALGO_OPS - 1 ? " or "
+                                                        : ", ",
                             lists[op]->op);
   return buf;
 }
@@ -168,15 +183,18 @@ static int find_op(const char *name, size_t len) {
 }
 
 /* One item: "auto" or "mpi" (every op), or "op:name" ("op:auto": the table's). */
-static int parse_item(const char *item, size_t len, const char *what, const tc_algo_t *out[TC_NUM_ALGO_OPS]) {
+static int parse_item(const char *item, size_t len, const char *what,
+                      const tc_algo_t *out[TC_NUM_ALGO_OPS]) {
   const char *colon = memchr(item, ':', len);
   if (!colon) {
-    bool is_auto = len == 4 && !strncasecmp(item, "auto", 4), is_mpi = len == 3 && !strncasecmp(item, "mpi", 3);
+    bool is_auto = len == 4 && !strncasecmp(item, "auto", 4),
+         is_mpi = len == 3 && !strncasecmp(item, "mpi", 3);
     if (!is_auto && !is_mpi)
-      return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
-                      "%s: \"%.*s\" is not an algorithm every collective has (expected auto or mpi alone, or "
-                      "op:algorithm)",
-                      what, (int)len, item);
+      return tc_error(
+          TCOLL_ERR_INVALID_ARGUMENT,
+          "%s: \"%.*s\" is not an algorithm every collective has (expected auto or mpi alone, or "
+          "op:algorithm)",
+          what, (int)len, item);
     for (int op = 0; op < TC_NUM_ALGO_OPS; op++) out[op] = is_mpi ? &tc_algo_literal : NULL;
     return TCOLL_SUCCESS;
   }
@@ -187,11 +205,12 @@ static int parse_item(const char *item, size_t len, const char *what, const tc_a
   int op = find_op(opname, oplen);
   char list[160];
   if (op < 0)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s: unknown collective \"%.*s\" (expected %s)", what, (int)oplen,
-                    opname, ops_list(list, sizeof list));
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s: unknown collective \"%.*s\" (expected %s)",
+                    what, (int)oplen, opname, ops_list(list, sizeof list));
   const tc_algo_t *a = find(lists[op], name, nlen);
   if (!a && !(nlen == 4 && !strncasecmp(name, "auto", 4)))
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s: %s has no algorithm \"%.*s\" (expected one of: auto, %s)", what,
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "%s: %s has no algorithm \"%.*s\" (expected one of: auto, %s)", what,
                     lists[op]->op, (int)nlen, name, names_of(lists[op], list, sizeof list));
   out[op] = a;
   return TCOLL_SUCCESS;

@@ -44,19 +44,21 @@ enum { TC_LAYOUT_CONTIG = 1, TC_LAYOUT_STRIDED = 2, TC_LAYOUT_ANY = 3 };
 /* What a choice reads: the same on every rank of the collective. */
 typedef struct tc_algo_query {
   tcoll_comm_t *comm; /* its size is the rank count; probes (cma) run on it */
-  size_t bytes;  /* all_reduce, reduce: the vector; reduce_scatter: the input; all_gather: the output;
-                    the all-to-all family: 0 (chosen without bytes, which differ between ranks) */
+  /* all_reduce, reduce: the vector; reduce_scatter: the input; all_gather: the output; the
+   * all-to-all family: 0 (chosen without bytes, which differ between ranks) */
+  size_t bytes;
   int64_t count; /* elements: the vector, reduce_scatter's input, all_gather's own block */
   tcoll_dtype_t dtype;
-  int redop;     /* TCOLL_SUM..., TC_REDOP_PREMUL_SUM; -1 for ops without one */
-  bool device;   /* device buffers (staged, or handed to a CUDA-aware MPI) */
+  int redop;       /* TCOLL_SUM..., TC_REDOP_PREMUL_SUM; -1 for ops without one */
+  bool device;     /* device buffers (staged, or handed to a CUDA-aware MPI) */
   unsigned layout; /* TC_LAYOUT_CONTIG or TC_LAYOUT_STRIDED */
-  size_t run;    /* strided: bytes of one rank's run */
+  size_t run;      /* strided: bytes of one rank's run */
 } tc_algo_query_t;
 
 /* Where the p blocks of a reduce_scatter input lie (tc_algo_call_t.blocks): runs == 1, one after
  * the other (block b: tc_block_count elements at tc_block_offset); else interleaved, block b is
- * `runs` runs of `run` elements, run k at k * p * run + b * run (p divides the dim, equal blocks). */
+ * `runs` runs of `run` elements, run k at k * p * run + b * run (p divides the dim, equal blocks).
+ */
 typedef struct tc_blocks {
   int64_t runs, run;
   /* MPI_DATATYPE_NULL: the block sent at step 0 is packed first; else it goes out through this
@@ -89,19 +91,19 @@ typedef struct tc_algo_call {
                       all-to-all family: elements per count of x (a row) */
   tcoll_dtype_t dtype;
   MPI_Op op;
-  double premul;   /* each rank's contribution is multiplied first (1: none; premul_sum) */
-  double divisor;  /* each reduced element is divided once (1: none; AVG) */
-  int root;        /* reduce */
-  bool staged;     /* src and dst are pinned staging buffers (device tensors) */
+  double premul;  /* each rank's contribution is multiplied first (1: none; premul_sum) */
+  double divisor; /* each reduced element is divided once (1: none; AVG) */
+  int root;       /* reduce */
+  bool staged;    /* src and dst are pinned staging buffers (device tensors) */
   const tc_blocks_t *blocks; /* reduce_scatter: where src's blocks lie; NULL: one after the other */
-  size_t run;      /* all_gather: this rank's block is `outer` rows of `run` bytes (dim 0: one row) */
+  size_t run; /* all_gather: this rank's block is `outer` rows of `run` bytes (dim 0: one row) */
   int64_t outer;
   const tc_exchange_t *x; /* the all-to-all family */
 } tc_algo_call_t;
 
 typedef struct tc_algo {
-  const char *name;  /* in TCOLL_ALGO and tcoll_last_algorithm() */
-  unsigned layouts;  /* the block layouts it serves (TC_LAYOUT_*); others take the literal mapping */
+  const char *name; /* in TCOLL_ALGO and tcoll_last_algorithm() */
+  unsigned layouts; /* the block layouts it serves (TC_LAYOUT_*); others take the literal mapping */
   /* Whether it can run the call (NULL: every call it serves). Called by every rank alike: it may
    * make a collective call on q->comm (the cma probe). */
   bool (*supported)(const tc_algo_query_t *q);
@@ -120,9 +122,9 @@ typedef struct tc_algo_row {
   tc_mpi_impl_t impl;
   int min_ranks, max_ranks;
   size_t min_bytes, max_bytes;
-  unsigned where;    /* TC_WHERE_* */
-  size_t min_run;    /* strided calls: the shortest run (bytes) it applies to */
-  const char *algo;  /* a name in the op's list */
+  unsigned where;     /* TC_WHERE_* */
+  size_t min_run;     /* strided calls: the shortest run (bytes) it applies to */
+  const char *algo;   /* a name in the op's list */
   const char *source; /* where its figures came from */
 } tc_algo_row_t;
 #define TC_KiB ((size_t)1 << 10)
@@ -130,13 +132,14 @@ typedef struct tc_algo_row {
 #define TC_ANY_SIZE ((size_t)-1)
 
 typedef struct tc_algo_list {
-  const char *op; /* TCOLL_ALGO's name */
+  const char *op;                /* TCOLL_ALGO's name */
   const tc_algo_t *const *algos; /* [0]: tc_algo_literal */
   int nalgos;
   const tc_algo_row_t *rows;
   int nrows;
 } tc_algo_list_t;
-#define TC_ALGO_LIST(opname, algos, rows) {opname, algos, TC_ARRAY_LEN(algos), rows, TC_ARRAY_LEN(rows)}
+#define TC_ALGO_LIST(opname, algos, rows) \
+  { opname, algos, TC_ARRAY_LEN(algos), rows, TC_ARRAY_LEN(rows) }
 
 /* The algorithm that runs the call. */
 const tc_algo_t *tc_algo_choose(tc_algo_op_t op, const tc_algo_query_t *q);
@@ -152,7 +155,9 @@ int tc_algo_setting(const char *spec, const char *what, bool apply);
 
 /* Blocks of a vector of n elements split over p ranks: block b has n / p elements, plus one for
  * the first n % p blocks (equal blocks when p divides n, as in reduce_scatter). */
-static inline int64_t tc_block_count(int64_t n, int p, int b) { return n / p + (b < n % p ? 1 : 0); }
+static inline int64_t tc_block_count(int64_t n, int p, int b) {
+  return n / p + (b < n % p ? 1 : 0);
+}
 static inline int64_t tc_block_offset(int64_t n, int p, int b) {
   return (int64_t)b * (n / p) + (b < n % p ? b : n % p);
 }

@@ -13,15 +13,25 @@ const tc_algo_list_t tc_broadcast_algos = {"broadcast", algos, 1, NULL, 0};
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int src) {
   int64_t n = tcoll_tensor_numel(in);
   if (tc_pipe_wanted(out, TC_PIPE_BROADCAST, n, n, w->comm->size)) {
-    tc_pipe_desc_t d = {.kind = TC_PIPE_BROADCAST, .device = out->device, .dtype = in->dtype,
-                        .mpi_dtype = tc_mpi_dtype(in->dtype), .premul = 1.0, .divisor = 1.0, .root = src,
-                        .in = in->data, .out = out->data, .inplace = out->data == in->data, .n = n, .run = n,
+    tc_pipe_desc_t d = {.kind = TC_PIPE_BROADCAST,
+                        .device = out->device,
+                        .dtype = in->dtype,
+                        .mpi_dtype = tc_mpi_dtype(in->dtype),
+                        .premul = 1.0,
+                        .divisor = 1.0,
+                        .root = src,
+                        .in = in->data,
+                        .out = out->data,
+                        .inplace = out->data == in->data,
+                        .n = n,
+                        .run = n,
                         .stride = n};
     return tc_pipe_start(w, &d);
   }
   void *buf;
   bool is_src = w->comm->rank == src;
-  int rc = is_src && out->data == in->data ? tc_stage_inout(w, out, &buf) : tc_stage_out(w, out, &buf);
+  int rc =
+      is_src && out->data == in->data ? tc_stage_inout(w, out, &buf) : tc_stage_out(w, out, &buf);
   if (!rc && is_src && out->data != in->data)
     rc = tc_stage_read(buf, in->data, in->device, tcoll_tensor_nbytes(in));
   if (rc) return rc;

@@ -1,4 +1,5 @@
-/* Cross-memory attach: moving rows between processes, the probe, and the ring's push (see cma.h). */
+/* Cross-memory attach: moving rows between processes, the probe, and the ring's push (see cma.h).
+ */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
@@ -27,8 +28,8 @@ int tc_cma_fault(void) {
   return v ? atoi(v) : 0;
 }
 
-int tc_cma_move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride, int64_t rows, bool write,
-                     size_t *done, int fault) {
+int tc_cma_move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride,
+                     int64_t rows, bool write, size_t *done, int fault) {
   struct iovec liov[CMA_IOV];
   *done = 0;
   if (fault) rows /= 2; /* then fails */
@@ -43,7 +44,8 @@ int tc_cma_move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t
     size_t want = (size_t)nr * run, got = 0;
     while (got < want) { /* a partial transfer goes on where it stopped */
       struct iovec riov = {(void *)(uintptr_t)(remote + (uint64_t)(*done + got)), want - got};
-      ssize_t n = write ? process_vm_writev(pid, lv, lcnt, &riov, 1, 0) : process_vm_readv(pid, lv, lcnt, &riov, 1, 0);
+      ssize_t n = write ? process_vm_writev(pid, lv, lcnt, &riov, 1, 0)
+                        : process_vm_readv(pid, lv, lcnt, &riov, 1, 0);
       if (n <= 0) {
         *done += got;
         return n < 0 ? errno : ENODATA;
@@ -86,16 +88,18 @@ static int push_block(void *arg) {
   cma_push_t *j = arg;
   const tc_cma_push_args_t *a = &j->a;
   size_t total = a->run * (size_t)a->runs, done = 0;
-  int err = tc_cma_move_rows((pid_t)j->dest.pid, j->dest.addr, (char *)a->src, a->run, a->stride, a->runs, true, &done,
-                      j->fault);
+  int err = tc_cma_move_rows((pid_t)j->dest.pid, j->dest.addr, (char *)a->src, a->run, a->stride,
+                             a->runs, true, &done, j->fault);
   if (!err) {
     for (int i = j->first_note; i < j->first_note + j->nnote; i++) j->s->steps[i].u.p2p.count = 0;
     return TCOLL_SUCCESS;
   }
   tc_pack_runs(a->spare, a->src, a->stride, a->run, a->runs);
-  tc_info("ring reduce_scatter (cma): process_vm_writev into rank %d's buffer (pid %lld) failed: %s (errno %d) after "
-          "%zu of %zu bytes; the block goes through MPI instead",
-          a->to, (long long)j->dest.pid, strerror(err), err, done, total);
+  tc_info(
+      "ring reduce_scatter (cma): process_vm_writev into rank %d's buffer (pid %lld) failed: %s "
+      "(errno %d) after "
+      "%zu of %zu bytes; the block goes through MPI instead",
+      a->to, (long long)j->dest.pid, strerror(err), err, done, total);
   return TCOLL_SUCCESS;
 }
 
@@ -127,11 +131,17 @@ static bool under_valgrind(void) {
  * whatever tags the block's pieces take. */
 int tc_build_cma_push(tc_sched_t *s, void *scratch, const tc_cma_push_args_t *a) {
   cma_push_t *j = scratch;
-  *j = (cma_push_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)a->rbuf}, .a = *a, .s = s,
+  *j = (cma_push_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)a->rbuf},
+                    .a = *a,
+                    .s = s,
                     .fault = tc_cma_fault()};
   int rc = tc_sched_reserve(s, 6); /* the message and the block unsplit */
-  if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, a->from, a->addr_tag, true);
-  if (!rc) rc = tc_sched_recv(s, &j->dest, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, a->to, a->addr_tag, false);
+  if (!rc)
+    rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, a->from,
+                       a->addr_tag, true);
+  if (!rc)
+    rc = tc_sched_recv(s, &j->dest, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, a->to, a->addr_tag,
+                       false);
   int addr = tc_sched_last(s);
   if (!rc) rc = tc_sched_call(s, push_block, j, false);
   int write = tc_sched_last(s);
@@ -168,7 +178,8 @@ typedef struct probe_entry {
 
 static bool knob_off(void) {
   const char *v = getenv("TCOLL_CMA");
-  return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "no") || !strcasecmp(v, "false"));
+  return v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "no") ||
+               !strcasecmp(v, "false"));
 }
 
 static void probe_word_init(void) {
@@ -192,9 +203,11 @@ static bool read_peer(const probe_entry_t *e, int p, char *why, size_t len) {
   ssize_t n = process_vm_readv((pid_t)e->at.pid, &l, 1, &r, 1, 0);
   int err = n < 0 ? errno : 0;
   if (n == (ssize_t)sizeof got && !memcmp(&got, &e->word, sizeof got)) return true;
-  snprintf(why, len, "reading rank %d's memory (pid %lld) with process_vm_readv %s%s%s", p, (long long)e->at.pid,
-           n < 0 ? "failed: " : "returned other bytes", n < 0 ? strerror(err) : "",
-           err == EPERM ? " (ptrace rights: Yama's ptrace_scope, a container's seccomp or capabilities)" : "");
+  snprintf(
+      why, len, "reading rank %d's memory (pid %lld) with process_vm_readv %s%s%s", p,
+      (long long)e->at.pid, n < 0 ? "failed: " : "returned other bytes", n < 0 ? strerror(err) : "",
+      err == EPERM ? " (ptrace rights: Yama's ptrace_scope, a container's seccomp or capabilities)"
+                   : "");
   return false;
 }
 
@@ -205,8 +218,10 @@ static bool read_peer(const probe_entry_t *e, int p, char *why, size_t len) {
 static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
   probe_entry_t *all = calloc((size_t)c->size, sizeof *all), mine;
   int ok = all != NULL, every = 0;
-  if (!ok) snprintf(why, len, "no memory for the probe");
-  else if (knob_off()) ok = 0, snprintf(why, len, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
+  if (!ok)
+    snprintf(why, len, "no memory for the probe");
+  else if (knob_off())
+    ok = 0, snprintf(why, len, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
   if (tc_mpi_allreduce(&ok, &every, 1, MPI_INT, MPI_LAND, c->ctrl, true) != MPI_SUCCESS) every = 0;
   if (ok && !every) ok = 0, snprintf(why, len, "another rank cannot take part");
   if (every) {
@@ -216,14 +231,16 @@ static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
     mine.word = probe_word;
     char host[MPI_MAX_PROCESSOR_NAME];
     int hl = 0;
-    if (MPI_Get_processor_name(host, &hl) == MPI_SUCCESS) snprintf(mine.host, sizeof mine.host, "%.*s", hl, host);
-    if (tc_mpi_allgather(&mine, (int64_t)sizeof mine, MPI_BYTE, all, (int64_t)sizeof mine, MPI_BYTE, c->ctrl, true) !=
-        MPI_SUCCESS)
+    if (MPI_Get_processor_name(host, &hl) == MPI_SUCCESS)
+      snprintf(mine.host, sizeof mine.host, "%.*s", hl, host);
+    if (tc_mpi_allgather(&mine, (int64_t)sizeof mine, MPI_BYTE, all, (int64_t)sizeof mine, MPI_BYTE,
+                         c->ctrl, true) != MPI_SUCCESS)
       ok = 0, snprintf(why, len, "the probe's MPI_Allgather failed");
   }
   for (int p = 0; ok && p < c->size; p++)
     if (strcmp(all[p].host, mine.host))
-      ok = 0, snprintf(why, len, "rank %d runs on node %s, this rank on %s", p, all[p].host, mine.host);
+      ok = 0,
+      snprintf(why, len, "rank %d runs on node %s, this rank on %s", p, all[p].host, mine.host);
   for (int p = 0; ok && p < c->size; p++)
     if (p != c->rank && !read_peer(&all[p], p, why, len)) ok = 0;
   free(all);
@@ -237,12 +254,17 @@ bool tc_cma_usable(tcoll_comm_t *c) {
   int ok = c->size == 1 ? !knob_off() : probe_peers(c, why, sizeof why);
   if (c->size == 1 && !ok) snprintf(why, sizeof why, "TCOLL_CMA=%s", getenv("TCOLL_CMA"));
   int all = ok;
-  if (c->size > 1 && tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, c->ctrl, true) != MPI_SUCCESS) all = 0;
+  if (c->size > 1 &&
+      tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, c->ctrl, true) != MPI_SUCCESS)
+    all = 0;
   char label[TC_COMM_NAME_LEN + 16];
   if (!all)
-    tc_info("communicator %s: cross-memory attach does not apply (%s); all_gather and the ring reduce_scatter "
-            "take their other paths",
-            tc_comm_label(c, label, sizeof label), ok ? "another rank cannot read its peers' memory" : why);
+    tc_info(
+        "communicator %s: cross-memory attach does not apply (%s); all_gather and the ring "
+        "reduce_scatter "
+        "take their other paths",
+        tc_comm_label(c, label, sizeof label),
+        ok ? "another rank cannot read its peers' memory" : why);
   __atomic_store_n(&c->cma, all ? 1 : -1, __ATOMIC_RELEASE);
   return all;
 }

@@ -30,8 +30,8 @@ bool tc_cma_usable(tcoll_comm_t *comm);
  * to remote), one local iovec per row and one remote iovec per call. Returns 0, or errno (ENODATA
  * for a call that moved nothing) with *done the bytes moved. fault (tc_cma_fault): fail with it
  * half-way. */
-int tc_cma_move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride, int64_t rows, bool write,
-                     size_t *done, int fault);
+int tc_cma_move_rows(pid_t pid, uint64_t remote, char *local, size_t run, size_t stride,
+                     int64_t rows, bool write, size_t *done, int fault);
 /* TCOLL_CMA_FAULT's errno (tests), 0 without it: read at each call. */
 int tc_cma_fault(void);
 

@@ -19,21 +19,22 @@ static const void *at_const(const void *p, int64_t elems, size_t es) {
 }
 
 /* Nothing, or one call per piece of at most the per-call limit. */
-static TC_COLD int post_allreduce_pieces(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d,
-                                         MPI_Op op) {
+static TC_COLD int post_allreduce_pieces(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n,
+                                         tcoll_dtype_t d, MPI_Op op) {
   int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
   int rc = tc_work_reserve(w, (int)ncalls(n));
   for (int64_t off = 0; off < n && !rc; off += per) {
     int64_t c = n - off < per ? n - off : per;
-    int mrc = tc_mpi_iallreduce(at_const(sbuf, off, es), (char *)rbuf + (size_t)off * es, c, tc_mpi_dtype(d), op,
-                                w->comm->mpi, tc_work_req(w));
+    int mrc = tc_mpi_iallreduce(at_const(sbuf, off, es), (char *)rbuf + (size_t)off * es, c,
+                                tc_mpi_dtype(d), op, w->comm->mpi, tc_work_req(w));
     rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Iallreduce", c));
   }
   return rc;
 }
 
-int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op) {
+int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d,
+                      MPI_Op op) {
   if (TC_UNLIKELY(n <= 0 || !tc_mpi_fits(n))) return post_allreduce_pieces(w, sbuf, rbuf, n, d, op);
   MPI_Request *req = tc_work_req(w); /* the common case: one int-count call */
   if (!req) return TCOLL_ERR_NO_MEMORY;
@@ -41,7 +42,8 @@ int tc_post_allreduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
   return tc_post_ok(w, mrc, "MPI_Iallreduce");
 }
 
-int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d, MPI_Op op, int root) {
+int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d,
+                   MPI_Op op, int root) {
   int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
   bool is_root = w->comm->rank == root;
@@ -49,19 +51,21 @@ int tc_post_reduce(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tcoll_
   for (int64_t off = 0; off < n && !rc; off += per) {
     int64_t c = n - off < per ? n - off : per;
     void *r = is_root ? (char *)rbuf + (size_t)off * es : NULL;
-    int mrc = tc_mpi_ireduce(at_const(sbuf, off, es), r, c, tc_mpi_dtype(d), op, root, w->comm->mpi, tc_work_req(w));
+    int mrc = tc_mpi_ireduce(at_const(sbuf, off, es), r, c, tc_mpi_dtype(d), op, root, w->comm->mpi,
+                             tc_work_req(w));
     rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Ireduce", c));
   }
   return rc;
 }
 
-int tc_post_reduce_scatter_block(tc_work_t *w, const void *sbuf, void *rbuf, int64_t nper, tcoll_dtype_t d,
-                                 MPI_Op op) {
+int tc_post_reduce_scatter_block(tc_work_t *w, const void *sbuf, void *rbuf, int64_t nper,
+                                 tcoll_dtype_t d, MPI_Op op) {
   if (nper == 0) return TCOLL_SUCCESS;
   if (tc_mpi_one_call(nper)) {
     int rc = tc_work_reserve(w, 1);
     if (rc) return rc;
-    rc = tc_mpi_ireduce_scatter_block(sbuf, rbuf, nper, tc_mpi_dtype(d), op, w->comm->mpi, tc_work_req(w));
+    rc = tc_mpi_ireduce_scatter_block(sbuf, rbuf, nper, tc_mpi_dtype(d), op, w->comm->mpi,
+                                      tc_work_req(w));
     return tc_post_ok(w, rc, TC_MPI_NAME("MPI_Ireduce_scatter_block", nper));
   }
   /* Without large counts: the send blocks of one call must be contiguous and a reduction cannot
@@ -100,7 +104,8 @@ int tc_post_allgather(tc_work_t *w, const void *sbuf, void *rbuf, int64_t n, tco
   int rc = tc_work_reserve(w, 1);
   if (!rc) rc = tc_mpi_span(d, n, &s);
   if (rc) return rc;
-  rc = tc_mpi_iallgather(sbuf, s.count, s.dt.type, rbuf, s.count, s.dt.type, w->comm->mpi, tc_work_req(w));
+  rc = tc_mpi_iallgather(sbuf, s.count, s.dt.type, rbuf, s.count, s.dt.type, w->comm->mpi,
+                         tc_work_req(w));
   rc = tc_post_ok(w, rc, TC_MPI_NAME("MPI_Iallgather", s.count));
   tc_mpi_span_put(&s);
   return rc;
@@ -128,8 +133,9 @@ static int peer_type(tcoll_dtype_t d, int64_t unit, int64_t count, int64_t disp,
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "building an all-to-all datatype");
 }
 
-static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
-                          const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd,
+                          void *rbuf, const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d,
+                          int64_t unit) {
   int size = w->comm->size;
   /* MPI reads these arrays until the call completes: they live in the work. The datatypes are
    * freed only then too: Open MPI 4.1 never frees those freed while an MPI_Ialltoallw using them
@@ -140,7 +146,8 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
     free(types);
     return TCOLL_ERR_NO_MEMORY;
   }
-  int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size, *rdispls = ints + 3 * size;
+  int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size,
+      *rdispls = ints + 3 * size;
   MPI_Datatype *stypes = types, *rtypes = types + size;
   int rc = TCOLL_SUCCESS, built = 0;
   for (int p = 0; p < size && !rc; p++) {
@@ -154,8 +161,8 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
   if (!rc) rc = tc_work_reserve(w, 1);
   if (!rc)
     rc = tc_post_ok(w,
-                    MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, w->comm->mpi,
-                                   tc_work_req(w)),
+                    MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes,
+                                   w->comm->mpi, tc_work_req(w)),
                     "MPI_Ialltoallw");
   if (!rc) { /* all 2 * size built and in use: freed when the work is recycled */
     types[2 * size] = MPI_DATATYPE_NULL;
@@ -170,8 +177,9 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
 }
 
 /* Every count and displacement in elements, in one MPI_Ialltoallv_c (where MPI has it). */
-static int post_alltoallv_c(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
-                            const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+static int post_alltoallv_c(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd,
+                            void *rbuf, const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d,
+                            int64_t unit) {
   int size = w->comm->size;
   /* MPI reads these arrays until the call completes: they live in the work. */
   MPI_Count *counts = tc_work_scratch(w, 2 * (size_t)size * sizeof *counts);
@@ -185,18 +193,20 @@ static int post_alltoallv_c(tc_work_t *w, const void *sbuf, const int64_t *sc, c
   }
   int rc = tc_work_reserve(w, 1);
   if (rc) return rc;
-  rc = tc_mpi_ialltoallv_c(sbuf, counts, displs, rbuf, counts + size, displs + size, tc_mpi_dtype(d), w->comm->mpi,
-                           tc_work_req(w));
+  rc = tc_mpi_ialltoallv_c(sbuf, counts, displs, rbuf, counts + size, displs + size,
+                           tc_mpi_dtype(d), w->comm->mpi, tc_work_req(w));
   return tc_post_ok(w, rc, "MPI_Ialltoallv_c");
 }
 
 /* Counts within the limit and displacements within an int: MPI_Ialltoallv in units. */
-static int post_alltoallv_int(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
-                              const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+static int post_alltoallv_int(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd,
+                              void *rbuf, const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d,
+                              int64_t unit) {
   int size = w->comm->size;
   int *ints = tc_work_scratch(w, 4 * (size_t)size * sizeof(int));
   if (!ints) return TCOLL_ERR_NO_MEMORY;
-  int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size, *rdispls = ints + 3 * size;
+  int *scounts = ints, *sdispls = ints + size, *rcounts = ints + 2 * size,
+      *rdispls = ints + 3 * size;
   for (int p = 0; p < size; p++) {
     scounts[p] = (int)sc[p];
     sdispls[p] = (int)sd[p];
@@ -208,18 +218,20 @@ static int post_alltoallv_int(tc_work_t *w, const void *sbuf, const int64_t *sc,
   if (!rc) rc = unit == 1 ? tc_mpi_span(d, 1, &unit_type) : tc_mpi_contig(d, unit, &unit_type.dt);
   if (rc) return rc;
   if (unit != 1) unit_type.count = 1;
-  rc = MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls, unit_type.dt.type,
-                      w->comm->mpi, tc_work_req(w));
+  rc = MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls,
+                      unit_type.dt.type, w->comm->mpi, tc_work_req(w));
   rc = tc_post_ok(w, rc, "MPI_Ialltoallv");
   tc_mpi_span_put(&unit_type);
   return rc;
 }
 
-int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd, void *rbuf,
-                      const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d, int64_t unit) {
+int tc_post_alltoallv(tc_work_t *w, const void *sbuf, const int64_t *sc, const int64_t *sd,
+                      void *rbuf, const int64_t *rc_, const int64_t *rd, tcoll_dtype_t d,
+                      int64_t unit) {
   int size = w->comm->size;
   int64_t L = tc_mpi_limit();
-  bool ints = fits(sc, size, L) && fits(rc_, size, L) && fits(sd, size, INT_MAX) && fits(rd, size, INT_MAX);
+  bool ints =
+      fits(sc, size, L) && fits(rc_, size, L) && fits(sd, size, INT_MAX) && fits(rd, size, INT_MAX);
   /* With large counts a row above the limit is counted in elements too, not built as a type. */
   if (ints && (unit <= L || !tc_mpi_large_count()))
     return post_alltoallv_int(w, sbuf, sc, sd, rbuf, rc_, rd, d, unit);
@@ -237,15 +249,17 @@ int tc_reduce_local(const void *x, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op
 
 /* ------------------------------------------------------------------ packing */
 
-void tc_pack_rank_major(void *y, const void *x, int64_t outer, int size, int64_t block, tcoll_dtype_t d,
-                        double scale) {
+void tc_pack_rank_major(void *y, const void *x, int64_t outer, int size, int64_t block,
+                        tcoll_dtype_t d, double scale) {
   size_t es = tc_dtype_size(d), bb = (size_t)block * es;
   for (int r = 0; r < size; r++) {
     for (int64_t o = 0; o < outer; o++) {
       char *dst = (char *)y + ((size_t)r * (size_t)outer + (size_t)o) * bb;
       const char *src = (const char *)x + ((size_t)o * (size_t)size + (size_t)r) * bb;
-      if (scale == 1.0) memcpy(dst, src, bb);
-      else tc_host_scale_copy(dst, src, d, block, scale);
+      if (scale == 1.0)
+        memcpy(dst, src, bb);
+      else
+        tc_host_scale_copy(dst, src, d, block, scale);
     }
   }
 }

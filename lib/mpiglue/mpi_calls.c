@@ -11,82 +11,88 @@
 
 /* ------------------------------------------------------------------ nonblocking collectives */
 
-int tc_mpi_iallreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                      MPI_Request *req) {
+int tc_mpi_iallreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op,
+                      MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Iallreduce_c(sbuf, rbuf, n, dt, op, comm, req);
 #endif
   return MPI_Iallreduce(sbuf, rbuf, (int)n, dt, op, comm, req);
 }
 
-int tc_mpi_ireduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
-                   MPI_Request *req) {
+int tc_mpi_ireduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root,
+                   MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Ireduce_c(sbuf, rbuf, n, dt, op, root, comm, req);
 #endif
   return MPI_Ireduce(sbuf, rbuf, (int)n, dt, op, root, comm, req);
 }
 
-int tc_mpi_ireduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op,
-                                 MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_ireduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt,
+                                 MPI_Op op, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Ireduce_scatter_block_c(sbuf, rbuf, n, dt, op, comm, req);
 #endif
   return MPI_Ireduce_scatter_block(sbuf, rbuf, (int)n, dt, op, comm, req);
 }
 
-int tc_mpi_ibcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_ibcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm,
+                  MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Ibcast_c(buf, n, dt, root, comm, req);
 #endif
   return MPI_Ibcast(buf, (int)n, dt, root, comm, req);
 }
 
-int tc_mpi_iallgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn, MPI_Datatype rdt,
-                      MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_iallgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
+                      MPI_Datatype rdt, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(tc_mpi_max2(sn, rn))) return MPI_Iallgather_c(sbuf, sn, sdt, rbuf, rn, rdt, comm, req);
 #endif
   return MPI_Iallgather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, comm, req);
 }
 
-int tc_mpi_igather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn, MPI_Datatype rdt, int root,
-                   MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_igather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
+                   MPI_Datatype rdt, int root, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(tc_mpi_max2(sn, rn))) return MPI_Igather_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
+  if (LARGE(tc_mpi_max2(sn, rn)))
+    return MPI_Igather_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
 #endif
   return MPI_Igather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, root, comm, req);
 }
 
-int tc_mpi_iscatter(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn, MPI_Datatype rdt,
-                    int root, MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_iscatter(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
+                    MPI_Datatype rdt, int root, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(tc_mpi_max2(sn, rn))) return MPI_Iscatter_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
+  if (LARGE(tc_mpi_max2(sn, rn)))
+    return MPI_Iscatter_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
 #endif
   return MPI_Iscatter(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, root, comm, req);
 }
 
-int tc_mpi_ialltoall(const void *sbuf, int64_t n, MPI_Datatype dt, void *rbuf, MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_ialltoall(const void *sbuf, int64_t n, MPI_Datatype dt, void *rbuf, MPI_Comm comm,
+                     MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Ialltoall_c(sbuf, n, dt, rbuf, n, dt, comm, req);
 #endif
   return MPI_Ialltoall(sbuf, (int)n, dt, rbuf, (int)n, dt, comm, req);
 }
 
-int tc_mpi_iallgatherv_c(const void *sbuf, MPI_Count sn, MPI_Datatype dt, void *rbuf, const MPI_Count *rcounts,
-                         const MPI_Aint *rdispls, MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_iallgatherv_c(const void *sbuf, MPI_Count sn, MPI_Datatype dt, void *rbuf,
+                         const MPI_Count *rcounts, const MPI_Aint *rdispls, MPI_Comm comm,
+                         MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   return MPI_Iallgatherv_c(sbuf, sn, dt, rbuf, rcounts, rdispls, dt, comm, req);
 #else
-  TC_UNUSED(sbuf), TC_UNUSED(sn), TC_UNUSED(dt), TC_UNUSED(rbuf), TC_UNUSED(rcounts), TC_UNUSED(rdispls);
+  TC_UNUSED(sbuf), TC_UNUSED(sn), TC_UNUSED(dt), TC_UNUSED(rbuf), TC_UNUSED(rcounts),
+      TC_UNUSED(rdispls);
   TC_UNUSED(comm), TC_UNUSED(req);
   return MPI_ERR_OTHER;
 #endif
 }
 
-int tc_mpi_ialltoallv_c(const void *sbuf, const MPI_Count *scounts, const MPI_Aint *sdispls, void *rbuf,
-                        const MPI_Count *rcounts, const MPI_Aint *rdispls, MPI_Datatype dt, MPI_Comm comm,
-                        MPI_Request *req) {
+int tc_mpi_ialltoallv_c(const void *sbuf, const MPI_Count *scounts, const MPI_Aint *sdispls,
+                        void *rbuf, const MPI_Count *rcounts, const MPI_Aint *rdispls,
+                        MPI_Datatype dt, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   return MPI_Ialltoallv_c(sbuf, scounts, sdispls, dt, rbuf, rcounts, rdispls, dt, comm, req);
 #else
@@ -98,14 +104,16 @@ int tc_mpi_ialltoallv_c(const void *sbuf, const MPI_Count *scounts, const MPI_Ai
 
 /* ------------------------------------------------------------------ point-to-point */
 
-int tc_mpi_isend(const void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_isend(const void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+                 MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Isend_c(buf, n, dt, peer, tag, comm, req);
 #endif
   return MPI_Isend(buf, (int)n, dt, peer, tag, comm, req);
 }
 
-int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm, MPI_Request *req) {
+int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+                 MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(n)) return MPI_Irecv_c(buf, n, dt, peer, tag, comm, req);
 #endif
@@ -121,12 +129,14 @@ static int reduce_local1(const void *in, void *acc, int64_t n, MPI_Datatype dt, 
   return MPI_Reduce_local(in, acc, (int)n, dt, op);
 }
 
-int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, const char **call) {
+int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                        const char **call) {
   size_t es = tc_dtype_size(d);
   int64_t per = tc_mpi_per_call(n);
   for (int64_t off = 0; off < n; off += per) {
     int64_t c = n - off < per ? n - off : per;
-    int rc = reduce_local1((const char *)in + (size_t)off * es, (char *)acc + (size_t)off * es, c, tc_mpi_dtype(d), op);
+    int rc = reduce_local1((const char *)in + (size_t)off * es, (char *)acc + (size_t)off * es, c,
+                           tc_mpi_dtype(d), op);
     if (rc != MPI_SUCCESS) {
       *call = TC_MPI_NAME("MPI_Reduce_local", c);
       return rc;
@@ -141,7 +151,8 @@ static int drive_until(int posted, MPI_Request *req) {
   return posted != MPI_SUCCESS ? posted : tc_wait_driving(req, 0.0);
 }
 
-int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool drive) {
+int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op,
+                     MPI_Comm comm, bool drive) {
   MPI_Request req;
   if (drive) return drive_until(tc_mpi_iallreduce(sbuf, rbuf, n, dt, op, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
@@ -150,8 +161,8 @@ int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, M
   return MPI_Allreduce(sbuf, rbuf, (int)n, dt, op, comm);
 }
 
-int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
-                  bool drive) {
+int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root,
+                  MPI_Comm comm, bool drive) {
   MPI_Request req;
   if (drive) return drive_until(tc_mpi_ireduce(sbuf, rbuf, n, dt, op, root, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
@@ -169,11 +180,10 @@ int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm,
   return MPI_Bcast(buf, (int)n, dt, root, comm);
 }
 
-int tc_mpi_allgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn, MPI_Datatype rdt,
-                     MPI_Comm comm, bool drive) {
+int tc_mpi_allgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
+                     MPI_Datatype rdt, MPI_Comm comm, bool drive) {
   MPI_Request req;
-  if (drive)
-    return drive_until(tc_mpi_iallgather(sbuf, sn, sdt, rbuf, rn, rdt, comm, &req), &req);
+  if (drive) return drive_until(tc_mpi_iallgather(sbuf, sn, sdt, rbuf, rn, rdt, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
   if (LARGE(tc_mpi_max2(sn, rn))) return MPI_Allgather_c(sbuf, sn, sdt, rbuf, rn, rdt, comm);
 #endif

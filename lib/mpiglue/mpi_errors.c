@@ -20,7 +20,8 @@ static void world_errors(MPI_Comm *comm, int *code, ...) {
   char msg[MPI_MAX_ERROR_STRING] = "";
   int len = 0;
   MPI_Error_string(*code, msg, &len);
-  fprintf(stderr, "[tcoll %d] MPI error on MPI_COMM_WORLD: %s (MPI_ERRORS_ARE_FATAL)\n", tc_g.world_rank, msg);
+  fprintf(stderr, "[tcoll %d] MPI error on MPI_COMM_WORLD: %s (MPI_ERRORS_ARE_FATAL)\n",
+          tc_g.world_rank, msg);
   MPI_Abort(*comm, *code);
 }
 
@@ -48,7 +49,8 @@ void tc_mpi_errors_fini(void) {
 static int first_error(int rc, int n, const MPI_Status *st) {
   if (rc != MPI_ERR_IN_STATUS) return rc;
   for (int i = 0; i < n; i++)
-    if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) return st[i].MPI_ERROR;
+    if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING)
+      return st[i].MPI_ERROR;
   return rc;
 }
 

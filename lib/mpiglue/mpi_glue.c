@@ -21,30 +21,37 @@ static int op_create(op_fn_t *fn, MPI_Op *op) { return MPI_Op_create(fn, 1, op);
 /* ------------------------------------------------------------------ float16 / bfloat16 */
 
 static MPI_Datatype mpi_f16 = MPI_DATATYPE_NULL, mpi_bf16 = MPI_DATATYPE_NULL;
-static MPI_Op op_half[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}; /* sum, prod, min, max */
+static MPI_Op op_half[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
+                            MPI_OP_NULL}; /* sum, prod, min, max */
 enum { HALF_SUM, HALF_PROD, HALF_MIN, HALF_MAX };
 
 /* inout[i] = in[i] (op) inout[i], each pair in float, rounded back once. */
-#define HALF_OP_BODY(COMBINE)                                                                    \
-  const uint16_t *a = in;                                                                        \
-  uint16_t *b = inout;                                                                           \
-  op_len_t n = *len;                                                                             \
-  if (*dt == mpi_bf16) {                                                                         \
-    for (op_len_t i = 0; i < n; i++) {                                                           \
-      float x = tc_bf16_to_float(a[i]), y = tc_bf16_to_float(b[i]);                              \
-      b[i] = tc_float_to_bf16(COMBINE);                                                          \
-    }                                                                                            \
-  } else {                                                                                       \
-    for (op_len_t i = 0; i < n; i++) {                                                           \
-      float x = tc_half_to_float(a[i]), y = tc_half_to_float(b[i]);                              \
-      b[i] = tc_float_to_half(COMBINE);                                                          \
-    }                                                                                            \
+#define HALF_OP_BODY(COMBINE)                                       \
+  const uint16_t *a = in;                                           \
+  uint16_t *b = inout;                                              \
+  op_len_t n = *len;                                                \
+  if (*dt == mpi_bf16) {                                            \
+    for (op_len_t i = 0; i < n; i++) {                              \
+      float x = tc_bf16_to_float(a[i]), y = tc_bf16_to_float(b[i]); \
+      b[i] = tc_float_to_bf16(COMBINE);                             \
+    }                                                               \
+  } else {                                                          \
+    for (op_len_t i = 0; i < n; i++) {                              \
+      float x = tc_half_to_float(a[i]), y = tc_half_to_float(b[i]); \
+      b[i] = tc_float_to_half(COMBINE);                             \
+    }                                                               \
   }
 
 static void half_sum(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x + y) }
-static void half_prod(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x * y) }
-static void half_min(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x < y ? x : y) }
-static void half_max(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { HALF_OP_BODY(x > y ? x : y) }
+static void half_prod(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) {
+  HALF_OP_BODY(x * y)
+}
+static void half_min(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) {
+  HALF_OP_BODY(x < y ? x : y)
+}
+static void half_max(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) {
+  HALF_OP_BODY(x > y ? x : y)
+}
 
 /* ------------------------------------------------------------------ 8- and 16-bit integer sums */
 
@@ -54,23 +61,30 @@ static void half_max(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { H
  * wrapping ops stand in for MPI_SUM and MPI_PROD on those types. */
 static MPI_Op op_wrap[2] = {MPI_OP_NULL, MPI_OP_NULL}; /* sum, prod */
 
-#define WRAP_LOOP(T, U, EXPR)                                                                    \
-  do {                                                                                           \
-    const T *a = in;                                                                             \
-    T *b = inout;                                                                                \
-    for (op_len_t i = 0; i < *len; i++) {                                                        \
-      U x = (U)a[i], y = (U)b[i];                                                                \
-      b[i] = (T)(U)(EXPR);                                                                       \
-    }                                                                                            \
+#define WRAP_LOOP(T, U, EXPR)             \
+  do {                                    \
+    const T *a = in;                      \
+    T *b = inout;                         \
+    for (op_len_t i = 0; i < *len; i++) { \
+      U x = (U)a[i], y = (U)b[i];         \
+      b[i] = (T)(U)(EXPR);                \
+    }                                     \
   } while (0)
 /* Arithmetic in unsigned types: wraps by definition, also for the signed ones. */
-#define WRAP_BODY(EXPR)                                                                          \
-  if (*dt == MPI_INT8_T) WRAP_LOOP(int8_t, uint8_t, EXPR);                                       \
-  else if (*dt == MPI_UINT8_T) WRAP_LOOP(uint8_t, uint8_t, EXPR);                                \
-  else WRAP_LOOP(int16_t, uint16_t, EXPR);
+#define WRAP_BODY(EXPR)                \
+  if (*dt == MPI_INT8_T)               \
+    WRAP_LOOP(int8_t, uint8_t, EXPR);  \
+  else if (*dt == MPI_UINT8_T)         \
+    WRAP_LOOP(uint8_t, uint8_t, EXPR); \
+  else                                 \
+    WRAP_LOOP(int16_t, uint16_t, EXPR);
 
-static void wrap_sum(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x + y) }
-static void wrap_prod(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) { WRAP_BODY((unsigned)x * y) }
+static void wrap_sum(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) {
+  WRAP_BODY((unsigned)x + y)
+}
+static void wrap_prod(void *in, void *inout, op_len_t *len, MPI_Datatype *dt) {
+  WRAP_BODY((unsigned)x * y)
+}
 
 static bool small_int(tcoll_dtype_t d) {
   return d == TCOLL_INT8 || d == TCOLL_UINT8 || d == TCOLL_INT16;
@@ -89,11 +103,15 @@ static bool mpi_wraps(MPI_Op op, MPI_Datatype dt, size_t es, long a, long b, lon
 }
 
 static int mend_small_int_ops(void) {
-  bool wraps = mpi_wraps(MPI_SUM, MPI_INT8_T, 1, 100, 100, -56) && mpi_wraps(MPI_SUM, MPI_UINT8_T, 1, 200, 200, -112) &&
+  bool wraps = mpi_wraps(MPI_SUM, MPI_INT8_T, 1, 100, 100, -56) &&
+               mpi_wraps(MPI_SUM, MPI_UINT8_T, 1, 200, 200, -112) &&
                mpi_wraps(MPI_SUM, MPI_INT16_T, 2, 20000, 20000, -25536) &&
-               mpi_wraps(MPI_PROD, MPI_INT8_T, 1, 100, 3, 44) && mpi_wraps(MPI_PROD, MPI_INT16_T, 2, 300, 300, 24464);
+               mpi_wraps(MPI_PROD, MPI_INT8_T, 1, 100, 3, 44) &&
+               mpi_wraps(MPI_PROD, MPI_INT16_T, 2, 300, 300, 24464);
   if (wraps) return TCOLL_SUCCESS;
-  tc_info("MPI saturates sums or products of 8- and 16-bit integers: tcoll's own wrapping ops replace them");
+  tc_info(
+      "MPI saturates sums or products of 8- and 16-bit integers: tcoll's own wrapping ops replace "
+      "them");
   int rc = op_create(wrap_sum, &op_wrap[0]);
   if (!rc) rc = op_create(wrap_prod, &op_wrap[1]);
   return rc;
@@ -122,8 +140,12 @@ MPI_Op tc_mpi_op(const tc_redop_t *op, tcoll_dtype_t d) {
   if (k == TCOLL_AVG || k == TC_REDOP_PREMUL_SUM) k = TCOLL_SUM;
   if (d == TCOLL_BOOL) { /* C_BOOL takes only the logical ops */
     switch (k) {
-    case TCOLL_SUM: case TCOLL_MAX: case TCOLL_BOR: return MPI_LOR;
-    case TCOLL_PRODUCT: case TCOLL_MIN: case TCOLL_BAND: return MPI_LAND;
+    case TCOLL_SUM:
+    case TCOLL_MAX:
+    case TCOLL_BOR: return MPI_LOR;
+    case TCOLL_PRODUCT:
+    case TCOLL_MIN:
+    case TCOLL_BAND: return MPI_LAND;
     default: return MPI_LXOR;
     }
   }
@@ -185,8 +207,8 @@ static int build_contig(tcoll_dtype_t d, int64_t n, int64_t L, MPI_Datatype *out
   return repeat(tc_mpi_dtype(d), es, n, L, out);
 }
 
-static int build_vector(tcoll_dtype_t d, int64_t nblocks, int64_t block, int64_t stride, int64_t extent, int64_t L,
-                        MPI_Datatype *out) {
+static int build_vector(tcoll_dtype_t d, int64_t nblocks, int64_t block, int64_t stride,
+                        int64_t extent, int64_t L, MPI_Datatype *out) {
   MPI_Aint es = (MPI_Aint)tc_dtype_size(d);
   MPI_Datatype blk, vec;
   int rc = build_contig(d, block, L, &blk);
@@ -227,12 +249,13 @@ static unsigned key_hash(const key_t *k) {
 }
 
 static bool key_eq(const key_t *x, const key_t *y) {
-  return x->kind == y->kind && x->d == y->d && x->a == y->a && x->b == y->b && x->c == y->c && x->e == y->e &&
-         x->L == y->L;
+  return x->kind == y->kind && x->d == y->d && x->a == y->a && x->b == y->b && x->c == y->c &&
+         x->e == y->e && x->L == y->L;
 }
 
 static int build(const key_t *k, MPI_Datatype *t) {
-  int rc = k->kind == 0 ? build_contig(k->d, k->a, k->L, t) : build_vector(k->d, k->a, k->b, k->c, k->e, k->L, t);
+  int rc = k->kind == 0 ? build_contig(k->d, k->a, k->L, t)
+                        : build_vector(k->d, k->a, k->b, k->c, k->e, k->L, t);
   if (rc == MPI_SUCCESS) rc = MPI_Type_commit(t);
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "building a derived datatype");
 }
@@ -272,8 +295,10 @@ int tc_mpi_contig(tcoll_dtype_t d, int64_t n, tc_mpi_type_t *t) {
   return type_get(&k, t);
 }
 
-int tc_mpi_vector(tcoll_dtype_t d, int64_t nblocks, int64_t block, int64_t stride, int64_t extent, tc_mpi_type_t *t) {
-  key_t k = {.kind = 1, .d = d, .a = nblocks, .b = block, .c = stride, .e = extent, .L = tc_mpi_limit()};
+int tc_mpi_vector(tcoll_dtype_t d, int64_t nblocks, int64_t block, int64_t stride, int64_t extent,
+                  tc_mpi_type_t *t) {
+  key_t k = {
+      .kind = 1, .d = d, .a = nblocks, .b = block, .c = stride, .e = extent, .L = tc_mpi_limit()};
   return type_get(&k, t);
 }
 

@@ -40,7 +40,9 @@ static inline bool tc_mpi_one_call(int64_t n) { return tc_mpi_fits(n) || tc_mpi_
 /* Whether a call with count n takes the _c form. */
 static inline bool tc_mpi_use_c(int64_t n) { return tc_mpi_large_count() && !tc_mpi_fits(n); }
 /* Elements per call when n elements are split into consecutive pieces (n itself, or the limit). */
-static inline int64_t tc_mpi_per_call(int64_t n) { return tc_mpi_one_call(n) && n > 0 ? n : tc_mpi_limit(); }
+static inline int64_t tc_mpi_per_call(int64_t n) {
+  return tc_mpi_one_call(n) && n > 0 ? n : tc_mpi_limit();
+}
 /* The name of the call that count n takes, for error messages: the literal fn, or its _c form. */
 #define TC_MPI_NAME(fn, n) (tc_mpi_use_c(n) ? fn "_c" : fn)
 

@@ -11,8 +11,10 @@ void tc_mpi_impl_init(void) {
   int len = 0;
   impl = TC_MPI_OTHER;
   if (MPI_Get_library_version(ver, &len) != MPI_SUCCESS) return;
-  if (strstr(ver, "Open MPI")) impl = TC_MPI_OPEN_MPI;
-  else if (strstr(ver, "MPICH") || strstr(ver, "Intel(R) MPI") || strstr(ver, "MVAPICH")) impl = TC_MPI_MPICH;
+  if (strstr(ver, "Open MPI"))
+    impl = TC_MPI_OPEN_MPI;
+  else if (strstr(ver, "MPICH") || strstr(ver, "Intel(R) MPI") || strstr(ver, "MVAPICH"))
+    impl = TC_MPI_MPICH;
 }
 
 tc_mpi_impl_t tc_mpi_impl(void) { return impl; }

@@ -20,7 +20,7 @@
 
 struct tc_sched_comm {
   MPI_Comm mpi;
-  int tag_works;              /* collectives whose tags differ before they wrap */
+  int tag_works;                     /* collectives whose tags differ before they wrap */
   tc_sched_t *fifo_head, *fifo_tail; /* schedules with COLL steps still to post, oldest first */
 };
 
@@ -53,7 +53,9 @@ int tc_sched_grow(tc_sched_t *s, int n) {
   return TCOLL_SUCCESS;
 }
 
-static bool communicates(int kind) { return kind == TC_STEP_COLL || kind == TC_STEP_SEND || kind == TC_STEP_RECV; }
+static bool communicates(int kind) {
+  return kind == TC_STEP_COLL || kind == TC_STEP_SEND || kind == TC_STEP_RECV;
+}
 
 static int delete_sched_comm(MPI_Comm comm, int kv, void *attr, void *extra) {
   TC_UNUSED(comm);
@@ -143,24 +145,27 @@ bool tc_sched_posted_any(const tc_sched_t *s) {
 
 int tc_sched_after(tc_sched_t *s, int step, int dep) {
   tc_step_t *st = &s->steps[step];
-  if (dep < 0 || dep >= step) return tc_error(TCOLL_ERR_INTERNAL, "step %d cannot wait for step %d", step, dep);
-  if (st->ndeps == TC_STEP_MAX_DEPS) return tc_error(TCOLL_ERR_INTERNAL, "step %d has too many dependencies", step);
+  if (dep < 0 || dep >= step)
+    return tc_error(TCOLL_ERR_INTERNAL, "step %d cannot wait for step %d", step, dep);
+  if (st->ndeps == TC_STEP_MAX_DEPS)
+    return tc_error(TCOLL_ERR_INTERNAL, "step %d has too many dependencies", step);
   st->deps[st->ndeps++] = dep;
   return TCOLL_SUCCESS;
 }
 
 MPI_Request *tc_sched_posted(tc_sched_t *s) {
   if (tc_sched_reserve(s, 1)) return NULL;
-  tc_step_t *st = append(s, TC_STEP_MPI, false); /* on the collective's communicator: tc_sched_add's cases */
-  st->state = TC_STEP_POSTED;                       /* for the schedule's own steps do not apply */
+  tc_step_t *st =
+      append(s, TC_STEP_MPI, false); /* on the collective's communicator: tc_sched_add's cases */
+  st->state = TC_STEP_POSTED;        /* for the schedule's own steps do not apply */
   st->u.mpi.call = NULL;
   s->nmpi++;
   return &st->req;
 }
 
 /* One point-to-point step: count elements of dt. */
-static int add_p2p_step(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t count, MPI_Datatype dt, int peer,
-                        int64_t tag, bool new_round) {
+static int add_p2p_step(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t count,
+                        MPI_Datatype dt, int peer, int64_t tag, bool new_round) {
   tc_step_t *st = tc_sched_add(s, kind, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
   st->u.p2p.buf = buf;
@@ -171,39 +176,41 @@ static int add_p2p_step(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t c
   return TCOLL_SUCCESS;
 }
 
-static int add_p2p(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag,
-                   bool new_round) {
+static int add_p2p(tc_sched_t *s, tc_step_kind_t kind, void *buf, int64_t n, tcoll_dtype_t d,
+                   int peer, int tag, bool new_round) {
   int64_t per = tc_mpi_per_call(n);
   size_t es = tc_dtype_size(d);
   int64_t pieces = n == 0 ? 1 : (n + per - 1) / per;
   int rc = tc_sched_reserve(s, (int)pieces);
-  for (int64_t off = 0, k = 0; k < pieces && !rc; off += per, k++) /* pieces of one message stay in order */
-    rc = add_p2p_step(s, kind, (char *)buf + (size_t)off * es, n - off < per ? n - off : per, tc_mpi_dtype(d), peer,
-                      (int64_t)tag + k, new_round && k == 0);
+  for (int64_t off = 0, k = 0; k < pieces && !rc;
+       off += per, k++) /* pieces of one message stay in order */
+    rc = add_p2p_step(s, kind, (char *)buf + (size_t)off * es, n - off < per ? n - off : per,
+                      tc_mpi_dtype(d), peer, (int64_t)tag + k, new_round && k == 0);
   return rc;
 }
 
-int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
-                  bool new_round) {
+int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer,
+                  int tag_offset, bool new_round) {
   return add_p2p(s, TC_STEP_SEND, (void *)buf, n, d, peer, tag_offset, new_round);
 }
 
-int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset, bool new_round) {
+int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
+                  bool new_round) {
   return add_p2p(s, TC_STEP_RECV, buf, n, d, peer, tag_offset, new_round);
 }
 
-int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
-                        bool new_round) {
+int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datatype dt, int peer,
+                        int tag_offset, bool new_round) {
   return add_p2p_step(s, TC_STEP_SEND, (void *)buf, count, dt, peer, tag_offset, new_round);
 }
 
-int tc_sched_recv_typed(tc_sched_t *s, void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
-                        bool new_round) {
+int tc_sched_recv_typed(tc_sched_t *s, void *buf, int64_t count, MPI_Datatype dt, int peer,
+                        int tag_offset, bool new_round) {
   return add_p2p_step(s, TC_STEP_RECV, buf, count, dt, peer, tag_offset, new_round);
 }
 
-int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,
-                         tcoll_dtype_t d, MPI_Op op, bool new_round) {
+int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n,
+                         int64_t runs, tcoll_dtype_t d, MPI_Op op, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_REDUCE, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
   st->u.reduce.in = in;
@@ -216,12 +223,13 @@ int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void 
   return TCOLL_SUCCESS;
 }
 
-int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round) {
+int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                    bool new_round) {
   return tc_sched_reduce_runs(s, in, n, acc, n, 1, d, op, new_round);
 }
 
-int tc_sched_pack_runs(tc_sched_t *s, void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs,
-                       bool new_round) {
+int tc_sched_pack_runs(tc_sched_t *s, void *dst, const void *src, size_t src_stride, size_t nbytes,
+                       int64_t runs, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_COPY, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
   st->u.copy.dst = dst;
@@ -236,8 +244,8 @@ int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool
   return tc_sched_pack_runs(s, dst, src, nbytes, nbytes, 1, new_round);
 }
 
-int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,
-                   bool new_round) {
+int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d,
+                   double mul, double div, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_SCALE, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
   st->u.scale.dst = dst;
@@ -292,8 +300,10 @@ int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round) {
 static void driven_add(tc_sched_t *s) {
   s->prev_driven = driven_tail;
   s->next_driven = NULL;
-  if (driven_tail) driven_tail->next_driven = s;
-  else driven_head = s;
+  if (driven_tail)
+    driven_tail->next_driven = s;
+  else
+    driven_head = s;
   driven_tail = s;
   __atomic_store_n(&s->driven, true, __ATOMIC_RELEASE);
   __atomic_add_fetch(&ndriven, 1, __ATOMIC_RELAXED);
@@ -301,10 +311,14 @@ static void driven_add(tc_sched_t *s) {
 
 static void driven_remove(tc_sched_t *s) {
   if (!s->driven) return;
-  if (s->prev_driven) s->prev_driven->next_driven = s->next_driven;
-  else driven_head = s->next_driven;
-  if (s->next_driven) s->next_driven->prev_driven = s->prev_driven;
-  else driven_tail = s->prev_driven;
+  if (s->prev_driven)
+    s->prev_driven->next_driven = s->next_driven;
+  else
+    driven_head = s->next_driven;
+  if (s->next_driven)
+    s->next_driven->prev_driven = s->prev_driven;
+  else
+    driven_tail = s->prev_driven;
   __atomic_sub_fetch(&ndriven, 1, __ATOMIC_RELAXED);
   /* The owner reads it without the lock: everything before is visible once it reads false. */
   __atomic_store_n(&s->driven, false, __ATOMIC_RELEASE);
@@ -313,8 +327,10 @@ static void driven_remove(tc_sched_t *s) {
 static void fifo_add(tc_sched_t *s) {
   tc_sched_comm_t *sc = s->sc;
   s->next_fifo = NULL;
-  if (sc->fifo_tail) sc->fifo_tail->next_fifo = s;
-  else sc->fifo_head = s;
+  if (sc->fifo_tail)
+    sc->fifo_tail->next_fifo = s;
+  else
+    sc->fifo_head = s;
   sc->fifo_tail = s;
   s->in_fifo = true;
 }
@@ -325,8 +341,10 @@ static void fifo_remove(tc_sched_t *s) {
   tc_sched_t *prev = NULL;
   for (tc_sched_t *q = sc->fifo_head; q; prev = q, q = q->next_fifo) {
     if (q != s) continue;
-    if (prev) prev->next_fifo = q->next_fifo;
-    else sc->fifo_head = q->next_fifo;
+    if (prev)
+      prev->next_fifo = q->next_fifo;
+    else
+      sc->fifo_head = q->next_fifo;
     if (sc->fifo_tail == q) sc->fifo_tail = prev;
     break;
   }
@@ -387,16 +405,15 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
   if (c->what != TC_COLL_ALLGATHERV) st->large = tc_mpi_use_c(c->count);
   switch (c->what) {
   case TC_COLL_ALLGATHERV:
-    if (st->large) return tc_mpi_iallgatherv_c(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, comm, &st->req);
+    if (st->large)
+      return tc_mpi_iallgatherv_c(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, comm, &st->req);
     return MPI_Iallgatherv(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, c->dt, comm, &st->req);
-  case TC_COLL_ALLTOALL:
-    return tc_mpi_ialltoall(c->sbuf, c->count, c->dt, c->rbuf, comm, &st->req);
+  case TC_COLL_ALLTOALL: return tc_mpi_ialltoall(c->sbuf, c->count, c->dt, c->rbuf, comm, &st->req);
   case TC_COLL_ALLREDUCE:
     return tc_mpi_iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
   case TC_COLL_ALLGATHER:
     return tc_mpi_iallgather(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
-  case TC_COLL_BCAST:
-    return tc_mpi_ibcast(c->rbuf, c->count, c->dt, c->root, comm, &st->req);
+  case TC_COLL_BCAST: return tc_mpi_ibcast(c->rbuf, c->count, c->dt, c->root, comm, &st->req);
   case TC_COLL_REDUCE_SCATTER_BLOCK:
     return tc_mpi_ireduce_scatter_block(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
   }
@@ -425,8 +442,10 @@ static bool start_comm(tc_sched_t *s, tc_step_t *st) {
     const typeof(st->u.p2p) *p = &st->u.p2p;
     int tag = s->tag_base + p->tag;
     st->large = tc_mpi_use_c(p->count);
-    if (st->kind == TC_STEP_SEND) rc = tc_mpi_isend(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
-    else rc = tc_mpi_irecv(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
+    if (st->kind == TC_STEP_SEND)
+      rc = tc_mpi_isend(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
+    else
+      rc = tc_mpi_irecv(p->buf, p->count, p->dt, p->peer, tag, s->sc->mpi, &st->req);
   }
   s->unstarted_comm--;
   if (rc != MPI_SUCCESS) {
@@ -452,19 +471,22 @@ static void run_local(tc_sched_t *s, tc_step_t *st) {
     size_t es = tc_dtype_size(r->dtype);
     int rc = MPI_SUCCESS;
     for (int64_t k = 0; k < r->runs && rc == MPI_SUCCESS; k++)
-      rc = tc_mpi_reduce_local((const char *)r->in + (size_t)(k * r->in_stride) * es, (char *)r->acc + (size_t)(k * r->n) * es,
-                               r->n, r->dtype, r->op, &call);
+      rc = tc_mpi_reduce_local((const char *)r->in + (size_t)(k * r->in_stride) * es,
+                               (char *)r->acc + (size_t)(k * r->n) * es, r->n, r->dtype, r->op,
+                               &call);
     if (rc != MPI_SUCCESS) fail_mpi(s, rc, call);
     break;
   }
   case TC_STEP_COPY: {
     const typeof(st->u.copy) *c = &st->u.copy;
-    if (c->nbytes && c->dst != c->src) tc_pack_runs(c->dst, c->src, c->src_stride, c->nbytes, c->runs);
+    if (c->nbytes && c->dst != c->src)
+      tc_pack_runs(c->dst, c->src, c->src_stride, c->nbytes, c->runs);
     break;
   }
   case TC_STEP_SCALE: {
     const typeof(st->u.scale) *c = &st->u.scale;
-    if (c->mul != 1.0 || c->dst != c->src) tc_host_scale_copy(c->dst, c->src, c->dtype, c->n, c->mul);
+    if (c->mul != 1.0 || c->dst != c->src)
+      tc_host_scale_copy(c->dst, c->src, c->dtype, c->n, c->mul);
     if (c->div != 1.0) tc_host_divide(c->dst, c->dtype, c->n, c->div);
     break;
   }
@@ -494,7 +516,8 @@ static void start_dev(tc_sched_t *s, tc_step_t *st) {
 /* Whether a posted DEV step's event completed; block: waits for it on the host. */
 static bool dev_done(tc_sched_t *s, tc_step_t *st, bool block) {
   const tc_dev_step_t *d = &st->u.dev;
-  int rc = block ? tc_dev()->event_sync(d->dev, d->done_ev) : tc_dev()->event_query(d->dev, d->done_ev);
+  int rc =
+      block ? tc_dev()->event_sync(d->dev, d->done_ev) : tc_dev()->event_query(d->dev, d->done_ev);
   if (rc == TCOLL_IN_PROGRESS) return false;
   if (rc != TCOLL_SUCCESS) fail(s, rc, "%s", tc_last_message());
   st->state = TC_STEP_DONE;
@@ -619,7 +642,8 @@ static bool is_driven(const tc_sched_t *s) { return __atomic_load_n(&s->driven, 
 /* Blocks in MPI for the first posted step, running what becomes startable in order: for a
  * schedule nobody else needs driven (the common single-call case, no polling). */
 static void run_blocking(tc_sched_t *s) {
-  if (s->nmpi == s->n) { /* only requests the builder posted: each waited for in turn, also after an error */
+  if (s->nmpi ==
+      s->n) { /* only requests the builder posted: each waited for in turn, also after an error */
     for (; s->first < s->n; s->first++) {
       tc_step_t *st = &s->steps[s->first];
       if (st->state != TC_STEP_POSTED) continue; /* completed by an earlier test */
@@ -677,9 +701,12 @@ void tc_sched_abandon(tc_sched_t *s) {
   }
   for (int i = s->first; i < s->n; i++) {
     tc_step_t *st = &s->steps[i];
-    if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) poll_step(s, st, true, 0.0);
-    else if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_DEV) dev_done(s, st, true);
-    else if (st->state == TC_STEP_POSTED) tc_mpi_waitall(1, &st->req);
+    if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL)
+      poll_step(s, st, true, 0.0);
+    else if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_DEV)
+      dev_done(s, st, true);
+    else if (st->state == TC_STEP_POSTED)
+      tc_mpi_waitall(1, &st->req);
   }
   s->n = s->first = s->nmpi = 0;
 }

@@ -76,19 +76,20 @@ typedef enum { TC_STEP_WAITING, TC_STEP_POSTED, TC_STEP_DONE } tc_step_state_t;
 
 typedef struct tc_step {
   uint8_t kind, state, ndeps;
-  bool large; /* posted as the _c form (ALLGATHERV: built for it, its arrays MPI_Count / MPI_Aint) */
+  /* posted as the _c form (ALLGATHERV: built for it, its arrays MPI_Count / MPI_Aint) */
+  bool large;
   int round;
   int deps[TC_STEP_MAX_DEPS];
   MPI_Request req;
   union {
-    struct { /* MPI */
+    struct {            /* MPI */
       const char *call; /* the call posted (a literal), for errors; NULL: unnamed */
     } mpi;
     struct { /* COLL */
       tc_coll_kind_t what;
       const void *sbuf;
       void *rbuf;
-      int64_t count;              /* per rank (ALLTOALL, ALLGATHER, ALLREDUCE) */
+      int64_t count;               /* per rank (ALLTOALL, ALLGATHER, ALLREDUCE) */
       const void *counts, *displs; /* ALLGATHERV: per rank, in elements: int, or MPI_Count and
                                       MPI_Aint when large */
       MPI_Datatype dt;
@@ -147,10 +148,10 @@ typedef struct tc_sched {
   int unposted_coll;  /* COLL steps not started yet (the schedule waits in its FIFO meanwhile) */
   int ncoll;          /* COLL steps added, and started: they start in the order they were added */
   int coll_started;
-  int status;         /* the first error, once one happened */
-  bool starting;      /* inside tc_sched_start */
-  bool coll_later;    /* no COLL step posts while starting (tc_sched_coll_later) */
-  bool driven;        /* in the list of driven schedules (the engine lock guards it) */
+  int status;      /* the first error, once one happened */
+  bool starting;   /* inside tc_sched_start */
+  bool coll_later; /* no COLL step posts while starting (tc_sched_coll_later) */
+  bool driven;     /* in the list of driven schedules (the engine lock guards it) */
   bool in_fifo;
   tcoll_comm_t *comm;
   tc_sched_comm_t *sc; /* the schedule communicator, when a step needs it */
@@ -164,13 +165,16 @@ typedef struct tc_sched {
 /* Empties s for a new collective on comm (seq: its sequence number there, for tags). */
 void tc_sched_reset(tc_sched_t *s, tcoll_comm_t *comm, uint64_t seq);
 /* The collective's sequence number on its communicator, once known (its messages' tags). */
-static inline void tc_sched_set_seq(tc_sched_t *s, uint64_t seq) { s->tag_base = (int)(seq & INT_MAX); }
+static inline void tc_sched_set_seq(tc_sched_t *s, uint64_t seq) {
+  s->tag_base = (int)(seq & INT_MAX);
+}
 /* Whether anything was posted to MPI (a failed start may leave requests in flight). */
 bool tc_sched_posted_any(const tc_sched_t *s);
 /* Room for n more steps, so that building never fails half-way for lack of memory. */
 int tc_sched_grow(tc_sched_t *s, int n);
 static inline int tc_sched_reserve(tc_sched_t *s, int n) {
-  return TC_LIKELY(s->n + n <= s->cap) ? TCOLL_SUCCESS : tc_sched_grow(s, n); /* the array is kept across uses */
+  return TC_LIKELY(s->n + n <= s->cap) ? TCOLL_SUCCESS
+                                       : tc_sched_grow(s, n); /* the array is kept across uses */
 }
 /* Appends a step of kind in the current round (new_round: in a round after every step so far);
  * NULL (error set) without memory. The pointer is valid until the next append. */
@@ -193,27 +197,29 @@ static inline void tc_sched_name_posted(tc_sched_t *s, const char *call) {
 /* Point-to-point steps; tag_offset tells apart the messages of one collective between the same
  * two ranks (the same value on both sides). A count above the per-call limit is one
  * MPI_Isend_c / MPI_Irecv_c where MPI has large counts, else several steps. */
-int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
+int tc_sched_send(tc_sched_t *s, const void *buf, int64_t n, tcoll_dtype_t d, int peer,
+                  int tag_offset, bool new_round);
+int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset,
                   bool new_round);
-int tc_sched_recv(tc_sched_t *s, void *buf, int64_t n, tcoll_dtype_t d, int peer, int tag_offset, bool new_round);
 /* One MPI_Isend / MPI_Irecv of count elements of a derived datatype dt (a strided block; count
  * within the limit), which must stay valid until the step is posted. */
-int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
-                        bool new_round);
-int tc_sched_recv_typed(tc_sched_t *s, void *buf, int64_t count, MPI_Datatype dt, int peer, int tag_offset,
-                        bool new_round);
-int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op, bool new_round);
+int tc_sched_send_typed(tc_sched_t *s, const void *buf, int64_t count, MPI_Datatype dt, int peer,
+                        int tag_offset, bool new_round);
+int tc_sched_recv_typed(tc_sched_t *s, void *buf, int64_t count, MPI_Datatype dt, int peer,
+                        int tag_offset, bool new_round);
+int tc_sched_reduce(tc_sched_t *s, const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                    bool new_round);
 int tc_sched_copy(tc_sched_t *s, void *dst, const void *src, size_t nbytes, bool new_round);
 /* Strided forms (a block of a tensor split along a dim other than 0: runs runs, in's / src's a
  * stride apart, packed one after the other on the other side). */
-int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n, int64_t runs,
-                         tcoll_dtype_t d, MPI_Op op, bool new_round);
+int tc_sched_reduce_runs(tc_sched_t *s, const void *in, int64_t in_stride, void *acc, int64_t n,
+                         int64_t runs, tcoll_dtype_t d, MPI_Op op, bool new_round);
 /* The same copy done at once: runs runs of nbytes, src_stride apart in src, adjacent in dst. */
 void tc_pack_runs(void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs);
-int tc_sched_pack_runs(tc_sched_t *s, void *dst, const void *src, size_t src_stride, size_t nbytes, int64_t runs,
-                       bool new_round);
-int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d, double mul, double div,
-                   bool new_round);
+int tc_sched_pack_runs(tc_sched_t *s, void *dst, const void *src, size_t src_stride, size_t nbytes,
+                       int64_t runs, bool new_round);
+int tc_sched_scale(tc_sched_t *s, void *dst, const void *src, int64_t n, tcoll_dtype_t d,
+                   double mul, double div, bool new_round);
 int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round);
 /* A wait on work that runs elsewhere: fn(arg, false, 0) is asked at every pass once the step
  * started, fn(arg, true, deadline) where the engine would block. fn must not wait for this

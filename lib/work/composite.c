@@ -75,12 +75,14 @@ int tc_comp_begin(tc_comp_t **c, const char *op, tcoll_comm_t *comm, int nwait, 
   return TCOLL_SUCCESS;
 }
 
-int tc_comp_output(tc_comp_t *c, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc, bool written, void **host) {
+int tc_comp_output(tc_comp_t *c, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc,
+                   bool written, void **host) {
   tc_work_t *w = work_of(c);
   *host = NULL;
   /* Not written: left unchanged, so zeros when allocated here. */
-  int rc = written ? tc_work_output(w, out, desc->dtype, desc->ndim, desc->shape, desc->device)
-                   : tc_work_output_zeroed(w, out, desc->dtype, desc->ndim, desc->shape, desc->device);
+  int rc = written
+               ? tc_work_output(w, out, desc->dtype, desc->ndim, desc->shape, desc->device)
+               : tc_work_output_zeroed(w, out, desc->dtype, desc->ndim, desc->shape, desc->device);
   if (rc) return rc;
   if (k == 0) { /* what the op works on, for logs and traces */
     w->dtype = desc->dtype;

@@ -33,7 +33,8 @@ void *tc_comp_ctx(tc_comp_t *c);
  * describes the composite in logs). written: *host gets the host buffer finish writes (the
  * output itself, or scratch copied to the device at completion); otherwise the output is left
  * unchanged (zero-filled if allocated) and *host is NULL. */
-int tc_comp_output(tc_comp_t *c, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc, bool written, void **host);
+int tc_comp_output(tc_comp_t *c, int k, tcoll_tensor_t *out, const tcoll_tensor_t *desc,
+                   bool written, void **host);
 /* Keys the composite under its outputs: TCOLL_ERR_BUSY if one is pending. */
 int tc_comp_register(tc_comp_t *c);
 /* Host scratch held until the composite is recycled. */

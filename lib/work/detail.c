@@ -45,7 +45,9 @@ static void fill(fingerprint_t *f, const tc_work_t *w, int status) {
 /* How one field reads in a message. */
 typedef void (*show_fn)(const fingerprint_t *f, char *buf, size_t len);
 static void show_op(const fingerprint_t *f, char *b, size_t n) { snprintf(b, n, "%s", f->op); }
-static void show_dtype(const fingerprint_t *f, char *b, size_t n) { snprintf(b, n, "%s", tcoll_dtype_name(f->dtype)); }
+static void show_dtype(const fingerprint_t *f, char *b, size_t n) {
+  snprintf(b, n, "%s", tcoll_dtype_name(f->dtype));
+}
 static void show_shape(const fingerprint_t *f, char *b, size_t n) {
   int from = f->agree == TC_AGREE_ROW ? 1 : 0;
   char s[128];
@@ -54,8 +56,10 @@ static void show_shape(const fingerprint_t *f, char *b, size_t n) {
 }
 static void show_root(const fingerprint_t *f, char *b, size_t n) { snprintf(b, n, "%d", f->root); }
 static void show_redop(const fingerprint_t *f, char *b, size_t n) {
-  if (f->redop == TC_REDOP_PREMUL_SUM) snprintf(b, n, "premul_sum(%g)", f->scalar);
-  else snprintf(b, n, "%s", f->redop < 0 ? "none" : tc_redop_kind_name(f->redop));
+  if (f->redop == TC_REDOP_PREMUL_SUM)
+    snprintf(b, n, "premul_sum(%g)", f->scalar);
+  else
+    snprintf(b, n, "%s", f->redop < 0 ? "none" : tc_redop_kind_name(f->redop));
 }
 static void show_dim(const fingerprint_t *f, char *b, size_t n) {
   if (!strcmp(f->op, "shard_dim_all_to_all")) /* both dims travel in one field */
@@ -63,13 +67,20 @@ static void show_dim(const fingerprint_t *f, char *b, size_t n) {
   else
     snprintf(b, n, "%d", f->dim);
 }
-static void show_seq(const fingerprint_t *f, char *b, size_t n) { snprintf(b, n, "%llu", (unsigned long long)f->seq); }
+static void show_seq(const fingerprint_t *f, char *b, size_t n) {
+  snprintf(b, n, "%llu", (unsigned long long)f->seq);
+}
 static void show_list(const fingerprint_t *f, char *b, size_t n) {
-  snprintf(b, n, "%d tensor(s), descriptor hash %016llx", f->ntensors, (unsigned long long)f->shapes_hash);
+  snprintf(b, n, "%d tensor(s), descriptor hash %016llx", f->ntensors,
+           (unsigned long long)f->shapes_hash);
 }
 
-static bool same_op(const fingerprint_t *a, const fingerprint_t *b) { return !strcmp(a->op, b->op); }
-static bool same_dtype(const fingerprint_t *a, const fingerprint_t *b) { return a->dtype == b->dtype; }
+static bool same_op(const fingerprint_t *a, const fingerprint_t *b) {
+  return !strcmp(a->op, b->op);
+}
+static bool same_dtype(const fingerprint_t *a, const fingerprint_t *b) {
+  return a->dtype == b->dtype;
+}
 static bool same_shape(const fingerprint_t *a, const fingerprint_t *b) {
   if (a->agree == TC_AGREE_DTYPE) return true;
   if (a->ndim != b->ndim) return false;
@@ -95,13 +106,15 @@ static const struct field {
   bool (*same)(const fingerprint_t *, const fingerprint_t *);
   show_fn show;
 } fields[] = {
-    {"op", same_op, show_op},          {"sequence number", same_seq, show_seq}, {"dtype", same_dtype, show_dtype},
-    {"shape", same_shape, show_shape}, {"root", same_root, show_root},          {"reduce op", same_redop, show_redop},
+    {"op", same_op, show_op},          {"sequence number", same_seq, show_seq},
+    {"dtype", same_dtype, show_dtype}, {"shape", same_shape, show_shape},
+    {"root", same_root, show_root},    {"reduce op", same_redop, show_redop},
     {"dim", same_dim, show_dim},       {"tensors", same_list, show_list},
 };
 
 /* Appends "field: rank 0 X, rank 2 Y" for a field on which some rank differs from rank 0. */
-static size_t describe_field(const struct field *fd, const fingerprint_t *all, int size, char *buf, size_t len) {
+static size_t describe_field(const struct field *fd, const fingerprint_t *all, int size, char *buf,
+                             size_t len) {
   size_t off = 0;
   char val[160];
   for (int r = 1; r < size; r++) {
@@ -121,13 +134,15 @@ static int compare(const tc_work_t *w, const fingerprint_t *all, int size, int l
   size_t off = 0;
   for (int r = 0; r < size && off < sizeof msg; r++) {
     if (all[r].status && r != w->comm->rank)
-      off += (size_t)snprintf(msg + off, sizeof msg - off, "%srank %d could not start %s (%s: %s)", off ? "; " : "", r,
-                              all[r].op, tcoll_status_string(all[r].status), all[r].err);
+      off += (size_t)snprintf(msg + off, sizeof msg - off, "%srank %d could not start %s (%s: %s)",
+                              off ? "; " : "", r, all[r].op, tcoll_status_string(all[r].status),
+                              all[r].err);
   }
   /* A rank that failed locally sent no signature worth comparing. */
   bool any_failed = off > 0 || local_status;
   for (size_t k = 0; k < TC_ARRAY_LEN(fields) && !any_failed && off + 2 < sizeof msg; k++) {
-    size_t n = describe_field(&fields[k], all, size, msg + off + (off ? 2 : 0), sizeof msg - off - 2);
+    size_t n =
+        describe_field(&fields[k], all, size, msg + off + (off ? 2 : 0), sizeof msg - off - 2);
     if (n) {
       if (off) memcpy(msg + off, "; ", 2);
       off += n + (off ? 2 : 0);
@@ -198,9 +213,11 @@ static int finish_exchange(const tc_work_t *w, MPI_Request *req, const char *wha
   park(*req, mem);
   __atomic_store_n(&w->comm->detail_timed_out, w->comm_seq, __ATOMIC_RELAXED);
   tc_error(TCOLL_ERR_TIMEOUT,
-           "DETAIL check of %s (comm seq %llu) on comm %s: not every rank arrived within %g s (a rank is "
+           "DETAIL check of %s (comm seq %llu) on comm %s: not every rank arrived within %g s (a "
+           "rank is "
            "missing this collective; the communicator is no longer usable)",
-           w->op, (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm), tc_cfg.timeout);
+           w->op, (unsigned long long)w->comm_seq, tc_comm_label(w->comm, comm, sizeof comm),
+           tc_cfg.timeout);
   return tc_timeout_diagnose(true);
 }
 
@@ -209,16 +226,18 @@ static int refuse_timed_out(const tc_work_t *w) {
   uint64_t seq = __atomic_load_n(&w->comm->detail_timed_out, __ATOMIC_RELAXED);
   if (!seq) return TCOLL_SUCCESS;
   char comm[80];
-  return tc_error(TCOLL_ERR_STATE,
-                  "comm %s is no longer usable: the DETAIL check of its collective seq %llu timed out (a rank "
-                  "was missing it); %s started nothing",
-                  tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)seq, w->op);
+  return tc_error(
+      TCOLL_ERR_STATE,
+      "comm %s is no longer usable: the DETAIL check of its collective seq %llu timed out (a rank "
+      "was missing it); %s started nothing",
+      tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)seq, w->op);
 }
 
 /* The fingerprints of every rank, gathered into mem (size + 1 of them: this rank's first). */
 static int exchange(const tc_work_t *w, fingerprint_t *mem) {
   MPI_Request req;
-  int rc = MPI_Iallgather(mem, (int)sizeof *mem, MPI_BYTE, mem + 1, (int)sizeof *mem, MPI_BYTE, w->comm->ctrl, &req);
+  int rc = MPI_Iallgather(mem, (int)sizeof *mem, MPI_BYTE, mem + 1, (int)sizeof *mem, MPI_BYTE,
+                          w->comm->ctrl, &req);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Iallgather (DETAIL check)");
   return finish_exchange(w, &req, "the DETAIL check", mem);
 }
@@ -227,17 +246,18 @@ static int exchange(const tc_work_t *w, fingerprint_t *mem) {
  * same exceptions (rows of all_to_all_single, per-peer shapes of the list all_to_all). */
 static uint64_t agreement_hash(const fingerprint_t *f) {
   uint64_t h = 1469598103934665603ULL;
-#define MIX(x)                                                                                   \
-  do {                                                                                           \
-    h ^= (uint64_t)(x);                                                                          \
-    h *= 1099511628211ULL;                                                                       \
+#define MIX(x)             \
+  do {                     \
+    h ^= (uint64_t)(x);    \
+    h *= 1099511628211ULL; \
   } while (0)
   for (const char *c = f->op; *c; c++) MIX((unsigned char)*c);
   MIX(f->seq);
   MIX(f->dtype);
   if (f->agree != TC_AGREE_DTYPE) {
     MIX(f->ndim);
-    for (int i = f->agree == TC_AGREE_ROW ? 1 : 0; i < f->ndim && i < TCOLL_MAX_DIMS; i++) MIX(f->shape[i]);
+    for (int i = f->agree == TC_AGREE_ROW ? 1 : 0; i < f->ndim && i < TCOLL_MAX_DIMS; i++)
+      MIX(f->shape[i]);
   }
   MIX(f->root);
   MIX(f->redop);
@@ -264,8 +284,10 @@ static int all_agree(const tc_work_t *w, const fingerprint_t *mine, bool *agree)
   v[2] = mine->status != 0;
   MPI_Request req;
   int rc = MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, w->comm->ctrl, &req);
-  if (rc != MPI_SUCCESS) rc = tc_mpi_error(rc, "MPI_Iallreduce (DETAIL check)");
-  else if ((rc = finish_exchange(w, &req, "the DETAIL check", v)) == TCOLL_ERR_TIMEOUT) return rc; /* v parked */
+  if (rc != MPI_SUCCESS)
+    rc = tc_mpi_error(rc, "MPI_Iallreduce (DETAIL check)");
+  else if ((rc = finish_exchange(w, &req, "the DETAIL check", v)) == TCOLL_ERR_TIMEOUT)
+    return rc; /* v parked */
   if (!rc) *agree = v[0] == ~v[1] && v[2] == 0;
   free(v);
   return rc;
@@ -302,13 +324,15 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
    * mine, and the flag. */
   int64_t *mem = malloc((5 * (size_t)size + 4) * sizeof *mem);
   if (!mem) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the DETAIL split check");
-  int64_t *sent = mem, *sends = mem + size, (*bad)[3] = (int64_t(*)[3])(mem + 2 * size), *mine = mem + 5 * size,
-          *any_bad = mine + 3;
+  int64_t *sent = mem, *sends = mem + size, (*bad)[3] = (int64_t(*)[3])(mem + 2 * size),
+          *mine = mem + 5 * size, *any_bad = mine + 3;
   memcpy(sent, isplit, (size_t)size * sizeof *sent);
   MPI_Request req;
   rc = MPI_Ialltoall(sent, 1, MPI_INT64_T, sends, 1, MPI_INT64_T, w->comm->ctrl, &req);
-  if (rc == MPI_SUCCESS) rc = finish_exchange(w, &req, "the DETAIL split check", mem);
-  else rc = tc_mpi_error(rc, "MPI_Ialltoall (DETAIL split check)");
+  if (rc == MPI_SUCCESS)
+    rc = finish_exchange(w, &req, "the DETAIL split check", mem);
+  else
+    rc = tc_mpi_error(rc, "MPI_Ialltoall (DETAIL split check)");
   mine[0] = -1;
   mine[1] = mine[2] = 0;
   for (int j = 0; j < size && !rc; j++) {
@@ -344,10 +368,12 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
   for (int r = 0; r < size && off < sizeof msg; r++) {
     if (bad[r][0] < 0) continue;
     int j = (int)bad[r][0];
-    off += (size_t)snprintf(msg + off, sizeof msg - off, "%srank %d expects %lld %s from rank %d (its %s[%d]) but rank %d sends %lld (its %s[%d])",
-                            off ? "; " : "", r, (long long)bad[r][1], list ? "elements" : "rows", j,
-                            list ? "outs" : "output_split_sizes", j, j, (long long)bad[r][2],
-                            list ? "ins" : "input_split_sizes", r);
+    off += (size_t)snprintf(
+        msg + off, sizeof msg - off,
+        "%srank %d expects %lld %s from rank %d (its %s[%d]) but rank %d sends %lld (its %s[%d])",
+        off ? "; " : "", r, (long long)bad[r][1], list ? "elements" : "rows", j,
+        list ? "outs" : "output_split_sizes", j, j, (long long)bad[r][2],
+        list ? "ins" : "input_split_sizes", r);
   }
   free(mem);
   if (!off) return TCOLL_SUCCESS;

@@ -16,7 +16,8 @@ int tc_detail_check(tc_work_t *w, int local_status);
 /* all_to_all_single: rank i's input_split[j] must equal rank j's output_split[i] (rows); the list
  * all_to_all (list): the elements of rank i's ins[j] and of rank j's outs[i]. Every rank learns
  * of any disagreement: TCOLL_ERR_MISMATCH naming both ranks and both numbers. */
-int tc_detail_check_splits(tc_work_t *w, const int64_t *input_split, const int64_t *output_split, bool list);
+int tc_detail_check_splits(tc_work_t *w, const int64_t *input_split, const int64_t *output_split,
+                           bool list);
 
 /* At finalize: frees what the checks given up at a timeout left, where MPI completed it. */
 void tc_detail_fini(void);

@@ -43,11 +43,13 @@ static int64_t chunk_elems(tc_pipe_kind_t kind, size_t es, int size, size_t byte
   int64_t c = (int64_t)(bytes / es);
   if (kind == TC_PIPE_ALL_GATHER || kind == TC_PIPE_REDUCE_SCATTER) c /= size;
   if (c < 1) c = 1;
-  if (!tc_mpi_one_call(c)) c = tc_mpi_limit(); /* a chunk is one MPI call: _c, or within the limit */
+  if (!tc_mpi_one_call(c))
+    c = tc_mpi_limit(); /* a chunk is one MPI call: _c, or within the limit */
   return c;
 }
 
-bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int64_t run, int size) {
+bool tc_pipe_wanted(const tcoll_tensor_t *t, tc_pipe_kind_t kind, int64_t n, int64_t run,
+                    int size) {
   if (!tc_stage_needed(t) || n <= 0) return false;
   int64_t C = chunk_elems(kind, tc_dtype_size(t->dtype), size, tc_cfg.staging_chunk);
   if (n <= C) return false;
@@ -128,8 +130,10 @@ static void release_slots(tc_pipe_t *p) {
   void *streams[2] = {p->d2h, p->h2d};
   for (int i = 0; i < TC_PIPE_SLOTS; i++) {
     if (!p->slots[i].buf) continue;
-    if (on_host(p)) tc_scratch_put(p->slots[i].buf);
-    else tc_pinned_put_after(p->slots[i].buf, 2, devs, streams); /* after the queued copies */
+    if (on_host(p))
+      tc_scratch_put(p->slots[i].buf);
+    else
+      tc_pinned_put_after(p->slots[i].buf, 2, devs, streams); /* after the queued copies */
     p->slots[i].buf = NULL;
   }
 }
@@ -152,13 +156,19 @@ static int64_t chunk_len(const tc_pipe_t *p, int64_t k) {
   return p->d.n - k0 < p->C ? p->d.n - k0 : p->C;
 }
 
-static bool fills(const tc_pipe_t *p) { return p->d.kind != TC_PIPE_BROADCAST || p->rank == p->d.root; }
+static bool fills(const tc_pipe_t *p) {
+  return p->d.kind != TC_PIPE_BROADCAST || p->rank == p->d.root;
+}
 
 /* On the host MPI can read and write the caller's buffers directly: an all_gather sends
  * straight from its input, a reduce_scatter receives straight into its output (both contiguous
  * per chunk), and only the strided side goes through a slot. */
-static bool sends_from_input(const tc_pipe_t *p) { return on_host(p) && p->d.kind == TC_PIPE_ALL_GATHER; }
-static bool receives_into_output(const tc_pipe_t *p) { return on_host(p) && p->d.kind == TC_PIPE_REDUCE_SCATTER; }
+static bool sends_from_input(const tc_pipe_t *p) {
+  return on_host(p) && p->d.kind == TC_PIPE_ALL_GATHER;
+}
+static bool receives_into_output(const tc_pipe_t *p) {
+  return on_host(p) && p->d.kind == TC_PIPE_REDUCE_SCATTER;
+}
 
 static slot_t *slot_of(tc_pipe_t *p, int64_t k) { return &p->slots[k % TC_PIPE_SLOTS]; }
 
@@ -174,7 +184,8 @@ static char *chunk_recv(tc_pipe_t *p, int64_t k) {
 
 /* Rank r's strided piece, logical elements [k0, k0 + c): one copy per run, between it and the
  * contiguous host buffer `host`. */
-static int copy_strided(tc_pipe_t *p, bool to_device, char *host, char *devbase, int r, int64_t k0, int64_t c) {
+static int copy_strided(tc_pipe_t *p, bool to_device, char *host, char *devbase, int r, int64_t k0,
+                        int64_t c) {
   int64_t run = p->d.run, stride = p->d.stride, e = k0, end = k0 + c;
   while (e < end) {
     int64_t off = e % run, len = run - off < end - e ? run - off : end - e;
@@ -182,8 +193,10 @@ static int copy_strided(tc_pipe_t *p, bool to_device, char *host, char *devbase,
     char *hptr = host + (size_t)(e - k0) * p->es;
     size_t nb = (size_t)len * p->es;
     int rc = TCOLL_SUCCESS;
-    if (to_device && p->stream_out) tc_stream_copy(dptr, hptr, nb);
-    else rc = to_device ? copy(p, dptr, hptr, nb, p->h2d) : copy(p, hptr, dptr, nb, p->d2h);
+    if (to_device && p->stream_out)
+      tc_stream_copy(dptr, hptr, nb);
+    else
+      rc = to_device ? copy(p, dptr, hptr, nb, p->h2d) : copy(p, hptr, dptr, nb, p->d2h);
     if (rc) return rc;
     e += len;
   }
@@ -196,7 +209,8 @@ static int fill_chunk(void *arg, int64_t k) {
   int64_t k0 = k * p->C, c = chunk_len(p, k);
   char *send = chunk_send(p, k);
   const char *src = p->d.kind == TC_PIPE_ALL_REDUCE && p->d.inplace ? p->d.out : p->d.in;
-  if (p->d.kind != TC_PIPE_REDUCE_SCATTER) return copy(p, send, src + (size_t)k0 * p->es, (size_t)c * p->es, p->d2h);
+  if (p->d.kind != TC_PIPE_REDUCE_SCATTER)
+    return copy(p, send, src + (size_t)k0 * p->es, (size_t)c * p->es, p->d2h);
   int rc = TCOLL_SUCCESS;
   for (int r = 0; r < p->size && !rc; r++)
     rc = copy_strided(p, false, send + (size_t)r * (size_t)c * p->es, (char *)p->d.in, r, k0, c);
@@ -208,7 +222,8 @@ static int drain_chunk(void *arg, int64_t k) {
   tc_pipe_t *p = arg;
   int64_t k0 = k * p->C, c = chunk_len(p, k);
   char *recv = chunk_recv(p, k), *out = p->d.out;
-  if (p->d.kind != TC_PIPE_ALL_GATHER) return copy(p, out + (size_t)k0 * p->es, recv, (size_t)c * p->es, p->h2d);
+  if (p->d.kind != TC_PIPE_ALL_GATHER)
+    return copy(p, out + (size_t)k0 * p->es, recv, (size_t)c * p->es, p->h2d);
   int rc = TCOLL_SUCCESS;
   for (int r = 0; r < p->size && !rc; r++) {
     if (r == p->rank && p->d.inplace) continue; /* already in place */
@@ -226,7 +241,9 @@ static bool drains(const tc_pipe_t *p) {
 /* ------------------------------------------------------------------ steps */
 
 /* Appends a step's dependency on dep (none if dep < 0). */
-static int after(tc_sched_t *s, int dep) { return dep < 0 ? TCOLL_SUCCESS : tc_sched_after(s, tc_sched_last(s), dep); }
+static int after(tc_sched_t *s, int dep) {
+  return dep < 0 ? TCOLL_SUCCESS : tc_sched_after(s, tc_sched_last(s), dep);
+}
 
 static tc_dev_step_t dev_step(tc_pipe_t *p, void *stream) {
   return (tc_dev_step_t){.dev = p->dev, .stream = stream, .arg = p};
@@ -266,7 +283,8 @@ static int add_coll(tc_sched_t *s, tc_pipe_t *p, int64_t k, int dep) {
   int rc = TCOLL_ERR_INTERNAL;
   switch (d->kind) {
   case TC_PIPE_ALL_REDUCE:
-    rc = tc_sched_coll(s, TC_COLL_ALLREDUCE, MPI_IN_PLACE, send, c, d->mpi_dtype, d->mpi_op, 0, false);
+    rc = tc_sched_coll(s, TC_COLL_ALLREDUCE, MPI_IN_PLACE, send, c, d->mpi_dtype, d->mpi_op, 0,
+                       false);
     break;
   case TC_PIPE_BROADCAST:
     rc = tc_sched_coll(s, TC_COLL_BCAST, NULL, send, c, d->mpi_dtype, MPI_OP_NULL, d->root, false);
@@ -275,7 +293,8 @@ static int add_coll(tc_sched_t *s, tc_pipe_t *p, int64_t k, int dep) {
     rc = tc_sched_coll(s, TC_COLL_ALLGATHER, send, recv, c, d->mpi_dtype, MPI_OP_NULL, 0, false);
     break;
   case TC_PIPE_REDUCE_SCATTER:
-    rc = tc_sched_coll(s, TC_COLL_REDUCE_SCATTER_BLOCK, send, recv, c, d->mpi_dtype, d->mpi_op, 0, false);
+    rc = tc_sched_coll(s, TC_COLL_REDUCE_SCATTER_BLOCK, send, recv, c, d->mpi_dtype, d->mpi_op, 0,
+                       false);
     break;
   }
   return rc ? rc : after(s, dep);
@@ -338,7 +357,9 @@ static void layout(tc_pipe_t *p) {
   switch (p->d.kind) {
   case TC_PIPE_ALL_REDUCE:
   case TC_PIPE_BROADCAST: p->send_off = p->recv_off = 0, p->slot_bytes = cb; break;
-  case TC_PIPE_ALL_GATHER: p->send_off = 0, p->recv_off = cb, p->slot_bytes = cb * (size_t)(p->size + 1); break;
+  case TC_PIPE_ALL_GATHER:
+    p->send_off = 0, p->recv_off = cb, p->slot_bytes = cb * (size_t)(p->size + 1);
+    break;
   case TC_PIPE_REDUCE_SCATTER:
     p->send_off = 0, p->recv_off = cb * (size_t)p->size, p->slot_bytes = cb * (size_t)(p->size + 1);
     break;
@@ -350,9 +371,11 @@ static void layout(tc_pipe_t *p) {
 static int get_slots(tc_pipe_t *p) {
   int rc = TCOLL_SUCCESS;
   for (int i = 0; i < TC_PIPE_SLOTS && !rc; i++) {
-    if (!on_host(p)) rc = tc_pinned_get(p->slot_bytes, (void **)&p->slots[i].buf);
+    if (!on_host(p))
+      rc = tc_pinned_get(p->slot_bytes, (void **)&p->slots[i].buf);
     else if (!(p->slots[i].buf = tc_scratch_get(p->slot_bytes)))
-      rc = tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch memory for the pipeline", p->slot_bytes);
+      rc = tc_error(TCOLL_ERR_NO_MEMORY,
+                    "cannot allocate %zu bytes of scratch memory for the pipeline", p->slot_bytes);
   }
   return rc;
 }
@@ -382,7 +405,8 @@ int tc_pipe_start(tc_work_t *w, const tc_pipe_desc_t *d) {
   p->rank = w->comm->rank;
   p->size = w->comm->size;
   p->es = tc_dtype_size(d->dtype);
-  p->C = chunk_elems(d->kind, p->es, p->size, d->device == TCOLL_HOST ? TC_PIPE_HOST_CHUNK : tc_cfg.staging_chunk);
+  p->C = chunk_elems(d->kind, p->es, p->size,
+                     d->device == TCOLL_HOST ? TC_PIPE_HOST_CHUNK : tc_cfg.staging_chunk);
   p->K = (d->n + p->C - 1) / p->C;
   /* Runs interleaved into a host output larger than the cache are streamed (base/stream_copy.h:
    * ordinary stores read every line of it first); the same size as the cma all_gather's. */

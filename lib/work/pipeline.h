@@ -57,13 +57,13 @@ typedef struct tc_pipe_desc {
   int device;
   tcoll_dtype_t dtype;
   MPI_Datatype mpi_dtype;
-  MPI_Op mpi_op;   /* reductions */
-  double premul;   /* each rank's contribution is multiplied by it first (1: none) */
-  double divisor;  /* the result is divided by it (AVG; 1: none) */
-  int root;        /* broadcast */
-  const void *in;  /* device memory (host memory for a host pipeline) */
-  void *out;       /* device memory (host memory for a host pipeline) */
-  bool inplace;    /* all_reduce / broadcast: in == out; all_gather: in is out's own piece */
+  MPI_Op mpi_op;  /* reductions */
+  double premul;  /* each rank's contribution is multiplied by it first (1: none) */
+  double divisor; /* the result is divided by it (AVG; 1: none) */
+  int root;       /* broadcast */
+  const void *in; /* device memory (host memory for a host pipeline) */
+  void *out;      /* device memory (host memory for a host pipeline) */
+  bool inplace;   /* all_reduce / broadcast: in == out; all_gather: in is out's own piece */
   int64_t n, run, stride;
 } tc_pipe_desc_t;
 

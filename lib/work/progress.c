@@ -39,9 +39,11 @@ static void *loop(void *arg) {
 int tc_progress_start(void) {
   if (!tc_cfg.progress_thread || running) return TCOLL_SUCCESS;
   if (tc_g.thread_level < MPI_THREAD_MULTIPLE) {
-    tc_warn("TCOLL_PROGRESS=thread needs MPI_THREAD_MULTIPLE but MPI provides level %d: running without a "
-            "progress thread (collectives advance in tcoll_wait / tcoll_test)",
-            tc_g.thread_level);
+    tc_warn(
+        "TCOLL_PROGRESS=thread needs MPI_THREAD_MULTIPLE but MPI provides level %d: running "
+        "without a "
+        "progress thread (collectives advance in tcoll_wait / tcoll_test)",
+        tc_g.thread_level);
     return TCOLL_SUCCESS;
   }
   __atomic_store_n(&stop_requested, 0, __ATOMIC_RELEASE);

@@ -16,7 +16,8 @@
  * lookup that found one removes it without searching again. One cache line each. */
 typedef struct node {
   _Alignas(64) uintptr_t base, end; /* [base, end); a zero-byte buffer occupies one byte */
-  uintptr_t maxend;    /* the highest end in its subtree: overlap searches skip subtrees ending before */
+  uintptr_t
+      maxend; /* the highest end in its subtree: overlap searches skip subtrees ending before */
   tc_work_t *work;
   struct node *kid[2]; /* lower and higher bases (kid[0] links the free list) */
   struct node *up;     /* NULL at the root */
@@ -66,7 +67,8 @@ static int reserve_nodes(size_t n) {
   while (have < n) {
     size_t m = slab_size ? 2 * slab_size : 64;
     if (m > 4096) m = 4096;
-    slab_t *s = aligned_alloc(_Alignof(node_t), sizeof *s + m * sizeof(node_t)); /* a node a cache line */
+    slab_t *s =
+        aligned_alloc(_Alignof(node_t), sizeof *s + m * sizeof(node_t)); /* a node a cache line */
     if (!s) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry");
     s->next = slabs;
     slabs = s;
@@ -135,8 +137,10 @@ static void tree_insert(node_t **root, node_t *x, bool aug, node_t **near) {
     if (aug && t->maxend < x->end) t->maxend = x->end;
     up = t;
     bool right = aug ? after(x->base, x->work, t) : x->base > t->base; /* outputs: bases differ */
-    if (right) lower = t;
-    else higher = t;
+    if (right)
+      lower = t;
+    else
+      higher = t;
     at = &t->kid[right];
   }
   *at = x;
@@ -194,7 +198,7 @@ static __attribute__((noinline)) void tree_remove_slow(node_t **root, node_t *x,
   if (rest) rest->up = zip;
   x->kid[0] = x->kid[1] = x->up = NULL;
   if (!aug) return;
-  fix_maxend(zip, up); /* the zipped nodes gained the other side */
+  fix_maxend(zip, up);      /* the zipped nodes gained the other side */
   for (; up; up = up->up) { /* x's ancestors lost x */
     uintptr_t m = max_end(up);
     if (m == up->maxend) break; /* and theirs stand */
@@ -204,8 +208,10 @@ static __attribute__((noinline)) void tree_remove_slow(node_t **root, node_t *x,
 
 /* Unlinks x; the only node (a post-wait loop) inline. */
 static inline void tree_remove(node_t **root, node_t *x, bool aug) {
-  if (*root == x && !x->kid[0] && !x->kid[1]) *root = NULL;
-  else tree_remove_slow(root, x, aug);
+  if (*root == x && !x->kid[0] && !x->kid[1])
+    *root = NULL;
+  else
+    tree_remove_slow(root, x, aug);
 }
 
 /* Inserts x, whose key follows every key in the tree, below last (the tree's last node; NULL: the
@@ -219,8 +225,10 @@ static void tree_append(node_t **root, node_t *x, node_t *last, bool aug) {
   x->kid[0] = below;
   if (below) below->up = x;
   x->up = t;
-  if (t) t->kid[1] = x;
-  else *root = x;
+  if (t)
+    t->kid[1] = x;
+  else
+    *root = x;
   if (!aug) return;
   x->maxend = max_end(x);
   for (; t && t->maxend < x->end; t = t->up) t->maxend = x->end; /* its ancestors' gained x */
@@ -390,8 +398,10 @@ static __attribute__((noinline)) void hash_remove_run(slot_t *s) {
 
 /* Empties slot s; inline when the next slot is empty (no run behind it to shift). */
 static inline void hash_remove(slot_t *s) {
-  if (s[1].node) hash_remove_run(s); /* the last slot's next is the guard: the run wraps around */
-  else s->node = NULL;
+  if (s[1].node)
+    hash_remove_run(s); /* the last slot's next is the guard: the run wraps around */
+  else
+    s->node = NULL;
 }
 
 /* Removes the output in slot s from both structures (registry lock held). */
@@ -449,8 +459,10 @@ static __attribute__((noinline)) void remove_reads_slow(tc_work_t *w) {
   bool all = reads_in_tree == w->nread_nodes;
   for (size_t k = 0; k < w->nread_nodes; k++) {
     node_t *x = read_of(w, k);
-    if (all) x->kid[0] = x->kid[1] = x->up = NULL;
-    else tree_remove(&reads, x, true);
+    if (all)
+      x->kid[0] = x->kid[1] = x->up = NULL;
+    else
+      tree_remove(&reads, x, true);
     put_node(x);
   }
   if (all) reads = NULL;
@@ -515,7 +527,8 @@ static inline void pop_entry_locked(tc_work_t *w, uintptr_t base) {
   if (unkey_output(w, base)) w->refs--;
 }
 
-static __attribute__((noinline)) void sweep_locked(void) { /* one call, out of every lock_registry */
+static __attribute__((noinline)) void sweep_locked(
+    void) { /* one call, out of every lock_registry */
   tc_wbuf_t *b = __atomic_exchange_n(&pops, NULL, __ATOMIC_ACQUIRE);
   while (b) {
     tc_wbuf_t *next = b->pop_next; /* b goes with its work if this was its last reference */
@@ -530,7 +543,8 @@ static __attribute__((noinline)) void sweep_locked(void) { /* one call, out of e
  * another waiter queued it already. The caller touches w no more. */
 static bool defer_pop(tc_wbuf_t *b) {
   int no = 0;
-  if (!__atomic_compare_exchange_n(&b->queued, &no, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return false;
+  if (!__atomic_compare_exchange_n(&b->queued, &no, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    return false;
   tc_wbuf_t *top = __atomic_load_n(&pops, __ATOMIC_RELAXED);
   do b->pop_next = top;
   while (!__atomic_compare_exchange_n(&pops, &top, b, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
@@ -558,15 +572,20 @@ static void remove_entries_of(tc_work_t *w) {
 
 /* Why buffer k of w cannot be keyed (a pending output or a running input overlaps it), or 0. */
 static int refuse_buffer(const tc_work_t *w, int k, uintptr_t b, uintptr_t e) {
-  node_t *x = foreign_overlapping(b, e, w), *r = !x && w->bufs[k].written ? read_overlapping(b, e, w) : NULL;
+  node_t *x = foreign_overlapping(b, e, w),
+         *r = !x && w->bufs[k].written ? read_overlapping(b, e, w) : NULL;
   if (!x && !r) return TCOLL_SUCCESS;
   char what[160];
   tc_work_describe(x ? x->work : r->work, what, sizeof what);
-  return tc_error(TCOLL_ERR_BUSY, "output buffer %p (%zu bytes) overlaps %s: %s (wait for it first)", w->bufs[k].base,
-                  w->bufs[k].nbytes, x ? "a buffer with pending work" : "the input of pending work", what);
+  return tc_error(TCOLL_ERR_BUSY,
+                  "output buffer %p (%zu bytes) overlaps %s: %s (wait for it first)",
+                  w->bufs[k].base, w->bufs[k].nbytes,
+                  x ? "a buffer with pending work" : "the input of pending work", what);
 }
 
-static inline uintptr_t end_of(const tc_wbuf_t *buf) { return (uintptr_t)buf->base + (buf->nbytes ? buf->nbytes : 1); }
+static inline uintptr_t end_of(const tc_wbuf_t *buf) {
+  return (uintptr_t)buf->base + (buf->nbytes ? buf->nbytes : 1);
+}
 
 typedef struct span {
   uintptr_t base, end;
@@ -587,7 +606,8 @@ static TC_COLD int same_call_overlap(const tc_work_t *w, int seen) {
   span_t *v = malloc(m * sizeof *v);
   uintptr_t at = (uintptr_t)w->bufs[seen].base;
   if (v) {
-    for (size_t k = 0; k < m; k++) v[k] = (span_t){(uintptr_t)w->bufs[k].base, end_of(&w->bufs[k]), (int)k};
+    for (size_t k = 0; k < m; k++)
+      v[k] = (span_t){(uintptr_t)w->bufs[k].base, end_of(&w->bufs[k]), (int)k};
     qsort(v, m, sizeof *v, cmp_span);
     for (size_t j = 1; j < m; j++)
       if (v[j].base < v[j - 1].end) {
@@ -598,8 +618,8 @@ static TC_COLD int same_call_overlap(const tc_work_t *w, int seen) {
   }
   int k = 0;
   while (k < w->nbuf && (uintptr_t)w->bufs[k].base != at) k++;
-  return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "output buffer %d (%p) overlaps another output of the same call", k,
-                  (void *)at);
+  return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                  "output buffer %d (%p) overlaps another output of the same call", k, (void *)at);
 }
 
 /* Keys w under each of its buffers (registry lock held). Each is keyed as it passes, by an insert
@@ -654,7 +674,8 @@ static int add_read_locked(tc_work_t *w, uintptr_t p, size_t n, node_t **last) {
     w->read_nodes = q;
     w->read_nodes_cap = cap;
   }
-  if (!spare && reserve_nodes(1)) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
+  if (!spare && reserve_nodes(1))
+    return tc_error(TCOLL_ERR_NO_MEMORY, "cannot grow the registry's input table");
   node_t *x = take_node(p, p + n, w, 0);
   if (last && (!*last || after(p, w, *last))) {
     tree_append(&reads, x, *last, true);
@@ -678,8 +699,8 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
 /* Records w's reads of in[*next..n) (registry lock held); stops at an input overlapping a pending
  * output of other work and returns that work, referenced (see tc_registry_claim_inputs). others:
  * whether the index may hold outputs of other works (false: no search). */
-static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc,
-                                      bool others) {
+static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next,
+                                      void **base, int *rc, bool others) {
   tc_work_t *other = NULL;
   bool several = n - *next > 1;
   node_t *last = several ? tree_last(reads) : NULL;
@@ -700,8 +721,8 @@ static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, in
   return other;
 }
 
-tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
-                                     int *rc) {
+tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next,
+                                    void **base, int *rc) {
   *rc = TCOLL_SUCCESS;
   lock_registry();
   tc_work_t *other = claim_inputs_locked(w, in, n, next, base, rc, true);
@@ -731,7 +752,8 @@ static inline bool add_io_alone_locked(tc_work_t *w, const tcoll_tensor_t *in, i
   return true;
 }
 
-tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc) {
+tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
+                              int *rc) {
   tc_work_t *other = NULL;
   lock_registry();
   if (add_io_alone_locked(w, in, n)) {
@@ -801,8 +823,8 @@ int tc_registry_check_writable(const void *p, size_t n, const char *name) {
   if (x || r) tc_work_describe(x ? x->work : r->work, what, sizeof what);
   unlock_registry();
   if (!x && !r) return TCOLL_SUCCESS;
-  return tc_error(TCOLL_ERR_BUSY, "%s (%p, %zu bytes) is %s pending work: %s (wait for it first)", name, p, n,
-                  x ? "the output of" : "an input still read by", what);
+  return tc_error(TCOLL_ERR_BUSY, "%s (%p, %zu bytes) is %s pending work: %s (wait for it first)",
+                  name, p, n, x ? "the output of" : "an input still read by", what);
 }
 
 void tc_registry_remove_work(tc_work_t *w) {
@@ -870,7 +892,8 @@ void tc_registry_describe_pending(char *buf, size_t len, int max) {
     tc_work_t *w = x->work;
     if (!first_of_work(x)) continue;
     char what[180];
-    off += (size_t)snprintf(buf + off, len - off, "%s%s%s", shown ? "; " : "", tc_work_describe(w, what, sizeof what),
+    off += (size_t)snprintf(buf + off, len - off, "%s%s%s", shown ? "; " : "",
+                            tc_work_describe(w, what, sizeof what),
                             is_done(w) ? " (complete, not yet waited)" : "");
     shown++;
   }
@@ -902,7 +925,8 @@ static TC_COLD int pop_done_locked(node_t *x) {
  * buffers, or work the progress thread finished) is popped at once. Otherwise returns
  * TCOLL_IN_PROGRESS with the work held (*held, *base its entry) and *driving telling whether this
  * thread became its driver. TCOLL_SUCCESS if nothing is pending on p. */
-static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_t **buf, bool *driving) {
+static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_t **buf,
+                      bool *driving) {
   uintptr_t b = (uintptr_t)p;
   lock_registry();
   node_t *x = output_at(b);
@@ -925,7 +949,8 @@ static int begin_wait(const void *p, tc_work_t **held, uintptr_t *base, tc_wbuf_
 
 static TC_COLD void timed_out(const tc_work_t *w, double seconds) {
   char what[160];
-  tc_error(TCOLL_ERR_TIMEOUT, "%s did not complete within %g s (still pending; a later wait completes it)",
+  tc_error(TCOLL_ERR_TIMEOUT,
+           "%s did not complete within %g s (still pending; a later wait completes it)",
            tc_work_describe(w, what, sizeof what), seconds);
 }
 
@@ -938,14 +963,15 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
   int rc = begin_wait(p, &w, &base, &buf, &driving);
   if (rc != TCOLL_IN_PROGRESS) return rc;
   double deadline = seconds > 0 ? tc_now() + seconds : 0.0;
-  if (!driving && block) driving = tc_work_claim(w, deadline); /* another thread drives it: after it */
+  if (!driving && block)
+    driving = tc_work_claim(w, deadline); /* another thread drives it: after it */
   if (driving) {
     rc = tc_work_progress(w, block, deadline);
     tc_work_unclaim(w);
   } else {
     rc = block ? TCOLL_ERR_TIMEOUT : TCOLL_IN_PROGRESS;
   }
-  if (rc == TCOLL_SUCCESS) { /* the usual end, as below */
+  if (rc == TCOLL_SUCCESS) {    /* the usual end, as below */
     rc = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
     if (defer_pop(buf)) return rc;
     tc_registry_release(w, NULL, false);
@@ -957,7 +983,8 @@ int tc_wait_ptr(const void *p, double seconds, bool block) {
   if (finished) {
     int ready = tc_work_ready_wait(w); /* device outputs: this thread's streams wait for them */
     if (rc == TCOLL_SUCCESS) rc = ready;
-    if (defer_pop(buf)) return rc; /* the entry found at the start, popped by the next critical section */
+    if (defer_pop(buf))
+      return rc; /* the entry found at the start, popped by the next critical section */
   }
   tc_registry_release(w, NULL, false);
   return rc;
@@ -1030,15 +1057,17 @@ void tc_registry_report_unwaited(void) {
     if (!first_of_work(x)) continue; /* count each work once, at its first entry */
     nwork++;
     if (off < sizeof list - 64)
-      off += (size_t)snprintf(list + off, sizeof list - off, "%s%s #%llu", nwork > 1 ? ", " : "", w->op,
-                              (unsigned long long)w->seq);
+      off += (size_t)snprintf(list + off, sizeof list - off, "%s%s #%llu", nwork > 1 ? ", " : "",
+                              w->op, (unsigned long long)w->seq);
   }
   size_t nbuf = nout;
   unlock_registry();
   if (nbuf)
-    tc_warn("at finalize, %zu collective(s) on %zu buffer(s) were never waited: %s. Completing them now; call "
-            "tcoll_wait on every output before using it.",
-            nwork, nbuf, list);
+    tc_warn(
+        "at finalize, %zu collective(s) on %zu buffer(s) were never waited: %s. Completing them "
+        "now; call "
+        "tcoll_wait on every output before using it.",
+        nwork, nbuf, list);
 }
 
 void tc_registry_cleanup(void) {

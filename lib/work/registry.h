@@ -28,14 +28,16 @@
 int tc_registry_add(tc_work_t *w);
 /* tc_registry_add and tc_registry_claim_inputs (from *next = 0) in one critical section: nothing
  * is recorded if the outputs are refused (*rc); otherwise as tc_registry_claim_inputs. */
-tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc);
+tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
+                              int *rc);
 /* Records that w reads [p, p + n) until it completes: such a buffer is not freed under MPI
  * (tcoll_tensor_free waits) and another collective may not write it (TCOLL_ERR_BUSY). */
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n);
 /* Records w's reads of in[*next..n) under one lock. Stops at an input overlapping a pending
  * output of other work and returns that work (referenced, *base its buffer, *next that input:
  * wait for it, then call again); NULL once all are recorded (*rc: whether recording worked). */
-tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base, int *rc);
+tc_work_t *tc_registry_claim_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next,
+                                    void **base, int *rc);
 /* Waits (pops) every pending output overlapping [p, p + n); the first error met. */
 int tc_wait_writers(const void *p, size_t n);
 /* TCOLL_ERR_BUSY, naming `name` and the work, if [p, p + n) overlaps a pending output or an input
@@ -74,7 +76,8 @@ void tc_wait_comm(const tcoll_comm_t *comm);
  * leaves the rest pending). */
 int tc_wait_everything(double seconds);
 size_t tc_registry_count(void);
-/* Applies the pops that waits deferred (recycling their works): at finalize, before the pools go. */
+/* Applies the pops that waits deferred (recycling their works): at finalize, before the pools go.
+ */
 void tc_registry_flush(void);
 /* Logs the unwaited work (count, op, sequence numbers), as finalize does before completing it. */
 void tc_registry_report_unwaited(void);

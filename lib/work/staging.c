@@ -22,7 +22,9 @@ static bool staged(const tc_work_t *w, const tcoll_tensor_t *t) {
 
 /* A device tensor handed to MPI as it is: MPI may read or write it as soon as the call is
  * posted, so the caller's stream must be done with it. */
-static int direct(const tcoll_tensor_t *t) { return t->device == TCOLL_HOST ? TCOLL_SUCCESS : tc_dev_sync_current(t->device); }
+static int direct(const tcoll_tensor_t *t) {
+  return t->device == TCOLL_HOST ? TCOLL_SUCCESS : tc_dev_sync_current(t->device);
+}
 
 int tc_stage_read(void *dst, const void *src, int src_dev, size_t n) {
   if (n == 0) return TCOLL_SUCCESS;
@@ -44,7 +46,8 @@ int tc_stage_read(void *dst, const void *src, int src_dev, size_t n) {
 
 /* Where the copy-backs of one device go: tcoll's h2d stream of that device. */
 typedef struct cb_streams {
-  void *h2d[TC_MAX_DEVICES]; /* NULL: none yet (the device has no copy-back, or its stream failed) */
+  /* NULL: none yet (the device has no copy-back, or its stream failed) */
+  void *h2d[TC_MAX_DEVICES];
 } cb_streams_t;
 
 static int h2d_of(cb_streams_t *s, int dev, void **h2d) {
@@ -79,8 +82,10 @@ static int mark_ready(tc_work_t *w, int dev, void *h2d, bool failed) {
   void *ev = NULL;
   int rc = tc_dev_event_get(dev, &ev);
   if (!rc) rc = tc_dev()->event_record(dev, ev, h2d);
-  if (!rc) rc = tc_work_ready(w, dev, ev, true);
-  else if (ev) tc_dev_event_put(dev, ev);
+  if (!rc)
+    rc = tc_work_ready(w, dev, ev, true);
+  else if (ev)
+    tc_dev_event_put(dev, ev);
   if (rc) tc_dev()->stream_sync(dev, h2d);
   return rc;
 }

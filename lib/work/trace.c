@@ -13,7 +13,7 @@ typedef enum { REC_EMPTY, REC_POSTED, REC_DONE, REC_FAILED } rec_state_t;
 typedef struct record {
   uint64_t version; /* seqlock: odd while a writer fills the record */
   uint64_t seq, comm_seq;
-  const char *op; /* a string literal of the op's source file */
+  const char *op;   /* a string literal of the op's source file */
   uint32_t comm_id; /* named at dump time (tc_comm_label_of: also once the communicator is gone) */
   int comm_size;
   tcoll_dtype_t dtype;
@@ -28,8 +28,10 @@ typedef struct record {
 
 /* "'name'", "#id" or "local", as tc_comm_label writes it. */
 static const char *comm_label(const record_t *r, char *buf, size_t len) {
-  if (r->comm_id == UINT32_MAX) snprintf(buf, len, "local");
-  else tc_comm_label_of(r->comm_id, buf, len);
+  if (r->comm_id == UINT32_MAX)
+    snprintf(buf, len, "local");
+  else
+    tc_comm_label_of(r->comm_id, buf, len);
   return buf;
 }
 
@@ -42,12 +44,15 @@ static record_t ring[TC_TRACE_RECORDS];
 static record_t *claim(uint64_t seq, uint64_t *v) {
   record_t *r = &ring[seq % TC_TRACE_RECORDS];
   *v = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
-  if ((*v & 1) || !__atomic_compare_exchange_n(&r->version, v, *v + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+  if ((*v & 1) || !__atomic_compare_exchange_n(&r->version, v, *v + 1, false, __ATOMIC_ACQ_REL,
+                                               __ATOMIC_RELAXED))
     return NULL;
   return r;
 }
 
-static void publish(record_t *r, uint64_t v) { __atomic_store_n(&r->version, v + 2, __ATOMIC_RELEASE); }
+static void publish(record_t *r, uint64_t v) {
+  __atomic_store_n(&r->version, v + 2, __ATOMIC_RELEASE);
+}
 
 void tc_trace_posted(const tc_work_t *w) {
   uint64_t v;
@@ -153,34 +158,42 @@ static void write_json(FILE *f, const record_t *recs, int n, const char *reason)
   double shift = (double)rt.tv_sec + 1e-9 * (double)rt.tv_nsec - now;
   int rank = tc_g.world_rank;
   fprintf(f, "{\"traceEvents\":[\n");
-  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
+  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+          rank, rank);
   for (int i = 0; i < n; i++) {
     bool seen = false;
     for (int j = 0; j < i && !seen; j++) seen = recs[j].comm_id == recs[i].comm_id;
     char label[80];
     if (!seen)
-      fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%u,\"args\":{\"name\":\"comm %s\"}}",
+      fprintf(f,
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%u,\"args\":{\"name\":"
+              "\"comm %s\"}}",
               rank, recs[i].comm_id, comm_label(&recs[i], label, sizeof label));
   }
   for (int i = 0; i < n; i++) {
     const record_t *r = &recs[i];
     char shape[128], label[80];
     fprintf(f,
-            ",\n{\"name\":\"%s\",\"cat\":\"tcoll\",\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
-            "\"args\":{\"seq\":%llu,\"comm_seq\":%llu,\"comm\":\"%s\",\"comm_size\":%d,\"dtype\":\"%s\","
+            ",\n{\"name\":\"%s\",\"cat\":\"tcoll\",\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%.3f,"
+            "\"dur\":%.3f,"
+            "\"args\":{\"seq\":%llu,\"comm_seq\":%llu,\"comm\":\"%s\",\"comm_size\":%d,\"dtype\":"
+            "\"%s\","
             "\"shape\":\"%s\",\"bytes\":%zu,\"device\":%d,\"state\":\"%s\",\"status\":\"%s\"}}",
-            r->op, rank, r->comm_id, (r->t_post + shift) * 1e6, elapsed(r, now) * 1e6, (unsigned long long)r->seq,
-            (unsigned long long)r->comm_seq, comm_label(r, label, sizeof label), r->comm_size, tcoll_dtype_name(r->dtype),
-            tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, r->device, state_name(r->state),
-            tcoll_status_string(r->status));
+            r->op, rank, r->comm_id, (r->t_post + shift) * 1e6, elapsed(r, now) * 1e6,
+            (unsigned long long)r->seq, (unsigned long long)r->comm_seq,
+            comm_label(r, label, sizeof label), r->comm_size, tcoll_dtype_name(r->dtype),
+            tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, r->device,
+            state_name(r->state), tcoll_status_string(r->status));
   }
   tcoll_cache_info_t c;
   tc_cache_stats(&c);
-  fprintf(f,
-          "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"reason\":\"%s\",\"rank\":%d,\"cache\":{\"in_use\":%zu,"
-          "\"cached\":%zu,\"peak\":%zu,\"limit\":%zu,\"grew\":%llu,\"reused\":%llu,\"freed\":%llu}}}\n",
-          reason, rank, c.in_use, c.cached, c.peak, c.limit, (unsigned long long)c.allocated,
-          (unsigned long long)c.reused, (unsigned long long)c.freed);
+  fprintf(
+      f,
+      "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"reason\":\"%s\",\"rank\":%d,\"cache\":{\"in_"
+      "use\":%zu,"
+      "\"cached\":%zu,\"peak\":%zu,\"limit\":%zu,\"grew\":%llu,\"reused\":%llu,\"freed\":%llu}}}\n",
+      reason, rank, c.in_use, c.cached, c.peak, c.limit, (unsigned long long)c.allocated,
+      (unsigned long long)c.reused, (unsigned long long)c.freed);
 }
 
 static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
@@ -189,22 +202,26 @@ static void summary_to_stderr(const record_t *recs, int n, const char *reason) {
   double now = tc_now(), res = tc_stamp_resolution();
   char precision[96] = "";
   if (res > 0)
-    snprintf(precision, sizeof precision, "; times to %.0f ms (TCOLL_TRACE or TCOLL_DEBUG=INFO: to 1 us)", res * 1e3);
+    snprintf(precision, sizeof precision,
+             "; times to %.0f ms (TCOLL_TRACE or TCOLL_DEBUG=INFO: to 1 us)", res * 1e3);
   tc_warn("flight recorder (%s): last %d of %d ops%s", reason, n - from, n, precision);
   for (int i = from; i < n; i++) {
     const record_t *r = &recs[i];
     char shape[96], label[80];
-    tc_warn("  seq %llu %s on comm %s (seq %llu) %s %s %zu bytes: %s after %.3f ms", (unsigned long long)r->seq, r->op,
-            comm_label(r, label, sizeof label), (unsigned long long)r->comm_seq, tcoll_dtype_name(r->dtype),
+    tc_warn("  seq %llu %s on comm %s (seq %llu) %s %s %zu bytes: %s after %.3f ms",
+            (unsigned long long)r->seq, r->op, comm_label(r, label, sizeof label),
+            (unsigned long long)r->comm_seq, tcoll_dtype_name(r->dtype),
             tc_shape_str(shape, sizeof shape, r->ndim, r->shape), r->bytes, state_name(r->state),
             1e3 * elapsed(r, now));
   }
   tcoll_cache_info_t c;
   tc_cache_stats(&c);
-  tc_warn("  storage cache: %zu bytes in use, %zu cached (limit %zu, peak %zu); grew %llu times, reused %llu, "
-          "gave back %llu",
-          c.in_use, c.cached, c.limit, c.peak, (unsigned long long)c.allocated, (unsigned long long)c.reused,
-          (unsigned long long)c.freed);
+  tc_warn(
+      "  storage cache: %zu bytes in use, %zu cached (limit %zu, peak %zu); grew %llu times, "
+      "reused %llu, "
+      "gave back %llu",
+      c.in_use, c.cached, c.limit, c.peak, (unsigned long long)c.allocated,
+      (unsigned long long)c.reused, (unsigned long long)c.freed);
 }
 
 void tc_trace_dump(const char *reason) {
@@ -224,6 +241,8 @@ void tc_trace_dump(const char *reason) {
     fclose(f);
   }
   pthread_mutex_unlock(&mu);
-  if (!f) tc_warn("cannot write the flight recorder to %s", path);
-  else if (strcmp(reason, "finalize")) tc_warn("flight recorder (%s) written to %s", reason, path);
+  if (!f)
+    tc_warn("cannot write the flight recorder to %s", path);
+  else if (strcmp(reason, "finalize"))
+    tc_warn("flight recorder (%s) written to %s", reason, path);
 }

@@ -31,7 +31,9 @@ int tc_timeout_diagnose(bool loud) {
   return TCOLL_ERR_TIMEOUT;
 }
 
-static int on_timeout(int rc, bool loud) { return rc == TCOLL_ERR_TIMEOUT ? tc_timeout_diagnose(loud) : rc; }
+static int on_timeout(int rc, bool loud) {
+  return rc == TCOLL_ERR_TIMEOUT ? tc_timeout_diagnose(loud) : rc;
+}
 
 int tcoll_wait(const void *buffer) {
   TC_ENTER("tcoll_wait");
@@ -46,7 +48,8 @@ int tcoll_wait_tensor(const tcoll_tensor_t *t) {
 
 int tcoll_wait_timeout(const void *buffer, double seconds) {
   TC_ENTER("tcoll_wait_timeout");
-  if (seconds != seconds) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "seconds is NaN (expected a number)");
+  if (seconds != seconds)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "seconds is NaN (expected a number)");
   return on_timeout(tc_wait_ptr(buffer, seconds > 0 ? seconds : 0.0, true), false);
 }
 

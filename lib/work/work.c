@@ -119,7 +119,9 @@ static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
   w->agree = sig->agree;
   w->local = sig->local;
   /* Only DETAIL compares it across ranks; skip the hashing otherwise. */
-  w->shapes_hash = tc_cfg.debug >= TCOLL_LOG_DETAIL && t && w->agree == TC_AGREE_SHAPE ? hash_shapes(t, sig->n) : 0;
+  w->shapes_hash = tc_cfg.debug >= TCOLL_LOG_DETAIL && t && w->agree == TC_AGREE_SHAPE
+                       ? hash_shapes(t, sig->n)
+                       : 0;
 }
 
 int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
@@ -196,11 +198,12 @@ static int zero_output(tc_work_t *w, const tcoll_tensor_t *out) {
   return rc;
 }
 
-static int prepare_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
-                          int device, bool zero) {
+static int prepare_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim,
+                          const int64_t *shape, int device, bool zero) {
   int rc;
   if (!out->data) {
-    if ((rc = grow((void **)&w->allocated, &w->alloc_cap, w->nalloc + 1, sizeof *w->allocated))) return rc;
+    if ((rc = grow((void **)&w->allocated, &w->alloc_cap, w->nalloc + 1, sizeof *w->allocated)))
+      return rc;
     *out = tcoll_tensor_make(NULL, dtype, ndim, shape, device);
     if ((rc = tc_tensor_storage(out, false))) return rc;
     w->allocated[w->nalloc++] = out;
@@ -209,14 +212,15 @@ static int prepare_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype
   return add_buf(w, out->data, tc_nbytes(out), true);
 }
 
-int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
-                   int device) {
-  if (out->data) return add_buf(w, out->data, tc_nbytes(out), true); /* the usual, preallocated output */
+int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim,
+                   const int64_t *shape, int device) {
+  if (out->data)
+    return add_buf(w, out->data, tc_nbytes(out), true); /* the usual, preallocated output */
   return prepare_output(w, out, dtype, ndim, shape, device, false);
 }
 
-int tc_work_output_zeroed(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
-                          int device) {
+int tc_work_output_zeroed(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim,
+                          const int64_t *shape, int device) {
   return prepare_output(w, out, dtype, ndim, shape, device, true);
 }
 
@@ -242,7 +246,8 @@ int tc_work_register(tc_work_t *w) { return number_and_check(w, tc_registry_add(
 
 int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
   if (rc && comm && tc_cfg.debug >= TCOLL_LOG_DETAIL) {
-    tc_work_t w = {.op = op, .comm = comm, .dtype = TCOLL_UINT8, .root = -1, .redop = -1, .dim = -1};
+    tc_work_t w = {
+        .op = op, .comm = comm, .dtype = TCOLL_UINT8, .root = -1, .redop = -1, .dim = -1};
     w.comm_seq = tc_comm_next_seq(comm);
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", tcoll_last_error());
@@ -254,7 +259,8 @@ int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
 
 /* Waits for other (held: pending on base, the output of earlier work that in[*next] reads), then
  * records the inputs from in[*next] on, waiting likewise for each pending one. */
-static int inputs_after(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, tc_work_t *other, void *base) {
+static int inputs_after(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, tc_work_t *other,
+                        void *base) {
   int rc = TCOLL_SUCCESS;
   /* Like PyTorch's AsyncCollectiveTensor: using a pending result waits for it. */
   while (other) {
@@ -362,12 +368,14 @@ int tc_work_ready(tc_work_t *w, int device, void *event, bool pooled) {
 int tc_work_ready_wait_any(const tc_work_t *w) {
   int rc = TCOLL_SUCCESS;
   for (int i = 0; i < w->nready && !rc; i++)
-    rc = tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device), w->ready[i].event);
+    rc = tc_dev()->stream_wait_event(w->ready[i].device, tc_dev_current_stream(w->ready[i].device),
+                                     w->ready[i].event);
   return rc;
 }
 
 int tc_work_divide(tc_work_t *w, void *buf, int64_t n, tcoll_dtype_t dtype, double divisor) {
-  if (w->ndivide == TC_MAX_DIVIDE) return tc_error(TCOLL_ERR_INTERNAL, "too many regions to divide");
+  if (w->ndivide == TC_MAX_DIVIDE)
+    return tc_error(TCOLL_ERR_INTERNAL, "too many regions to divide");
   w->divide[w->ndivide++] = (tc_divide_t){buf, n, dtype};
   w->divisor = divisor;
   return TCOLL_SUCCESS;
@@ -385,14 +393,17 @@ int tc_work_piece(tc_work_t *w, void *dst, int dst_device, const void *src, size
 
 static void release_held_slow(tc_work_t *w) {
   for (int i = 0; i < w->nheld; i++) {
-    if (w->held[i].kind == TC_HELD_SCRATCH) tc_scratch_put(w->held[i].p);
-    else if (w->held[i].kind == TC_HELD_PIPE) tc_pipe_release(w->held[i].p);
-    else if (w->held[i].kind == TC_HELD_MPI_TYPE) tc_mpi_type_put(&w->held[i].type);
+    if (w->held[i].kind == TC_HELD_SCRATCH)
+      tc_scratch_put(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_PIPE)
+      tc_pipe_release(w->held[i].p);
+    else if (w->held[i].kind == TC_HELD_MPI_TYPE)
+      tc_mpi_type_put(&w->held[i].type);
     else if (w->held[i].kind == TC_HELD_MPI_TYPES) {
       for (MPI_Datatype *t = w->held[i].p; *t != MPI_DATATYPE_NULL; t++) MPI_Type_free(t);
       free(w->held[i].p);
-    }
-    else tc_pinned_put(w->held[i].p);
+    } else
+      tc_pinned_put(w->held[i].p);
   }
   w->nheld = 0;
 }
@@ -441,7 +452,6 @@ static void free_work(tc_work_t *w) {
   free(w);
 }
 
-
 static void undo_outputs(tc_work_t *w) {
   for (int i = 0; i < w->nalloc; i++) tc_tensor_release(w->allocated[i]);
   w->nalloc = 0;
@@ -458,14 +468,16 @@ const char *tcoll_last_algorithm(void) { return last_algo ? last_algo : "mpi"; }
 static TC_COLD void log_posted(const tc_work_t *w) {
   char shape[96], comm[80];
   tc_info("seq %llu %s %s %s on comm %s (seq %llu, size %d), %zu bytes, device %d, algorithm %s",
-          (unsigned long long)w->seq, w->op, tcoll_dtype_name(w->dtype), tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
-          tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->comm->size, w->bytes,
-          w->device, w->algo ? w->algo : "mpi");
+          (unsigned long long)w->seq, w->op, tcoll_dtype_name(w->dtype),
+          tc_shape_str(shape, sizeof shape, w->ndim, w->shape),
+          tc_comm_label(w->comm, comm, sizeof comm), (unsigned long long)w->comm_seq, w->comm->size,
+          w->bytes, w->device, w->algo ? w->algo : "mpi");
 }
 
 static int divide_step(void *arg) {
   tc_work_t *w = arg;
-  for (int i = 0; i < w->ndivide; i++) tc_host_divide(w->divide[i].buf, w->divide[i].dtype, w->divide[i].n, w->divisor);
+  for (int i = 0; i < w->ndivide; i++)
+    tc_host_divide(w->divide[i].buf, w->divide[i].dtype, w->divide[i].n, w->divisor);
   return TCOLL_SUCCESS;
 }
 
@@ -476,11 +488,14 @@ static int finish_step(void *arg) {
 
 static int pieces_step(void *arg) {
   tc_work_t *w = arg;
-  for (int i = 0; i < w->npiece; i++) memcpy(w->pieces[i].dst, w->pieces[i].src, w->pieces[i].nbytes);
+  for (int i = 0; i < w->npiece; i++)
+    memcpy(w->pieces[i].dst, w->pieces[i].src, w->pieces[i].nbytes);
   return TCOLL_SUCCESS;
 }
 
-static int copy_backs_step(void *arg) { return tc_stage_copy_backs(arg); /* device-async, on tcoll's streams */ }
+static int copy_backs_step(void *arg) {
+  return tc_stage_copy_backs(arg); /* device-async, on tcoll's streams */
+}
 
 /* The completion steps (see work.h), each in a round of its own after everything posted. */
 static int add_completion_steps(tc_work_t *w) {
@@ -552,7 +567,8 @@ static TC_COLD int end_failed(tc_work_t *w, int rc) {
 
 bool tc_work_try_claim(tc_work_t *w) {
   int free_ = 0;
-  return __atomic_compare_exchange_n(&w->driver, &free_, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+  return __atomic_compare_exchange_n(&w->driver, &free_, 1, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED);
 }
 
 /* The sleeper counts itself before it looks at driver, and the driver clears driver before it
@@ -611,8 +627,8 @@ int tc_work_progress(tc_work_t *w, bool block, double deadline) {
   tc_trace_done(w);
   if (tc_cfg.debug >= TCOLL_LOG_INFO) {
     char what[160];
-    tc_info("%s completed in %.3f ms: %s", tc_work_describe(w, what, sizeof what), 1e3 * (w->t_done - w->t_post),
-            tcoll_status_string(w->status));
+    tc_info("%s completed in %.3f ms: %s", tc_work_describe(w, what, sizeof what),
+            1e3 * (w->t_done - w->t_post), tcoll_status_string(w->status));
   }
   return w->status;
 }

@@ -99,12 +99,17 @@ typedef struct tc_divide {
 /* A block of memory the work returns when it is recycled. */
 typedef struct tc_held {
   void *p;
-  int kind; /* TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE, TC_HELD_MPI_TYPES or TC_HELD_MPI_TYPE */
+  /* TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE, TC_HELD_MPI_TYPES or TC_HELD_MPI_TYPE */
+  int kind;
   tc_mpi_type_t type; /* TC_HELD_MPI_TYPE */
 } tc_held_t;
-enum { TC_HELD_SCRATCH, TC_HELD_PINNED, TC_HELD_PIPE /* a staging pipeline's slots and events (pipeline.h) */,
-       TC_HELD_MPI_TYPES /* a malloc'd array of MPI datatypes ended by MPI_DATATYPE_NULL: all freed */,
-       TC_HELD_MPI_TYPE /* a datatype of the cache (or not), put back */ };
+enum {
+  TC_HELD_SCRATCH,
+  TC_HELD_PINNED,
+  TC_HELD_PIPE /* a staging pipeline's slots and events (pipeline.h) */,
+  TC_HELD_MPI_TYPES /* a malloc'd array of MPI datatypes ended by MPI_DATATYPE_NULL: all freed */,
+  TC_HELD_MPI_TYPE /* a datatype of the cache (or not), put back */
+};
 
 #define TC_WORK_PRIV_BYTES 256
 #define TC_WORK_ERR_LEN 512
@@ -140,7 +145,7 @@ struct tc_work {
   uint64_t shapes_hash; /* every tensor's dtype and shape */
 
   tc_sched_t sched; /* what the work does: its MPI requests and local steps */
-  tc_wbuf_t *bufs; /* outputs, keyed in the registry */
+  tc_wbuf_t *bufs;  /* outputs, keyed in the registry */
   int nbuf, buf_cap;
   uintptr_t *read_nodes; /* the registry's nodes of the inputs it reads (registry lock): forgotten
                             without a search */
@@ -166,7 +171,8 @@ struct tc_work {
 
 /* Op-specific completion data lives inside the work (no allocation per call). */
 #define TC_WORK_PRIV(w, type) ((type *)(void *)(w)->priv)
-#define TC_PRIV_FITS(type) _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
+#define TC_PRIV_FITS(type) \
+  _Static_assert(sizeof(type) <= TC_WORK_PRIV_BYTES, #type " fits in a work")
 
 int tc_work_begin(tc_work_t **w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig);
 /* The algorithm the collective runs, by name (for logs, traces and tcoll_last_algorithm). */
@@ -177,13 +183,13 @@ void tc_work_note_algo(const char *algo);
 /* Prepares an output: with out->data == NULL allocates it (dtype, ndim, shape, device given),
  * otherwise it was already checked. Records it as a buffer of the work. The storage comes from
  * the cache uninitialized: the collective must write every byte of it on success. */
-int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
-                   int device);
+int tc_work_output(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim,
+                   const int64_t *shape, int device);
 /* The same for an output the work may leave (partly) unwritten on this rank, where the contract
  * promises zeros (reduce's output off its root, a gradient output left unchanged): an allocated
  * one is zero-filled. */
-int tc_work_output_zeroed(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim, const int64_t *shape,
-                          int device);
+int tc_work_output_zeroed(tc_work_t *w, tcoll_tensor_t *out, tcoll_dtype_t dtype, int ndim,
+                          const int64_t *shape, int device);
 /* Records a buffer to key the work under without it being an output tensor. */
 int tc_work_key(tc_work_t *w, void *base, size_t nbytes);
 int tc_work_register(tc_work_t *w);

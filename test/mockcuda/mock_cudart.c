@@ -96,7 +96,8 @@ static void read_env_locked(void) {
   const char *spec = getenv("MOCK_CUDA_FAIL");
   char buf[1024];
   snprintf(buf, sizeof buf, "%s", spec ? spec : "");
-  for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+  for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
+       item = strtok_r(NULL, ",", &save)) {
     char *nth = strchr(item, ':'), *code = NULL;
     if (nth) {
       *nth++ = '\0';
@@ -130,10 +131,10 @@ static cudaError_t enter(const char *call) {
   return set_error(e);
 }
 
-#define ENTER(call)                                                                              \
-  do {                                                                                           \
-    cudaError_t e_ = enter(call);                                                                \
-    if (e_ != cudaSuccess) return e_;                                                            \
+#define ENTER(call)                   \
+  do {                                \
+    cudaError_t e_ = enter(call);     \
+    if (e_ != cudaSuccess) return e_; \
   } while (0)
 
 static void die(const char *fmt, const void *p) {
@@ -205,7 +206,8 @@ static int primary_ctx_state(int dev, unsigned *flags, int *active) {
 }
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
-                                             unsigned long long flags, enum cudaDriverEntryPointQueryResult *status) {
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status) {
   (void)version;
   (void)flags;
   ENTER("cudaGetDriverEntryPointByVersion");
@@ -238,7 +240,8 @@ static const struct {
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
     {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
-    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress",
+     "an illegal memory access was encountered"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
@@ -497,7 +500,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   ENTER("cudaEventRecord");
   struct CUevent_st *x = event_of(e, "cudaEventRecord");
-  if (stream_device(s, "cudaEventRecord") != x->dev) return set_error(cudaErrorInvalidResourceHandle);
+  if (stream_device(s, "cudaEventRecord") != x->dev)
+    return set_error(cudaErrorInvalidResourceHandle);
   return queue_on(s, "cudaEventRecord");
 }
 
@@ -515,7 +519,8 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 
 /* ------------------------------------------------------------------ copies */
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
   (void)kind; /* cudaMemcpyDefault: the addresses tell */
   ENTER("cudaMemcpyAsync");
   cudaError_t e = queue_on(s, "cudaMemcpyAsync");
@@ -523,7 +528,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
   bool ddev, dpin, sdev, spin;
   char *d = host_view(dst, n, &ddev, &dpin);
   const char *x = host_view(src, n, &sdev, &spin);
-  if ((!ddev && !dpin) || (!sdev && !spin)) __atomic_add_fetch(&pageable_copies, 1, __ATOMIC_RELAXED);
+  if ((!ddev && !dpin) || (!sdev && !spin))
+    __atomic_add_fetch(&pageable_copies, 1, __ATOMIC_RELAXED);
   memmove(d, x, n);
   return cudaSuccess;
 }

@@ -14,7 +14,8 @@ int tc_cuda_add(void *stream, void *dst, const void *src, int dtype, int64_t n) 
   if (n == 0) return cudaSuccess;
   cudaError_t e = mock_cuda_launch((cudaStream_t)stream);
   if (e != cudaSuccess) {
-    cudaGetLastError(); /* as kernels.cu does: a launch's error is read (and cleared) right after it */
+    /* as kernels.cu does: a launch's error is read (and cleared) right after it */
+    cudaGetLastError();
     return e;
   }
   if (dtype < 0 || dtype >= TCOLL_NUM_DTYPES) return cudaErrorInvalidValue;

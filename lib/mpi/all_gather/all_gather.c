@@ -15,7 +15,8 @@
 #include <string.h>
 
 /* Rank r's block of the output: outer runs of len*inner elements, size*len*inner apart. */
-static int post_strided(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_tensor_t *in, int dim) {
+static int post_strided(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_tensor_t *in,
+                        int dim) {
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
   int64_t block = v.len * v.inner;
   tc_mpi_span_t send;
@@ -27,7 +28,8 @@ static int post_strided(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_
     tc_mpi_span_put(&send);
     return rc;
   }
-  int mrc = tc_mpi_iallgather(sbuf, send.count, send.dt.type, rbuf, 1, recv.type, w->comm->mpi, tc_work_req(w));
+  int mrc = tc_mpi_iallgather(sbuf, send.count, send.dt.type, rbuf, 1, recv.type, w->comm->mpi,
+                              tc_work_req(w));
   rc = tc_post_ok(w, mrc, TC_MPI_NAME("MPI_Iallgather", send.count));
   tc_mpi_type_put(&recv);
   tc_mpi_span_put(&send);
@@ -55,18 +57,19 @@ static int interleave(tc_work_t *w) {
   char *dst = il->out;
   for (int64_t o = 0; o < il->outer; o++)
     for (int r = 0; r < il->size; r++, dst += il->block_bytes)
-      memcpy(dst, il->gathered + ((size_t)r * (size_t)il->outer + (size_t)o) * il->block_bytes, il->block_bytes);
+      memcpy(dst, il->gathered + ((size_t)r * (size_t)il->outer + (size_t)o) * il->block_bytes,
+             il->block_bytes);
   return TCOLL_SUCCESS;
 }
 
-static int post_interleaved(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_tensor_t *in, int dim) {
+static int post_interleaved(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_tensor_t *in,
+                            int dim) {
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
   size_t nb = tcoll_tensor_nbytes(in);
   char *gathered = tc_work_scratch(w, nb * (size_t)w->comm->size);
   if (!gathered) return TCOLL_ERR_NO_MEMORY;
-  *TC_WORK_PRIV(w, interleave_t) = (interleave_t){gathered, rbuf, v.outer,
-                                                  (size_t)(v.len * v.inner) * tc_dtype_size(in->dtype),
-                                                  w->comm->size};
+  *TC_WORK_PRIV(w, interleave_t) = (interleave_t){
+      gathered, rbuf, v.outer, (size_t)(v.len * v.inner) * tc_dtype_size(in->dtype), w->comm->size};
   w->finish = interleave;
   return tc_post_allgather(w, sbuf, gathered, tcoll_tensor_numel(in), in->dtype);
 }
@@ -100,10 +103,13 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_gather_cma};
  * 0.2-0.8x from 32 KiB to 64 MiB (256 B runs 0.34-0.77x), 1.6-2.2x below 32 KiB. Not measured
  * beyond 4 ranks, nor on MPICH beyond 2 (oversubscribed runs there are the scheduler's): no row
  * there. */
-#define CMA_ROW(impl, lo, hi, min_bytes)                                                                       \
-  {impl, lo, hi, min_bytes, TC_ANY_SIZE, TC_WHERE_HOST | TC_WHERE_STRIDED, 512, "cma",                       \
-   "tcoll-bench, all_gather along dim 1 against the dim-1 MPI path, 2-core CI machine (doc/guide.md, "        \
-   "Algorithms)"}
+#define CMA_ROW(impl, lo, hi, min_bytes)                                                     \
+  {                                                                                          \
+    impl, lo, hi, min_bytes, TC_ANY_SIZE, TC_WHERE_HOST | TC_WHERE_STRIDED, 512, "cma",      \
+        "tcoll-bench, all_gather along dim 1 against the dim-1 MPI path, 2-core CI machine " \
+        "(doc/guide.md, "                                                                    \
+        "Algorithms)"                                                                        \
+  }
 static const tc_algo_row_t table[] = {
     CMA_ROW(TC_MPI_OPEN_MPI, 2, 2, 8 * TC_KiB),
     CMA_ROW(TC_MPI_OPEN_MPI, 3, 4, 1 * TC_MiB),
@@ -127,16 +133,21 @@ static void cma_rows(const tcoll_tensor_t *in, int dim, size_t *run, int64_t *ou
 
 /* The algorithm: every input here is the same on every rank, so every rank reaches the cma
  * probe (its supported) together. */
-static const tc_algo_t *choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, size_t run,
-                               int64_t outer) {
-  tc_algo_query_t q = {.comm = w->comm, .bytes = tcoll_tensor_nbytes(out), .count = tcoll_tensor_numel(in),
-                       .dtype = in->dtype, .redop = -1,
+static const tc_algo_t *choose(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out,
+                               size_t run, int64_t outer) {
+  tc_algo_query_t q = {.comm = w->comm,
+                       .bytes = tcoll_tensor_nbytes(out),
+                       .count = tcoll_tensor_numel(in),
+                       .dtype = in->dtype,
+                       .redop = -1,
                        .device = in->device != TCOLL_HOST || out->device != TCOLL_HOST,
-                       .layout = outer > 1 ? TC_LAYOUT_STRIDED : TC_LAYOUT_CONTIG, .run = run};
+                       .layout = outer > 1 ? TC_LAYOUT_STRIDED : TC_LAYOUT_CONTIG,
+                       .run = run};
   return tc_algo_choose(TC_OP_ALL_GATHER, &q);
 }
 
-static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim, bool inplace) {
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dim,
+                bool inplace) {
   int64_t n = tcoll_tensor_numel(in);
   size_t cma_run;
   int64_t cma_outer;
@@ -144,32 +155,45 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   const tc_algo_t *a = choose(w, in, out, cma_run, cma_outer);
   tc_work_set_algo(w, a->name);
   if (a->build) { /* on the host tensors themselves */
-    tc_algo_call_t c = {.src = in->data, .dst = out->data, .dtype = in->dtype, .run = cma_run, .outer = cma_outer};
+    tc_algo_call_t c = {
+        .src = in->data, .dst = out->data, .dtype = in->dtype, .run = cma_run, .outer = cma_outer};
     return a->build(w, &c);
   }
   /* Rank r's block of the output: runs of len * inner elements, size runs apart. */
   tc_dimview_t v = tc_dimview(in->shape, in->ndim, dim);
   int64_t run = v.outer == 1 ? n : v.len * v.inner;
   if (tc_pipe_wanted(in, TC_PIPE_ALL_GATHER, n, run, w->comm->size) || host_chunked(in, out, dim)) {
-    tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_GATHER, .device = in->device, .dtype = in->dtype,
-                        .mpi_dtype = tc_mpi_dtype(in->dtype), .premul = 1.0, .divisor = 1.0, .in = in->data,
-                        .out = out->data, .inplace = inplace, .n = n, .run = run,
+    tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_GATHER,
+                        .device = in->device,
+                        .dtype = in->dtype,
+                        .mpi_dtype = tc_mpi_dtype(in->dtype),
+                        .premul = 1.0,
+                        .divisor = 1.0,
+                        .in = in->data,
+                        .out = out->data,
+                        .inplace = inplace,
+                        .n = n,
+                        .run = run,
                         .stride = run * w->comm->size};
     return tc_pipe_start(w, &d);
   }
   const void *sbuf = MPI_IN_PLACE;
   void *rbuf;
-  w->host_math = dim > 0 && v.outer > 1 && tcoll_tensor_nbytes(out) <= INTERLEAVE_MAX_BYTES; /* interleaves */
+  w->host_math =
+      dim > 0 && v.outer > 1 && tcoll_tensor_nbytes(out) <= INTERLEAVE_MAX_BYTES; /* interleaves */
   int rc = inplace ? tc_stage_inout(w, out, &rbuf) : tc_stage_in(w, in, &sbuf);
   if (!rc && !inplace) rc = tc_stage_out(w, out, &rbuf);
   if (rc || n == 0) return rc;
   /* With all dims before `dim` of size 1 the blocks are contiguous: the plain form applies. */
-  if (dim == 0 || tc_shape_prod(in->shape, 0, dim) == 1) return tc_post_allgather(w, sbuf, rbuf, n, in->dtype);
-  if (tcoll_tensor_nbytes(out) <= INTERLEAVE_MAX_BYTES) return post_interleaved(w, sbuf, rbuf, in, dim);
+  if (dim == 0 || tc_shape_prod(in->shape, 0, dim) == 1)
+    return tc_post_allgather(w, sbuf, rbuf, n, in->dtype);
+  if (tcoll_tensor_nbytes(out) <= INTERLEAVE_MAX_BYTES)
+    return post_interleaved(w, sbuf, rbuf, in, dim);
   return post_strided(w, sbuf, rbuf, in, dim);
 }
 
-int tcoll_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+int tcoll_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *comm,
+                     tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_gather");
   tcoll_comm_t *c = NULL;
   int dim;
@@ -186,12 +210,16 @@ int tcoll_all_gather(const tcoll_tensor_t *in, int gather_dim, tcoll_comm_t *com
   return tc_work_end(w, rc);
 }
 
-int tcoll_all_gather_shape(const tcoll_tensor_t *in, int gather_dim, int group_size, int64_t *shape) {
+int tcoll_all_gather_shape(const tcoll_tensor_t *in, int gather_dim, int group_size,
+                           int64_t *shape) {
   TC_ENTER("tcoll_all_gather_shape");
   int rc = tc_check_tensor_desc(in, "in"), dim;
   if (rc) return rc;
-  if (group_size < 1) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group_size is %d (expected >= 1)", group_size);
-  if (!shape) return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL (expected room for %d sizes)", in->ndim);
+  if (group_size < 1)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "group_size is %d (expected >= 1)", group_size);
+  if (!shape)
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "shape is NULL (expected room for %d sizes)",
+                    in->ndim);
   if ((rc = tc_check_dim(gather_dim, in->ndim, "gather_dim", &dim))) return rc;
   return tc_all_gather_shape(in, dim, group_size, shape);
 }

@@ -34,11 +34,11 @@
 
 /* Outputs along a dim other than 0 from TC_STREAM_OUT_MIN_BYTES are written with streaming
  * stores: each peer's input is read contiguously into a bounce chunk that stays in cache, whose
- * runs are then streamed into the output (base/stream_copy.h). Below it the output stays in cache and the
- * reads go straight into it, one local iovec per run. Measured at 2 ranks on the CI machine,
- * both interleaved in one program, dim 1 over tcoll's dim 0 (streamed / not): runs of 1 KiB 1.35
- * / 1.96x at 8 MiB, 1.11-1.42 / 1.50-1.90x at 12-64 MiB; runs of 2-16 KiB 1.42 / 1.53x at 8 MiB,
- * 1.02-1.22 / 1.13-1.64x from 12 MiB; at 4 MiB 1.95-2.23 / 0.84-1.45x. */
+ * runs are then streamed into the output (base/stream_copy.h). Below it the output stays in cache
+ * and the reads go straight into it, one local iovec per run. Measured at 2 ranks on the CI
+ * machine, both interleaved in one program, dim 1 over tcoll's dim 0 (streamed / not): runs of 1
+ * KiB 1.35 / 1.96x at 8 MiB, 1.11-1.42 / 1.50-1.90x at 12-64 MiB; runs of 2-16 KiB 1.42 / 1.53x at
+ * 8 MiB, 1.02-1.22 / 1.13-1.64x from 12 MiB; at 4 MiB 1.95-2.23 / 0.84-1.45x. */
 #define BOUNCE ((size_t)256 << 10)
 
 /* The work's scratch: the job, then the address table (p entries), 16-byte aligned, then the
@@ -51,10 +51,10 @@ typedef struct cma_job {
   int64_t outer;
   int rank, size;
   tc_cma_addr_t *peers;
-  char *done;  /* p bytes: the "read" notes received (their content is unused) */
-  char note;   /* the note sent */
-  int fault;   /* TCOLL_CMA_FAULT (tests): reads fail with this errno half-way */
-  int status;  /* the first failed read, reported at the end */
+  char *done;   /* p bytes: the "read" notes received (their content is unused) */
+  char note;    /* the note sent */
+  int fault;    /* TCOLL_CMA_FAULT (tests): reads fail with this errno half-way */
+  int status;   /* the first failed read, reported at the end */
   char *bounce; /* BOUNCE bytes where the output is streamed, else NULL */
   char msg[240];
 } cma_job_t;
@@ -66,15 +66,16 @@ static bool streamed(size_t run, int64_t outer, int p) {
   return outer > 1 && run * (size_t)outer * (size_t)p >= TC_STREAM_OUT_MIN_BYTES;
 }
 
-
 /* Bytes [f0, f1) of rank p's input, at src, into their places in the output (row f / run). */
 static void place(const cma_job_t *j, int p, const char *src, size_t f0, size_t f1) {
   size_t stride = j->run * (size_t)j->size;
   for (size_t f = f0; f < f1;) {
     size_t col = f % j->run, len = j->run - col < f1 - f ? j->run - col : f1 - f;
     char *dst = j->out + f / j->run * stride + (size_t)p * j->run + col;
-    if (j->bounce) tc_stream_copy(dst, src + (f - f0), len);
-    else memcpy(dst, src + (f - f0), len);
+    if (j->bounce)
+      tc_stream_copy(dst, src + (f - f0), len);
+    else
+      memcpy(dst, src + (f - f0), len);
     f += len;
   }
 }
@@ -122,12 +123,14 @@ static int cma_read(void *arg) {
     int p = (j->rank + k) % j->size;
     size_t done = 0;
     int err = j->bounce ? read_bounced(j, p, &done)
-                        : tc_cma_move_rows((pid_t)j->peers[p].pid, j->peers[p].addr, j->out + (size_t)p * j->run, j->run,
-                                    stride, j->outer, false, &done, j->fault);
+                        : tc_cma_move_rows((pid_t)j->peers[p].pid, j->peers[p].addr,
+                                           j->out + (size_t)p * j->run, j->run, stride, j->outer,
+                                           false, &done, j->fault);
     if (err && !j->status) {
       j->status = err == EPERM || err == EACCES ? TCOLL_ERR_UNSUPPORTED : TCOLL_ERR_MPI;
       snprintf(j->msg, sizeof j->msg,
-               "all_gather (cma): process_vm_readv of rank %d's input (pid %lld) failed: %s (errno %d) after %zu of "
+               "all_gather (cma): process_vm_readv of rank %d's input (pid %lld) failed: %s (errno "
+               "%d) after %zu of "
                "%zu bytes",
                p, (long long)j->peers[p].pid, strerror(err), err, done, total);
     }
@@ -141,21 +144,26 @@ static int cma_report(void *arg) {
   return j->status ? tc_error(j->status, "%s", j->msg) : TCOLL_SUCCESS;
 }
 
-
-
 /* Point-to-point steps on the schedule communicator (Open MPI's libnbc MPI_Iallgather and
- * MPI_Ibarrier cost 4-15 us more per call at 2 ranks, measured with a stand-alone prototype): round 0
- * sends this rank's address to every peer and receives theirs while this rank's own block is
+ * MPI_Ibarrier cost 4-15 us more per call at 2 ranks, measured with a stand-alone prototype): round
+ * 0 sends this rank's address to every peer and receives theirs while this rank's own block is
  * copied; round 1 reads the peers; round 2 tells every peer its input was read and waits for
  * the same word from every peer, so that no rank completes (and lets its input change) before
  * its peers read it; round 3 reports a failed read. */
 static int build(tc_work_t *w, const tc_algo_call_t *c) {
   tc_sched_t *s = &w->sched;
   int p = s->comm->size, me = s->comm->rank;
-  cma_job_t *j = tc_work_scratch(w, JOB_BYTES + TABLE_BYTES(p) + (streamed(c->run, c->outer, p) ? BOUNCE : 0));
+  cma_job_t *j =
+      tc_work_scratch(w, JOB_BYTES + TABLE_BYTES(p) + (streamed(c->run, c->outer, p) ? BOUNCE : 0));
   if (!j) return TCOLL_ERR_NO_MEMORY;
-  *j = (cma_job_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)c->src}, .in = c->src, .out = c->dst,
-                   .run = c->run, .outer = c->outer, .rank = me, .size = p, .fault = tc_cma_fault(),
+  *j = (cma_job_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)c->src},
+                   .in = c->src,
+                   .out = c->dst,
+                   .run = c->run,
+                   .outer = c->outer,
+                   .rank = me,
+                   .size = p,
+                   .fault = tc_cma_fault(),
                    .peers = (tc_cma_addr_t *)((char *)j + JOB_BYTES)};
   j->done = (char *)(j->peers + p);
   j->bounce = streamed(c->run, c->outer, p) ? (char *)j + JOB_BYTES + TABLE_BYTES(p) : NULL;
@@ -163,7 +171,8 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
   for (int k = 1; k < p && !rc; k++) {
     int q = (me + k) % p;
     rc = tc_sched_recv(s, &j->peers[q], (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, q, 0, false);
-    if (!rc) rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, q, 0, false);
+    if (!rc)
+      rc = tc_sched_send(s, &j->mine, (int64_t)sizeof(tc_cma_addr_t), TCOLL_UINT8, q, 0, false);
   }
   if (!rc) rc = tc_sched_call(s, cma_own, j, false);
   if (!rc) rc = tc_sched_call(s, cma_read, j, true);
@@ -178,6 +187,9 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
 
 /* Host tensors with elements, on a communicator whose ranks can read each other's memory (probed
  * at the first such call, by every rank alike: every input here is the same on every rank). */
-static bool supported(const tc_algo_query_t *q) { return !q->device && q->count > 0 && tc_cma_usable(q->comm); }
+static bool supported(const tc_algo_query_t *q) {
+  return !q->device && q->count > 0 && tc_cma_usable(q->comm);
+}
 
-const tc_algo_t tc_all_gather_cma = {.name = "cma", .layouts = TC_LAYOUT_ANY, .supported = supported, .build = build};
+const tc_algo_t tc_all_gather_cma = {
+    .name = "cma", .layouts = TC_LAYOUT_ANY, .supported = supported, .build = build};

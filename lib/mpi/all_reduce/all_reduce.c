@@ -12,7 +12,8 @@
 /* ------------------------------------------------------------------ algorithms and table */
 
 extern const tc_algo_t tc_all_reduce_ring, tc_all_reduce_ring_allgather;
-static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring, &tc_all_reduce_ring_allgather};
+static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring,
+                                         &tc_all_reduce_ring_allgather};
 
 #define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
 /* libnbc's all_reduce (Open MPI 4.1): fine for small messages, slow for large ones. Beyond 4
@@ -33,37 +34,57 @@ const tc_algo_list_t tc_all_reduce_algos = TC_ALGO_LIST("all_reduce", algos, tab
 /* ------------------------------------------------------------------ posting */
 
 /* The composed algorithms run on host memory: device tensors are staged first. */
-static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
-                         const tc_redop_t *op, const tc_algo_t *a) {
+static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out,
+                         bool inplace, const tc_redop_t *op, const tc_algo_t *a) {
   const void *src = NULL;
   void *buf;
   w->host_math = true; /* local reductions on the host: staging hands host memory */
   int rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
   if (!rc && !inplace) rc = tc_stage_out(w, out, &buf);
   if (rc) return rc;
-  tc_algo_call_t c = {.src = inplace ? buf : src, .dst = buf, .n = tcoll_tensor_numel(in), .dtype = in->dtype,
-                      .op = tc_mpi_op(op, in->dtype), .premul = tc_redop_premul(op),
-                      .divisor = tc_redop_divisor(op, w->comm->size), .staged = in->device != TCOLL_HOST};
+  tc_algo_call_t c = {.src = inplace ? buf : src,
+                      .dst = buf,
+                      .n = tcoll_tensor_numel(in),
+                      .dtype = in->dtype,
+                      .op = tc_mpi_op(op, in->dtype),
+                      .premul = tc_redop_premul(op),
+                      .divisor = tc_redop_divisor(op, w->comm->size),
+                      .staged = in->device != TCOLL_HOST};
   return a->build(w, &c);
 }
 
 static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, bool inplace,
                 const tc_redop_t *op) {
   int64_t n = tc_numel(in);
-  tc_algo_query_t q = {.comm = w->comm, .bytes = (size_t)n * tc_dtype_size(in->dtype), .count = n,
-                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST,
+  tc_algo_query_t q = {.comm = w->comm,
+                       .bytes = (size_t)n * tc_dtype_size(in->dtype),
+                       .count = n,
+                       .dtype = in->dtype,
+                       .redop = op->kind,
+                       .device = in->device != TCOLL_HOST,
                        .layout = TC_LAYOUT_CONTIG};
   const tc_algo_t *a = tc_algo_choose(TC_OP_ALL_REDUCE, &q);
   tc_work_set_algo(w, a->name);
   if (a->build) return post_composed(w, in, out, inplace, op, a);
   bool plain = op->kind != TC_REDOP_PREMUL_SUM && op->kind != TCOLL_AVG;
-  if (in->device == TCOLL_HOST && plain) /* the common case: nothing staged, nothing computed here */
-    return tc_post_allreduce(w, inplace ? MPI_IN_PLACE : in->data, out->data, n, in->dtype, tc_mpi_op(op, in->dtype));
+  if (in->device == TCOLL_HOST &&
+      plain) /* the common case: nothing staged, nothing computed here */
+    return tc_post_allreduce(w, inplace ? MPI_IN_PLACE : in->data, out->data, n, in->dtype,
+                             tc_mpi_op(op, in->dtype));
   if (tc_pipe_wanted(in, TC_PIPE_ALL_REDUCE, n, n, w->comm->size)) {
-    tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_REDUCE, .device = in->device, .dtype = in->dtype,
-                        .mpi_dtype = tc_mpi_dtype(in->dtype), .mpi_op = tc_mpi_op(op, in->dtype),
-                        .premul = tc_redop_premul(op), .divisor = tc_redop_divisor(op, w->comm->size),
-                        .in = in->data, .out = out->data, .inplace = inplace, .n = n, .run = n, .stride = n};
+    tc_pipe_desc_t d = {.kind = TC_PIPE_ALL_REDUCE,
+                        .device = in->device,
+                        .dtype = in->dtype,
+                        .mpi_dtype = tc_mpi_dtype(in->dtype),
+                        .mpi_op = tc_mpi_op(op, in->dtype),
+                        .premul = tc_redop_premul(op),
+                        .divisor = tc_redop_divisor(op, w->comm->size),
+                        .in = in->data,
+                        .out = out->data,
+                        .inplace = inplace,
+                        .n = n,
+                        .run = n,
+                        .stride = n};
     return tc_pipe_start(w, &d);
   }
   const void *sbuf = MPI_IN_PLACE;
@@ -76,11 +97,13 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
     tc_host_scale_copy(rbuf, inplace ? rbuf : sbuf, in->dtype, n, op->scalar);
     sbuf = MPI_IN_PLACE;
   }
-  if (op->kind == TCOLL_AVG && (rc = tc_work_divide(w, rbuf, n, in->dtype, w->comm->size))) return rc;
+  if (op->kind == TCOLL_AVG && (rc = tc_work_divide(w, rbuf, n, in->dtype, w->comm->size)))
+    return rc;
   return tc_post_allreduce(w, sbuf, rbuf, n, in->dtype, tc_mpi_op(op, in->dtype));
 }
 
-int tcoll_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+int tcoll_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *comm,
+                     tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_reduce");
   tcoll_comm_t *c = NULL;
   tc_redop_t rop;

@@ -8,6 +8,7 @@
  * shard_dim_all_to_all; TC_OP_ALL_TO_ALL_LIST: all_to_all, whose table rows differ because its
  * literal mapping packs the tensors), chosen without the bytes, which differ between ranks with
  * uneven blocks, so that every rank takes the same one. */
-const tc_algo_t *tc_all_to_all_choose(tc_algo_op_t op, tcoll_comm_t *comm, tcoll_dtype_t d, bool device);
+const tc_algo_t *tc_all_to_all_choose(tc_algo_op_t op, tcoll_comm_t *comm, tcoll_dtype_t d,
+                                      bool device);
 
 #endif

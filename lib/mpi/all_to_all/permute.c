@@ -29,17 +29,20 @@ static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_
   *count = p == (recv ? t->from : t->to);
 }
 
-static int post_scattered(tc_work_t *w, const tc_algo_t *a, const void *sbuf, void *rbuf, int64_t n, tcoll_dtype_t d,
-                          int to, int from) {
+static int post_scattered(tc_work_t *w, const tc_algo_t *a, const void *sbuf, void *rbuf, int64_t n,
+                          tcoll_dtype_t d, int to, int from) {
   pair_t t = {sbuf, rbuf, to, from};
-  tc_exchange_t x = {block_of, &t, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "src_dst", "src_dst", "tensors"};
+  tc_exchange_t x = {block_of,  &t,        MPI_DATATYPE_NULL, MPI_DATATYPE_NULL,
+                     "src_dst", "src_dst", "tensors"};
   tc_algo_call_t c = {.n = n, .dtype = d, .x = &x};
   return a->build(w, &c);
 }
 
-static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const int *src_dst) {
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out,
+                const int *src_dst) {
   int size = w->comm->size, me = w->comm->rank;
-  const tc_algo_t *a = tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
+  const tc_algo_t *a =
+      tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, a->name);
   int64_t n = tcoll_tensor_numel(in);
   const void *sbuf;
@@ -48,7 +51,9 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   int rc = tc_stage_in(w, in, &sbuf);
   if (!rc) rc = tc_stage_out(w, out, &rbuf);
   if (rc || n == 0) return rc;
-  if (a->build) return post_scattered(w, a, sbuf, rbuf, n, in->dtype, src_dst[me], source_of(src_dst, size, me));
+  if (a->build)
+    return post_scattered(w, a, sbuf, rbuf, n, in->dtype, src_dst[me],
+                          source_of(src_dst, size, me));
   int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   if (!v) return TCOLL_ERR_NO_MEMORY;
   memset(v, 0, 4 * (size_t)size * sizeof *v);
@@ -58,7 +63,8 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   return tc_post_alltoallv(w, sbuf, v, v + size, rbuf, v + 2 * size, v + 3 * size, in->dtype, 1);
 }
 
-int tcoll_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+int tcoll_permute(const tcoll_tensor_t *in, const int *src_dst, tcoll_comm_t *comm,
+                  tcoll_tensor_t *out) {
   TC_ENTER("tcoll_permute");
   tcoll_comm_t *c = NULL;
   int rc = tc_check_permute(in, src_dst, comm, out, &c);

@@ -16,9 +16,11 @@ static int own_block(tc_sched_t *s, const tc_exchange_t *x, int me, int64_t unit
   x->block(x, me, false, &src, &sn);
   x->block(x, me, true, &dst, &rn);
   if (sn > rn)
-    return tc_error(TCOLL_ERR_INVALID_ARGUMENT, "%s[%d] is %lld %s but %s[%d] is %lld: rank %d's own block does not fit",
+    return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
+                    "%s[%d] is %lld %s but %s[%d] is %lld: rank %d's own block does not fit",
                     x->sname, me, (long long)sn, x->units, x->rname, me, (long long)rn, me);
-  return sn ? tc_sched_copy(s, dst, src, (size_t)(sn * unit) * tc_dtype_size(d), false) : TCOLL_SUCCESS;
+  return sn ? tc_sched_copy(s, dst, src, (size_t)(sn * unit) * tc_dtype_size(d), false)
+            : TCOLL_SUCCESS;
 }
 
 static int build(tc_work_t *w, const tc_algo_call_t *c) {
@@ -32,14 +34,19 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
     char *at;
     int64_t n;
     x->block(x, from, true, &at, &n);
-    if (typed) rc = tc_sched_recv_typed(s, at, n, x->rtype, from, 0, false);
-    else if (n) rc = tc_sched_recv(s, at, n * unit, c->dtype, from, 0, false);
+    if (typed)
+      rc = tc_sched_recv_typed(s, at, n, x->rtype, from, 0, false);
+    else if (n)
+      rc = tc_sched_recv(s, at, n * unit, c->dtype, from, 0, false);
     if (rc) break;
     x->block(x, to, false, &at, &n);
-    if (typed) rc = tc_sched_send_typed(s, at, n, x->stype, to, 0, false);
-    else if (n) rc = tc_sched_send(s, at, n * unit, c->dtype, to, 0, false);
+    if (typed)
+      rc = tc_sched_send_typed(s, at, n, x->stype, to, 0, false);
+    else if (n)
+      rc = tc_sched_send(s, at, n * unit, c->dtype, to, 0, false);
   }
   return rc || typed ? rc : own_block(s, x, me, unit, c->dtype);
 }
 
-const tc_algo_t tc_all_to_all_scattered = {.name = "scattered", .layouts = TC_LAYOUT_ANY, .build = build};
+const tc_algo_t tc_all_to_all_scattered = {
+    .name = "scattered", .layouts = TC_LAYOUT_ANY, .build = build};

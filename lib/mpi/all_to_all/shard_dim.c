@@ -14,8 +14,8 @@
 
 /* Slab p of a tensor of `shape` along dim (each slab `len` wide): one datatype whose extent is
  * a slab, so that displacement p selects slab p. */
-static int slab_type(tcoll_dtype_t d, const int64_t *shape, int ndim, int dim, int64_t len, int parts,
-                     tc_mpi_type_t *t) {
+static int slab_type(tcoll_dtype_t d, const int64_t *shape, int ndim, int dim, int64_t len,
+                     int parts, tc_mpi_type_t *t) {
   tc_dimview_t v = tc_dimview(shape, ndim, dim);
   int64_t block = len * v.inner;
   return tc_mpi_vector(d, v.outer, block, block * parts, block, t);
@@ -35,8 +35,8 @@ static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_
   *count = 1;
 }
 
-static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, char *rbuf, tc_mpi_type_t *st,
-                          tc_mpi_type_t *rt, size_t sslab, size_t rslab) {
+static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, char *rbuf,
+                          tc_mpi_type_t *st, tc_mpi_type_t *rt, size_t sslab, size_t rslab) {
   MPI_Datatype s_type = st->type, r_type = rt->type;
   int rc = tc_work_hold_type(w, st);
   if (rc) {
@@ -50,7 +50,8 @@ static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, ch
   return a->build(w, &c);
 }
 
-static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_type_t *st, tc_mpi_type_t *rt) {
+static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_type_t *st,
+                          tc_mpi_type_t *rt) {
   int size = w->comm->size;
   int *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   int rc = v ? tc_work_reserve(w, 1) : TCOLL_ERR_NO_MEMORY;
@@ -60,17 +61,19 @@ static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_typ
   }
   if (!rc)
     rc = tc_post_ok(w,
-                    MPI_Ialltoallv(sbuf, v, v + size, st->type, rbuf, v + 2 * size, v + 3 * size, rt->type,
-                                   w->comm->mpi, tc_work_req(w)),
+                    MPI_Ialltoallv(sbuf, v, v + size, st->type, rbuf, v + 2 * size, v + 3 * size,
+                                   rt->type, w->comm->mpi, tc_work_req(w)),
                     "MPI_Ialltoallv");
   tc_mpi_type_put(st);
   tc_mpi_type_put(rt);
   return rc;
 }
 
-static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int gdim, int sdim) {
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int gdim,
+                int sdim) {
   int size = w->comm->size;
-  const tc_algo_t *a = tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
+  const tc_algo_t *a =
+      tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, a->name);
   const void *sbuf;
   void *rbuf;
@@ -92,8 +95,8 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
   return post_scattered(w, a, sbuf, rbuf, &st, &rt, sslab, rslab);
 }
 
-int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim, tcoll_comm_t *comm,
-                               tcoll_tensor_t *out) {
+int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int shard_dim,
+                               tcoll_comm_t *comm, tcoll_tensor_t *out) {
   TC_ENTER("tcoll_shard_dim_all_to_all");
   tcoll_comm_t *c = NULL;
   int gdim, sdim;
@@ -104,7 +107,9 @@ int tcoll_shard_dim_all_to_all(const tcoll_tensor_t *in, int gather_dim, int sha
   shape[sdim] /= c->size;
   shape[gdim] *= c->size;
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "shard_dim_all_to_all", c, TC_SIG(.t = in, .dim = gdim * TCOLL_MAX_DIMS + sdim)))) return rc;
+  if ((rc = tc_work_begin(&w, "shard_dim_all_to_all", c,
+                          TC_SIG(.t = in, .dim = gdim * TCOLL_MAX_DIMS + sdim))))
+    return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
   if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, gdim, sdim);

@@ -44,8 +44,10 @@ static const tc_algo_row_t table[] = {
 
 const tc_algo_list_t tc_all_to_all_algos = TC_ALGO_LIST("all_to_all", algos, table);
 
-const tc_algo_t *tc_all_to_all_choose(tc_algo_op_t op, tcoll_comm_t *comm, tcoll_dtype_t d, bool device) {
-  tc_algo_query_t q = {.comm = comm, .dtype = d, .redop = -1, .device = device, .layout = TC_LAYOUT_CONTIG};
+const tc_algo_t *tc_all_to_all_choose(tc_algo_op_t op, tcoll_comm_t *comm, tcoll_dtype_t d,
+                                      bool device) {
+  tc_algo_query_t q = {
+      .comm = comm, .dtype = d, .redop = -1, .device = device, .layout = TC_LAYOUT_CONTIG};
   return tc_algo_choose(op, &q);
 }
 
@@ -66,25 +68,28 @@ static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_
   *count = v[p];
 }
 
-static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, char *rbuf, const int64_t *v,
-                          tcoll_dtype_t d, int64_t row) {
+static int post_scattered(tc_work_t *w, const tc_algo_t *a, const char *sbuf, char *rbuf,
+                          const int64_t *v, tcoll_dtype_t d, int64_t row) {
   rows_at_t r = {sbuf, rbuf, v, (size_t)row * tc_dtype_size(d), w->comm->size};
-  tc_exchange_t x = {block_of, &r, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "input_split_sizes", "output_split_sizes",
-                     "rows"};
+  tc_exchange_t x = {
+      block_of, &r, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "input_split_sizes", "output_split_sizes",
+      "rows"};
   tc_algo_call_t c = {.n = row, .dtype = d, .x = &x};
   return a->build(w, &c);
 }
 
-static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, const int64_t *osplits,
-                const int64_t *isplits) {
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out,
+                const int64_t *osplits, const int64_t *isplits) {
   int size = w->comm->size;
   int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   if (!v) return TCOLL_ERR_NO_MEMORY;
   layout(isplits, in->shape[0], size, v, v + size);
   layout(osplits, in->shape[0], size, v + 2 * size, v + 3 * size);
   int rc = TCOLL_SUCCESS;
-  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size, false))) return rc;
-  const tc_algo_t *a = tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size, false)))
+    return rc;
+  const tc_algo_t *a =
+      tc_all_to_all_choose(TC_OP_ALL_TO_ALL, w->comm, in->dtype, in->device != TCOLL_HOST);
   tc_work_set_algo(w, a->name);
   const void *sbuf;
   void *rbuf;
@@ -101,17 +106,20 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
 }
 
 int tcoll_all_to_all_single(const tcoll_tensor_t *in, const int64_t *output_split_sizes,
-                            const int64_t *input_split_sizes, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+                            const int64_t *input_split_sizes, tcoll_comm_t *comm,
+                            tcoll_tensor_t *out) {
   TC_ENTER("tcoll_all_to_all_single");
   tcoll_comm_t *c = NULL;
   int64_t rows;
-  int rc = tc_check_all_to_all_single(in, output_split_sizes, input_split_sizes, comm, out, &c, &rows);
+  int rc =
+      tc_check_all_to_all_single(in, output_split_sizes, input_split_sizes, comm, out, &c, &rows);
   if (rc) return tc_call_failed("all_to_all_single", c, rc);
   int64_t shape[TCOLL_MAX_DIMS];
   memcpy(shape, in->shape, sizeof shape);
   shape[0] = rows;
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_to_all_single", c, TC_SIG(.t = in, .agree = TC_AGREE_ROW)))) return rc;
+  if ((rc = tc_work_begin(&w, "all_to_all_single", c, TC_SIG(.t = in, .agree = TC_AGREE_ROW))))
+    return rc;
   rc = tc_work_output(w, out, in->dtype, in->ndim, shape, in->device);
   if (!rc) rc = tc_work_register_inputs(w, in, 1);
   if (!rc) rc = post(w, in, out, output_split_sizes, input_split_sizes);

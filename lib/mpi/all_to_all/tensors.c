@@ -20,7 +20,8 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_to_all_scatte
  * 3-4 ranks 1.16-1.30 / 1.18-1.30 below 32 KiB, 0.84-1.00 / 1.08-1.34 above; MPICH 2 ranks
  * 1.23-1.63 / 1.70-2.22 below 32 KiB, 0.60-1.03 / 1.52-2.99 above (and 0.04-0.65 / 0.16-1.00 in
  * the oversubscribed 3-4-rank runs). Never slower: every size, at the measured rank counts. */
-#define MEASURED "tcoll-bench, list all_to_all against raw MPI_Ialltoall, 2-4 ranks, medians of 3 runs"
+#define MEASURED \
+  "tcoll-bench, list all_to_all against raw MPI_Ialltoall, 2-4 ranks, medians of 3 runs"
 static const tc_algo_row_t table[] = {
     {TC_MPI_OPEN_MPI, 2, 4, 0, TC_ANY_SIZE, 0, 0, "scattered", MEASURED},
     {TC_MPI_MPICH, 2, 4, 0, TC_ANY_SIZE, 0, 0, "scattered", MEASURED},
@@ -54,7 +55,8 @@ static void block_of(const tc_exchange_t *x, int p, bool recv, char **at, int64_
 }
 
 static int post_all_to_all_scattered(tc_work_t *w, const tc_algo_t *a, const tcoll_tensor_t *ins,
-                                     tcoll_tensor_t *outs, char *spack, char *rpack, const int64_t *v) {
+                                     tcoll_tensor_t *outs, char *spack, char *rpack,
+                                     const int64_t *v) {
   lists_at_t l = {ins, outs, spack, rpack, v, tc_dtype_size(ins[0].dtype), w->comm->size};
   tc_exchange_t x = {block_of, &l, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, "ins", "outs", "elements"};
   tc_algo_call_t c = {.n = 1, .dtype = ins[0].dtype, .x = &x};
@@ -67,7 +69,8 @@ static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor
   int size = w->comm->size;
   tcoll_dtype_t d = ins[0].dtype;
   size_t es = tc_dtype_size(d);
-  const tc_algo_t *a = tc_all_to_all_choose(TC_OP_ALL_TO_ALL_LIST, w->comm, d, ins[0].device != TCOLL_HOST);
+  const tc_algo_t *a =
+      tc_all_to_all_choose(TC_OP_ALL_TO_ALL_LIST, w->comm, d, ins[0].device != TCOLL_HOST);
   tc_work_set_algo(w, a->name);
   int64_t *v = tc_work_scratch(w, 4 * (size_t)size * sizeof *v);
   if (!v) return TCOLL_ERR_NO_MEMORY;
@@ -83,13 +86,15 @@ static int post_all_to_all(tc_work_t *w, const tcoll_tensor_t *ins, tcoll_tensor
   /* With DETAIL a block that its peer does not expect is refused on every rank (else the
    * scattered exchange leaves it unmatched, and the literal call fails or hangs) */
   int rc = TCOLL_SUCCESS;
-  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size, true))) return rc;
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL && (rc = tc_detail_check_splits(w, v, v + 2 * size, true)))
+    return rc;
   bool pack = !a->build || ins[0].device != TCOLL_HOST;
   char *sbuf = NULL, *rbuf = NULL;
   if (pack) rc = tc_stage_scratch(w, (size_t)stotal * es, ins[0].device, (void **)&sbuf);
   if (pack && !rc) rc = tc_stage_scratch(w, (size_t)rtotal * es, ins[0].device, (void **)&rbuf);
   for (int p = 0; pack && p < size && !rc; p++)
-    rc = tc_stage_read(sbuf + (size_t)v[size + p] * es, ins[p].data, ins[p].device, (size_t)v[p] * es);
+    rc = tc_stage_read(sbuf + (size_t)v[size + p] * es, ins[p].data, ins[p].device,
+                       (size_t)v[p] * es);
   for (int p = 0; pack && p < size && !rc; p++)
     rc = tc_work_piece(w, outs[p].data, outs[p].device, rbuf + (size_t)v[3 * size + p] * es,
                        (size_t)v[2 * size + p] * es);
@@ -104,7 +109,8 @@ int tcoll_all_to_all(const tcoll_tensor_t *ins, tcoll_comm_t *comm, tcoll_tensor
   int rc = tc_check_all_to_all(ins, comm, outs, &c);
   if (rc) return tc_call_failed("all_to_all", c, rc);
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_to_all", c, TC_SIG(.t = ins, .agree = TC_AGREE_DTYPE)))) return rc;
+  if ((rc = tc_work_begin(&w, "all_to_all", c, TC_SIG(.t = ins, .agree = TC_AGREE_DTYPE))))
+    return rc;
   for (int p = 0; p < c->size && !rc; p++)
     rc = tc_work_output(w, &outs[p], ins[0].dtype, outs[p].ndim, outs[p].shape, ins[0].device);
   if (!rc) rc = tc_work_register_inputs(w, ins, c->size);

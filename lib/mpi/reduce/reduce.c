@@ -37,17 +37,27 @@ static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_ten
   int rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
   if (!rc && is_dst && !inplace) rc = tc_stage_out(w, out, &buf);
   if (rc) return rc;
-  tc_algo_call_t c = {.src = inplace ? buf : src, .dst = buf, .n = tcoll_tensor_numel(in), .dtype = in->dtype,
-                      .op = tc_mpi_op(op, in->dtype), .premul = tc_redop_premul(op),
-                      .divisor = tc_redop_divisor(op, w->comm->size), .root = dst,
+  tc_algo_call_t c = {.src = inplace ? buf : src,
+                      .dst = buf,
+                      .n = tcoll_tensor_numel(in),
+                      .dtype = in->dtype,
+                      .op = tc_mpi_op(op, in->dtype),
+                      .premul = tc_redop_premul(op),
+                      .divisor = tc_redop_divisor(op, w->comm->size),
+                      .root = dst,
                       .staged = in->device != TCOLL_HOST};
   return a->build(w, &c);
 }
 
-static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst, const tc_redop_t *op) {
+static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out, int dst,
+                const tc_redop_t *op) {
   int64_t n = tcoll_tensor_numel(in);
-  tc_algo_query_t q = {.comm = w->comm, .bytes = (size_t)n * tc_dtype_size(in->dtype), .count = n,
-                       .dtype = in->dtype, .redop = op->kind, .device = in->device != TCOLL_HOST,
+  tc_algo_query_t q = {.comm = w->comm,
+                       .bytes = (size_t)n * tc_dtype_size(in->dtype),
+                       .count = n,
+                       .dtype = in->dtype,
+                       .redop = op->kind,
+                       .device = in->device != TCOLL_HOST,
                        .layout = TC_LAYOUT_CONTIG};
   const tc_algo_t *a = tc_algo_choose(TC_OP_REDUCE, &q);
   tc_work_set_algo(w, a->name);
@@ -70,11 +80,14 @@ static int post(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *ou
     tc_host_scale_copy(scaled, sbuf, in->dtype, n, op->scalar);
     sbuf = scaled;
   }
-  if (is_dst && op->kind == TCOLL_AVG && (rc = tc_work_divide(w, rbuf, n, in->dtype, w->comm->size))) return rc;
+  if (is_dst && op->kind == TCOLL_AVG &&
+      (rc = tc_work_divide(w, rbuf, n, in->dtype, w->comm->size)))
+    return rc;
   return tc_post_reduce(w, sbuf, rbuf, n, in->dtype, tc_mpi_op(op, in->dtype), dst);
 }
 
-int tcoll_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_comm_t *comm, tcoll_tensor_t *out) {
+int tcoll_reduce(const tcoll_tensor_t *in, int dst, tcoll_redop_t op, tcoll_comm_t *comm,
+                 tcoll_tensor_t *out) {
   TC_ENTER("tcoll_reduce");
   tcoll_comm_t *c = NULL;
   tc_redop_t rop;

@@ -15,10 +15,13 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
   char *blocks = tc_work_scratch(w, (size_t)p * block); /* every rank's block of this rank */
   if (!blocks) return TCOLL_ERR_NO_MEMORY;
   tc_sched_t *s = &w->sched;
-  rc = tc_sched_coll(s, TC_COLL_ALLTOALL, src, blocks, c->n, tc_mpi_dtype(c->dtype), MPI_OP_NULL, 0, true);
+  rc = tc_sched_coll(s, TC_COLL_ALLTOALL, src, blocks, c->n, tc_mpi_dtype(c->dtype), MPI_OP_NULL, 0,
+                     true);
   if (!rc) rc = tc_sched_copy(s, c->dst, blocks, block, true);
-  for (int k = 1; k < p && !rc; k++) rc = tc_sched_reduce(s, blocks + (size_t)k * block, c->dst, c->n, c->dtype, c->op, true);
-  if (!rc && c->divisor != 1.0) rc = tc_sched_scale(s, c->dst, c->dst, c->n, c->dtype, 1.0, c->divisor, true);
+  for (int k = 1; k < p && !rc; k++)
+    rc = tc_sched_reduce(s, blocks + (size_t)k * block, c->dst, c->n, c->dtype, c->op, true);
+  if (!rc && c->divisor != 1.0)
+    rc = tc_sched_scale(s, c->dst, c->dst, c->n, c->dtype, 1.0, c->divisor, true);
   return rc;
 }
 
@@ -27,5 +30,8 @@ static bool supported(const tc_algo_query_t *q) {
   return q->count > 0 && tc_mpi_one_call(q->count / q->comm->size);
 }
 
-const tc_algo_t tc_reduce_scatter_alltoall = {.name = "alltoall", .layouts = TC_LAYOUT_CONTIG,
-                                              .supported = supported, .build = build, .fallback = "ring"};
+const tc_algo_t tc_reduce_scatter_alltoall = {.name = "alltoall",
+                                              .layouts = TC_LAYOUT_CONTIG,
+                                              .supported = supported,
+                                              .build = build,
+                                              .fallback = "ring"};

@@ -50,7 +50,8 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
   if (!scratch) return TCOLL_ERR_NO_MEMORY;
   tc_sched_t *s = &w->sched;
   rc = tc_build_ring_reduce_scatter(s, src, c->dst, c->n * p, c->dtype, c->op, scratch, 0, &b);
-  if (!rc && c->divisor != 1.0) rc = tc_sched_scale(s, c->dst, c->dst, c->n, c->dtype, 1.0, c->divisor, true);
+  if (!rc && c->divisor != 1.0)
+    rc = tc_sched_scale(s, c->dst, c->dst, c->n, c->dtype, 1.0, c->divisor, true);
   return rc;
 }
 
