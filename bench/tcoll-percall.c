@@ -16,6 +16,9 @@
  *   grad_all_reduce   tcoll_grad_all_reduce + wait, tcoll_grad_backward + wait (outputs allocated
  *                     by tcoll), frees and tcoll_grad_node_free
  *   coalesced         tcoll_all_reduce_coalesced of 64 tensors of --bytes / 64 + 64 waits
+ *   separate          the same tensors as 64 tcoll_all_reduce calls, then 64 waits
+ *   all_to_all        tcoll_all_to_all (the list form), a tensor of --bytes / 64 to and from each
+ *                     rank + a wait per rank
  *   raw               MPI_Iallreduce + MPI_Wait (what MPI alone costs)
  *   empty             tcoll_all_reduce of a tensor of 0 elements + tcoll_wait: everything tcoll
  *                     does for a call (checks, registry, recorder, wait) with no MPI call at all */
@@ -37,7 +40,7 @@
 
 static const char *case_name = "all_reduce";
 static size_t nbytes = 8;
-static int iters = 1000, warmup = 100;
+static int iters = 1000, warmup = 100, nranks = 1;
 
 static tcoll_tensor_t x, y, ex, ey, cx[COAL_N], cy[COAL_N];
 static float *raw_in, *raw_out;
@@ -75,6 +78,21 @@ static void one_grad_all_reduce(void) {
 static void one_coalesced(void) {
   check(tcoll_all_reduce_coalesced(cx, COAL_N, TCOLL_SUM, NULL, cy), "tcoll_all_reduce_coalesced");
   for (int i = 0; i < COAL_N; i++) check(tcoll_wait(cy[i].data), "tcoll_wait");
+}
+
+/* The coalesced case's tensors as 64 separate all_reduces, all posted before the first wait
+ * (64 outputs and 64 inputs pending at once in the registry). */
+static void one_separate(void) {
+  for (int i = 0; i < COAL_N; i++)
+    check(tcoll_all_reduce(&cx[i], TCOLL_SUM, NULL, &cy[i]), "tcoll_all_reduce");
+  for (int i = 0; i < COAL_N; i++) check(tcoll_wait(cy[i].data), "tcoll_wait");
+}
+
+/* The list all_to_all: one tensor to and from each rank, the first entries of the coalesced
+ * case's (--bytes / 64 per peer, at least one element; more ranks than COAL_N are refused). */
+static void one_all_to_all(void) {
+  check(tcoll_all_to_all(cx, NULL, cy), "tcoll_all_to_all");
+  for (int i = 0; i < nranks; i++) check(tcoll_wait(cy[i].data), "tcoll_wait");
 }
 
 static void one_empty(void) {
@@ -145,10 +163,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--warmup"))
       warmup = atoi(argv[i + 1]);
     else {
-      fprintf(stderr,
-              "usage: tcoll-percall [--case "
-              "all_reduce|all_reduce_alloc|grad_all_reduce|coalesced|raw|empty] "
-              "[--bytes N] [--iters N] [--warmup N]\n");
+      fprintf(
+          stderr,
+          "usage: tcoll-percall [--case "
+          "all_reduce|all_reduce_alloc|grad_all_reduce|coalesced|separate|all_to_all|raw|empty] "
+          "[--bytes N] [--iters N] [--warmup N]\n");
       return 2;
     }
   }
@@ -159,6 +178,8 @@ int main(int argc, char **argv) {
                {"all_reduce_alloc", one_all_reduce_alloc},
                {"grad_all_reduce", one_grad_all_reduce},
                {"coalesced", one_coalesced},
+               {"separate", one_separate},
+               {"all_to_all", one_all_to_all},
                {"raw", one_raw},
                {"empty", one_empty}};
   void (*one)(void) = NULL;
@@ -166,6 +187,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cases[k].name, case_name)) one = cases[k].one;
   if (!one) {
     fprintf(stderr, "tcoll-percall: unknown case '%s'\n", case_name);
+    return 2;
+  }
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (one == one_all_to_all && nranks > COAL_N) {
+    fprintf(stderr, "tcoll-percall: all_to_all takes at most %d ranks\n", COAL_N);
     return 2;
   }
   bool watching = bench_alloc_watch("libtcoll") == 0 && bench_lock_watch("libtcoll") == 0;
