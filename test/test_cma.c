@@ -6,8 +6,8 @@
  * message, the ring reduce_scatter's push falling back to MPI. Where cross-memory attach does
  * not work here, forced cma takes the MPI call with the same results.
  *
- * The suite also runs with TCOLL_ALGO set in the environment (test/meson.build, algo_suites):
- * every test sets the algorithm it needs and puts back the setting it found. */
+ * Every test sets the algorithm it needs and puts back the setting it found (TCOLL_ALGO in the
+ * environment changes nothing here: the suite is not among test/meson.build's algo_suites). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* process_vm_readv */
 #endif
