@@ -632,11 +632,11 @@ static int add_outputs_locked(tc_work_t *w) {
   int rc = reserve_outputs(m);
   if (rc) return rc;
   int own = -1; /* the first buffer found overlapping one of the call's own */
-  node_t *last = m > 1 ? tree_last(outputs) : NULL;
+  node_t *last = tree_last(outputs);
   for (int k = 0; k < (int)m && !rc; k++) {
     uintptr_t b = (uintptr_t)w->bufs[k].base, e = end_of(&w->bufs[k]);
     bool read = w->bufs[k].written && read_overlapping(b, e, w);
-    if (!read && key_output(w, k, b, e, m > 1 ? &last : NULL)) continue; /* the usual case */
+    if (!read && key_output(w, k, b, e, &last)) continue; /* the usual case */
     node_t *x = overlapping_any(b, e);
     if (x && x->work == w && own < 0) own = k; /* one of its own: other work may still overlap it */
     rc = refuse_buffer(w, k, b, e);
@@ -702,8 +702,7 @@ int tc_registry_add_read(tc_work_t *w, const void *p, size_t n) {
 static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next,
                                       void **base, int *rc, bool others) {
   tc_work_t *other = NULL;
-  bool several = n - *next > 1;
-  node_t *last = several ? tree_last(reads) : NULL;
+  node_t *last = tree_last(reads);
   for (; *next < n && !other && !*rc; ++*next) {
     const tcoll_tensor_t *t = &in[*next];
     if (!t->data) continue;
@@ -716,7 +715,7 @@ static tc_work_t *claim_inputs_locked(tc_work_t *w, const tcoll_tensor_t *in, in
       *base = (void *)x->base;
       break; /* this input again once the caller waited for other */
     }
-    if (nb) *rc = add_read_locked(w, b, nb, several ? &last : NULL);
+    if (nb) *rc = add_read_locked(w, b, nb, &last);
   }
   return other;
 }
