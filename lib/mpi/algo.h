@@ -127,6 +127,11 @@ typedef struct tc_algo_row {
   const char *algo;   /* a name in the op's list */
   const char *source; /* where its figures came from */
 } tc_algo_row_t;
+/* A row's source for the 8-16-rank rows: measured where a rank has a core of its own, which the
+ * 2-core CI machine cannot show. */
+#define TC_TUNE_16CORES                                                                        \
+  "tcoll-bench --tune-algorithms, 16-core host of the GPU machine, a core per rank, Open MPI " \
+  "without single copy, 8 and 16 ranks, two runs (2026-11-27, issue 27's note)"
 #define TC_KiB ((size_t)1 << 10)
 #define TC_MiB ((size_t)1 << 20)
 #define TC_ANY_SIZE ((size_t)-1)
