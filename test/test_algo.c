@@ -380,12 +380,14 @@ static const char *const a2a_specs[][2] = {{"all_to_all:scattered", "scattered"}
 
 /* The list form has its own op: all_to_all's setting leaves it to the table, which takes the
  * scattered exchange at 2-4 ranks on Open MPI and MPICH (its literal mapping packs). */
-static bool table_mpi(void) {
+/* Whether the MPI library's version string names it ("Open MPI", "MPICH"). */
+static bool mpi_is(const char *name) {
   char v[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(v, &len);
-  return strstr(v, "Open MPI") || strstr(v, "MPICH");
+  return strstr(v, name) != NULL;
 }
+static bool table_mpi(void) { return mpi_is("Open MPI") || mpi_is("MPICH"); }
 static const char *list_table_choice(void) {
   return t_size >= 2 && t_size <= 4 && table_mpi() ? "scattered" : "mpi";
 }
@@ -792,10 +794,7 @@ END_TEST
  * from 512 KiB on Open MPI), the ring runs along any dim. Forcing the all-to-all form keeps the
  * MPI path. Device tensors keep the MPI path (staged or pipelined). */
 static const char *table_other_dims(size_t bytes, bool device) {
-  char v[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0;
-  MPI_Get_library_version(v, &len);
-  bool ompi = strstr(v, "Open MPI") != NULL, mpich = !ompi && strstr(v, "MPICH") != NULL;
+  bool ompi = mpi_is("Open MPI"), mpich = !ompi && mpi_is("MPICH");
   if (t_size == 2 && (ompi || mpich)) return "ring";
   if (ompi && t_size == 3 && bytes >= (512 << 10)) return "ring";
   if (ompi && t_size == 4 && bytes >= (1 << 20) && !device) return "ring";
@@ -824,10 +823,7 @@ END_TEST
  * case alone at 8 ranks): all_reduce takes the ring from 2 MiB, reduce_scatter the all-to-all form
  * from 32 KiB and the ring from 1 MiB; below, MPI's call. Results against the closed form. */
 static const char *table_many(int op, size_t bytes) {
-  char v[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0;
-  MPI_Get_library_version(v, &len);
-  if (!strstr(v, "Open MPI") || t_size < 8 || t_size > 16) return NULL;
+  if (!mpi_is("Open MPI") || t_size < 8 || t_size > 16) return NULL;
   if (op == OP_AR) return bytes >= (2 << 20) ? "ring" : "mpi";
   return bytes >= (1 << 20) ? "ring" : bytes >= (32 << 10) ? "alltoall" : "mpi";
 }
