@@ -421,11 +421,11 @@ static inline void drop_output(slot_t *s) {
 
 /* Keys [b, e) (buffer k of w) in both structures, unless it overlaps a pending output: the
  * insert's own descent finds its neighbours, the only outputs that could (room is reserved).
- * last (or NULL): the last output, kept by the caller as it keys; one that starts after it is
- * appended, its only neighbour being last (buffers posted in address order: no descent). */
+ * *last: the last output (NULL: none), kept by the caller as it keys; one that starts after it
+ * is appended, its only neighbour being *last (buffers posted in address order: no descent). */
 static inline bool key_output(tc_work_t *w, int k, uintptr_t b, uintptr_t e, node_t **last) {
   node_t *x = take_node(b, e, w, k);
-  if (last && (!*last || b > (*last)->base)) {
+  if (!*last || b > (*last)->base) {
     if (*last && (*last)->end > b) {
       put_node(x);
       return false;
