@@ -124,6 +124,7 @@ struct point {
   tcoll_tensor_t talloc, tgrad; /* outputs tcoll allocates in the --alloc and grad variants */
   int valloc;                   /* --alloc: index of the allocated-output variant; 0: none */
   int vmemcpy;                  /* index of the memcpy variant; 0: none */
+  int vblocking;                /* index of the blocking MPI call's variant; 0: none */
   char *cpy_src, *cpy_dst;      /* memcpy of the bytes each rank must move (S x busbw factor) */
   size_t cpy_bytes;
   int vtune, ntune; /* --tune: the variants forcing each algorithm */
@@ -172,6 +173,8 @@ typedef struct row {
   double alloc_ratio;    /* --alloc: allocated / preallocated outputs (paired); NaN: not measured */
   const char *algo;      /* what tcoll chose (tcoll_last_algorithm) */
   double mcpy_t, mcpy_m; /* memcpy of the bytes each rank moves, in % of tcoll's / MPI's time */
+  double blk;            /* the blocking MPI call (seconds, median); NaN: none */
+  double ratio_blk;      /* tcoll over the blocking MPI call (paired); NaN: none */
   int ntune;             /* --tune: each algorithm's time over raw MPI's (paired) */
   const char *tune_names[MAX_TUNE];
   double tune[MAX_TUNE];
@@ -210,6 +213,8 @@ typedef struct op_desc {
   long (*check)(point_t *p); /* this rank's differing elements; NULL: tout against mout */
   row_spec_t rows[MAX_ROWS]; /* none named: one row under the op's name, variant 0 against 1 */
   step_fn alloc_post;        /* --alloc: the call with an output tcoll allocates; NULL: none */
+  step_fn blocking;          /* the blocking MPI call a user has today (MPI_Allreduce...); NULL:
+                                none */
   const tune_set_t *tune;    /* --tune: the algorithms to force; NULL: none */
   int min_warmup;            /* warm-up rounds at the least */
   bool one_size;             /* one point, whatever --min and --max say */

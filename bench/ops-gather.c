@@ -15,6 +15,9 @@ static void m_allgather_post(point_t *p) {
   MP(MPI_Iallgather(p->min, (int)p->count, g_dt.mpi, p->mout, (int)p->count, g_dt.mpi, g_mpi,
                     &p->req));
 }
+static void m_allgather_blocking(point_t *p) {
+  MP(MPI_Allgather(p->min, (int)p->count, g_dt.mpi, p->mout, (int)p->count, g_dt.mpi, g_mpi));
+}
 /* Rank r's [R, C] block lands as columns r*C..(r+1)*C-1 of [R, n*C]: one strided datatype. */
 static void m_allgather_d1_post(point_t *p) {
   MP(MPI_Iallgather(p->min, (int)p->count, g_dt.mpi, p->mout, 1, p->vec, g_mpi, &p->req));
@@ -95,6 +98,7 @@ static long check_all_gather_dim1(point_t *p) {
 
 const op_desc_t op_all_gather = {
     .name = "all_gather",
+    .blocking = m_allgather_blocking,
     .tcoll = {t_allgather_post, t_wait_out},
     .mpi = {m_allgather_post, m_wait},
     .setup = setup_all_gather,
@@ -126,6 +130,9 @@ static void t_rs_d0_post(point_t *p) {
 static void m_rs_post(point_t *p) {
   MP(MPI_Ireduce_scatter_block(p->min, p->mout, (int)(p->count / g_size), g_dt.mpi, MPI_SUM, g_mpi,
                                &p->req));
+}
+static void m_rs_blocking(point_t *p) {
+  MP(MPI_Reduce_scatter_block(p->min, p->mout, (int)(p->count / g_size), g_dt.mpi, MPI_SUM, g_mpi));
 }
 /* MPI's reductions take no strided datatypes: pack [R, n*Cs] rank-major first, as a user must. */
 static void m_rs_d1_post(point_t *p) {
@@ -201,6 +208,7 @@ static const tune_set_t tune_reduce_scatter = {
 
 const op_desc_t op_reduce_scatter = {
     .name = "reduce_scatter",
+    .blocking = m_rs_blocking,
     .tcoll = {t_rs_post, t_wait_out},
     .mpi = {m_rs_post, m_wait},
     .setup = setup_reduce_scatter,

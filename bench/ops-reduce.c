@@ -19,8 +19,13 @@ static const tune_set_t tune_all_reduce = {
     {"all_reduce:mpi", "all_reduce:ring", "all_reduce:ring_allgather"},
 };
 
+static void m_allreduce_blocking(point_t *p) {
+  MP(MPI_Allreduce(p->min, p->mout, (int)p->count, g_dt.mpi, MPI_SUM, g_mpi));
+}
+
 const op_desc_t op_all_reduce = {
     .name = "all_reduce",
+    .blocking = m_allreduce_blocking,
     .tcoll = {t_allreduce_post, t_wait_out},
     .mpi = {m_allreduce_post, m_wait},
     .setup = setup_all_reduce,
@@ -35,6 +40,10 @@ static void m_reduce_post(point_t *p) {
   MP(MPI_Ireduce(p->min, p->mout, (int)p->count, g_dt.mpi, MPI_SUM, 0, g_mpi, &p->req));
 }
 
+static void m_reduce_blocking(point_t *p) {
+  MP(MPI_Reduce(p->min, p->mout, (int)p->count, g_dt.mpi, MPI_SUM, 0, g_mpi));
+}
+
 static bool setup_reduce(point_t *p, int64_t elems) {
   return setup_whole_tensor(p, elems, 1.0, true);
 }
@@ -46,6 +55,7 @@ static const tune_set_t tune_reduce = {2, {"mpi", "ring"}, {"reduce:mpi", "reduc
 
 const op_desc_t op_reduce = {
     .name = "reduce",
+    .blocking = m_reduce_blocking,
     .tcoll = {t_reduce_post, t_wait_out},
     .mpi = {m_reduce_post, m_wait},
     .setup = setup_reduce,
@@ -61,6 +71,10 @@ static void m_bcast_post(point_t *p) {
   MP(MPI_Ibcast(p->min, (int)p->count, g_dt.mpi, 0, g_mpi, &p->req));
 }
 
+static void m_bcast_blocking(point_t *p) {
+  MP(MPI_Bcast(p->min, (int)p->count, g_dt.mpi, 0, g_mpi));
+}
+
 static bool setup_broadcast(point_t *p, int64_t elems) {
   return setup_whole_tensor(p, elems, 1.0, false);
 }
@@ -69,6 +83,7 @@ static long check_broadcast(point_t *p) { return diff_tensor(&p->tin, p->min); }
 
 const op_desc_t op_broadcast = {
     .name = "broadcast",
+    .blocking = m_bcast_blocking,
     .tcoll = {t_bcast_post, t_wait_in},
     .mpi = {m_bcast_post, m_wait},
     .setup = setup_broadcast,

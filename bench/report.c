@@ -38,14 +38,16 @@ void rows_free(void) { free(g_rows); }
 
 void print_header(void) {
   printf(
-      "%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s %-14s"
-      "  %s\n",
-      "op", "size", "count", "iters", "tcoll_us", "mpi_us", "ratio", "ovh_us", "algbw", "busbw",
-      "mpi_bus", "mcp_t", "mcp_m", "ovl_t", "ovl_m", "alloc_t", "alloc_m", "own", "wrong",
-      "algorithm", "note");
-  printf("%-20s %7s %9s %5s %10s %10s %6s %8s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s %-14s\n",
-         "", "(B)", "(elems)", "", "(med)", "(med)", "t/m", "t-m", "(GB/s)", "(GB/s)", "(GB/s)",
-         "(%)", "(%)", "(%)", "(%)", "(/call)", "(/call)", "", "", "(tcoll)");
+      "%-20s %7s %9s %5s %10s %10s %6s %8s %8s %6s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s "
+      "%-14s  %s\n",
+      "op", "size", "count", "iters", "tcoll_us", "mpi_us", "ratio", "ovh_us", "blk_us", "t/blk",
+      "algbw", "busbw", "mpi_bus", "mcp_t", "mcp_m", "ovl_t", "ovl_m", "alloc_t", "alloc_m", "own",
+      "wrong", "algorithm", "note");
+  printf(
+      "%-20s %7s %9s %5s %10s %10s %6s %8s %8s %6s %8s %8s %8s %5s %5s %5s %5s %7s %7s %5s %5s "
+      "%-14s\n",
+      "", "(B)", "(elems)", "", "(med)", "(med)", "t/m", "t-m", "(med)", "", "(GB/s)", "(GB/s)",
+      "(GB/s)", "(%)", "(%)", "(%)", "(%)", "(/call)", "(/call)", "", "", "(tcoll)");
 }
 
 static const char *pct(double v, char *buf, size_t len) {
@@ -100,16 +102,26 @@ static bandwidths_t bandwidths_of(const row_t *r) {
   return bw;
 }
 
+static const char *num(double v, const char *fmt, char *buf, size_t len) {
+  if (isnan(v))
+    snprintf(buf, len, "-");
+  else
+    snprintf(buf, len, fmt, v);
+  return buf;
+}
+
 static void print_row(const row_t *r, const char *note) {
-  char sz[32], ot[16], om[16], ct[16], cm[16];
+  char sz[32], ot[16], om[16], ct[16], cm[16], bt[24], br[24];
   bandwidths_t bw = bandwidths_of(r);
   printf(
-      "%-20s %7s %9lld %5d %10.2f %10.2f %6.3f %8.2f %8.3f %8.3f %8.3f %5s %5s %5s %5s %7.2f "
-      "%7.2f %5.2f %5ld %-14s  %s\n",
+      "%-20s %7s %9lld %5d %10.2f %10.2f %6.3f %8.2f %8s %6s %8.3f %8.3f %8.3f %5s %5s %5s %5s "
+      "%7.2f %7.2f %5.2f %5ld %-14s  %s\n",
       r->op, human(r->bytes, sz, sizeof sz), (long long)r->count, r->iters, r->t * 1e6, r->m * 1e6,
-      r->ratio, (r->t - r->m) * 1e6, bw.alg, bw.bus, bw.mpi_bus, pct(r->mcpy_t, ct, sizeof ct),
-      pct(r->mcpy_m, cm, sizeof cm), pct(r->ovl_t, ot, sizeof ot), pct(r->ovl_m, om, sizeof om),
-      r->alloc_t, r->alloc_m, r->own_t, r->wrong, r->algo ? r->algo : "-", note);
+      r->ratio, (r->t - r->m) * 1e6, num(r->blk * 1e6, "%.2f", bt, sizeof bt),
+      num(r->ratio_blk, "%.3f", br, sizeof br), bw.alg, bw.bus, bw.mpi_bus,
+      pct(r->mcpy_t, ct, sizeof ct), pct(r->mcpy_m, cm, sizeof cm), pct(r->ovl_t, ot, sizeof ot),
+      pct(r->ovl_m, om, sizeof om), r->alloc_t, r->alloc_m, r->own_t, r->wrong,
+      r->algo ? r->algo : "-", note);
   fflush(stdout);
 }
 
@@ -123,7 +135,8 @@ void csv_open(const char *path) {
           "overhead_us,tcoll_algbw_GBps,tcoll_busbw_GBps,mpi_algbw_GBps,mpi_busbw_GBps,"
           "tcoll_overlap_pct,mpi_overlap_pct,tcoll_allocs_per_call,mpi_allocs_per_call,"
           "tcoll_own_allocs_per_call,wrong,extra_name,extra,extra2_name,extra2,extra3_name,"
-          "extra3,alloc_ratio,algorithm,memcpy_pct_of_tcoll,memcpy_pct_of_mpi,tune\n");
+          "extra3,alloc_ratio,algorithm,memcpy_pct_of_tcoll,memcpy_pct_of_mpi,tune,blocking_mpi_us,"
+          "ratio_blocking\n");
 }
 
 void csv_close(void) {
@@ -142,7 +155,8 @@ static void csv_row(const row_t *r, const char *tune) {
           r->extra_name ? r->extra : 0.0, r->extra2_name ? r->extra2_name : "",
           r->extra2_name ? r->extra2 : 0.0, r->extra3_name ? r->extra3_name : "",
           r->extra3_name ? r->extra3 : 0.0, r->alloc_ratio);
-  fprintf(csv, ",%s,%.2f,%.2f,\"%s\"\n", r->algo ? r->algo : "-", r->mcpy_t, r->mcpy_m, tune);
+  fprintf(csv, ",%s,%.2f,%.2f,\"%s\",%.4f,%.5f\n", r->algo ? r->algo : "-", r->mcpy_t, r->mcpy_m,
+          tune, r->blk * 1e6, r->ratio_blk);
   fflush(csv);
 }
 

@@ -52,6 +52,8 @@ static row_t make_row(const point_t *p, const measured_t *m, const row_spec_t *s
   if (vt == 0) set_tcoll_call_columns(&r, p, m, vm);
   r.mcpy_t = p->vmemcpy ? 100.0 * paired_ratio(m, p->vmemcpy, vt) : NAN;
   r.mcpy_m = p->vmemcpy ? 100.0 * paired_ratio(m, p->vmemcpy, vm) : NAN;
+  r.blk = p->vblocking && vt == 0 ? m->med[p->vblocking] : NAN;
+  r.ratio_blk = p->vblocking && vt == 0 ? paired_ratio(m, vt, p->vblocking) : NAN;
   set_extras(&r, m, s);
   return r;
 }
@@ -131,6 +133,8 @@ static row_t median_row(row_t *const *sweeps, int n, int i) {
   MEDIAN_OF(alloc_ratio);
   MEDIAN_OF(mcpy_t);
   MEDIAN_OF(mcpy_m);
+  MEDIAN_OF(blk);
+  MEDIAN_OF(ratio_blk);
   for (int t = 0; t < r.ntune; t++) MEDIAN_OF(tune[t]);
   r.iters = 0;
   r.wrong = 0;

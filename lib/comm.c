@@ -48,6 +48,11 @@ int tc_comm_resolve_any(tcoll_comm_t *comm, const char *argname, tcoll_comm_t **
   return TCOLL_SUCCESS;
 }
 
+/* Set by init: makes what rooms above keep for a communicator (its node-shared segment),
+ * collectively, as the communicator is made. */
+static void (*create_hook)(tcoll_comm_t *);
+void tc_comm_set_create(void (*create)(tcoll_comm_t *)) { create_hook = create; }
+
 int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   tcoll_comm_t *c = calloc(1, sizeof *c);
   if (!c) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a communicator");
@@ -83,6 +88,7 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
     free(c);
     return tc_error(rc, "cannot record a new communicator");
   }
+  if (create_hook) create_hook(c); /* optional: it never fails the communicator */
   *out = c;
   return TCOLL_SUCCESS;
 }
@@ -146,9 +152,13 @@ static void unlink_comm(tcoll_comm_t *c) {
  * file), so that nothing a user submitted is lost when it is freed. */
 static void (*drain_hook)(const tcoll_comm_t *);
 void tc_comm_set_drain(void (*drain)(const tcoll_comm_t *)) { drain_hook = drain; }
+/* Set by init: frees what rooms above keep for a communicator (its node-shared segment). */
+static void (*release_hook)(tcoll_comm_t *);
+void tc_comm_set_release(void (*release)(tcoll_comm_t *)) { release_hook = release; }
 
 void tc_comm_destroy(tcoll_comm_t *c) {
   if (drain_hook) drain_hook(c);
+  if (release_hook) release_hook(c);
   unlink_comm(c);
   MPI_Comm_free(&c->ctrl);
   MPI_Comm_free(&c->sched);

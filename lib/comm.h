@@ -28,6 +28,9 @@ struct tcoll_comm {
   uint64_t detail_timed_out;
   int cma; /* whether every rank may read every other's memory with process_vm_readv
               (mpi/cma.h): 0 not probed yet, 1 yes, -1 no */
+  /* the node-shared segment (lib/node): 0 not decided yet, 1 made (node), -1 none */
+  int shm;
+  struct tc_node_seg *node;
   /* TC_COMM_CACHED: the request it answers, and how many holders it has. */
   const tcoll_comm_t *key_parent;
   int *key_ranks;
@@ -55,6 +58,12 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out);
 void tc_comm_destroy(tcoll_comm_t *comm);
 /* What completes a communicator's pending work before it is destroyed (init sets it). */
 void tc_comm_set_drain(void (*drain)(const tcoll_comm_t *));
+/* What makes a communicator's resources in rooms above this one as tc_comm_wrap makes it (init
+ * sets it: collective, as the wrapping is). */
+void tc_comm_set_create(void (*create)(tcoll_comm_t *));
+/* What frees a communicator's resources in rooms above this one, after its work completed, before
+ * its MPI communicators go (init sets it: collective, as the destruction is). */
+void tc_comm_set_release(void (*release)(tcoll_comm_t *));
 /* Next collective sequence number on comm (1-based). */
 uint64_t tc_comm_next_seq(tcoll_comm_t *comm);
 /* "'name'" or "#id" for messages. */

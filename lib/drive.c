@@ -14,8 +14,26 @@ void tc_drive_all(void) {
   if (drive_hook) drive_hook();
 }
 
+static int spin_polls;
+
+void tc_set_spin(int polls) { __atomic_store_n(&spin_polls, polls, __ATOMIC_RELAXED); }
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 TC_COLD void tc_poll_pause(int *polls) {
-  if (tc_cfg.wait_yield && ++*polls > 1000) {
+  int spin = __atomic_load_n(&spin_polls, __ATOMIC_RELAXED);
+  if (*polls < spin) { /* a peer's store is a few hundred nanoseconds away: no system call */
+    ++*polls;
+    for (int i = 0; i < 4; i++) cpu_relax();
+    return;
+  }
+  if (tc_cfg.wait_yield && ++*polls > spin + 1000) {
     struct timespec ts = {0, 50 * 1000};
     nanosleep(&ts, NULL);
     return;

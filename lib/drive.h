@@ -18,6 +18,10 @@ void tc_drive_all(void);
  * oversubscribed ranks spinning inside MPI (MPICH's MPI_Wait) do not starve the ranks they wait
  * for. *polls counts the polls so far (start at 0). */
 void tc_poll_pause(int *polls);
+/* The first `polls` pauses of a wait spin on the processor instead (0: none, the default). Set
+ * by the node room where ranks share memory and each has a core of its own: the stores they wait
+ * for arrive in well under a microsecond, and a yield per poll would cost more than that. */
+void tc_set_spin(int polls);
 /* Waits for req, a nonblocking call made for one that would block its caller, driving every
  * schedule meanwhile; MPI's error code. deadline (tc_now's clock, 0: none): returns MPI_SUCCESS
  * once it passed too, with *req still active (not MPI_REQUEST_NULL). */

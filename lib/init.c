@@ -13,6 +13,7 @@
 #include "mpi/algo.h"
 #include "mpiglue/mpi_glue.h"
 #include "mpiglue/mpi_impl.h"
+#include "node/segment.h"
 #include "sched/placement.h"
 #include "sched/schedule.h"
 #include "work/detail.h"
@@ -134,6 +135,8 @@ static int start_library(void) {
   tc_mpi_impl_init();
   log_devices();
   tc_comm_set_drain(tc_wait_comm);
+  tc_comm_set_create(tc_node_attach);
+  tc_comm_set_release(tc_node_release);
   tc_set_drive(tc_sched_drive_all);
   if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;

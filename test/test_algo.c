@@ -25,7 +25,9 @@
  *   ring:           MPI_Isend / MPI_Irecv between neighbours only (no call at 1 rank)
  *   ring_allgather: MPI_Isend / MPI_Irecv, then MPI_Iallgatherv (no call at 1 rank)
  *   alltoall:       MPI_Ialltoall
- *   scattered:      (the all-to-all family) MPI_Isend / MPI_Irecv, one per peer and block */
+ *   scattered:      (the all-to-all family) MPI_Isend / MPI_Irecv, one per peer and block
+ *   shm:            (all_reduce) no MPI call: node-shared memory (its segment is made with the
+ *                   communicator) */
 typedef struct calls {
   long allreduce, rsb, alltoall, alltoallv, allgatherv, send, reduce, recv;
 } calls_t;
@@ -57,6 +59,7 @@ static bool ran(int op, const char *algo, calls_t c) {
     if (!strcmp(algo, "mpi"))
       return c.allreduce > 0 && !c.send && !c.allgatherv && !c.alltoall && !c.rsb;
     if (c.allreduce || c.alltoall || c.rsb || c.alltoallv) return false;
+    if (!strcmp(algo, "shm")) return !c.send && !c.allgatherv && !c.recv; /* memory, no MPI */
     if (!strcmp(algo, "ring")) return !c.allgatherv && (one ? !c.send : c.send > 0);
     if (!strcmp(algo, "ring_allgather"))
       return one ? !c.send && !c.allgatherv : c.send > 0 && c.allgatherv > 0;
@@ -85,7 +88,8 @@ static bool offered(int op, const char *algo) {
   if (!strcmp(algo, "mpi")) return true;
   if (op == OP_A2A) return !strcmp(algo, "scattered");
   if (!strcmp(algo, "ring")) return true;
-  return op == OP_AR ? !strcmp(algo, "ring_allgather") : op == OP_RS && !strcmp(algo, "alltoall");
+  return op == OP_AR ? !strcmp(algo, "ring_allgather") || !strcmp(algo, "shm")
+                     : op == OP_RS && !strcmp(algo, "alltoall");
 }
 
 /* tcoll_last_algorithm() is `want` (NULL: any algorithm op offers). */

@@ -129,7 +129,8 @@ START_TEST(busy_overlaps) {
   tcoll_tensor_t before = view_1d(&big, 0, 16), after = view_1d(&big, 32, 16);
   T_OK(tcoll_all_reduce(&in16, TCOLL_SUM, NULL, &before));
   T_OK(tcoll_all_reduce(&in16, TCOLL_SUM, NULL, &after));
-  T_EXPECT(t_mpi_calls() >= calls + 2,
+  /* (the shared-memory all_reduce makes none) */
+  T_EXPECT(t_mpi_calls() >= calls + 2 || !strcmp(tcoll_last_algorithm(), "shm"),
            "valid calls were not seen posting MPI calls (the counter is broken)");
   PENDING_IS(3);
   T_OK(tcoll_wait(out.data));

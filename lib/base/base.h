@@ -57,6 +57,13 @@ void tc_log(tcoll_log_level_t level, const char *fmt, ...) TC_PRINTF(2, 3);
 extern tcoll_config_t tc_cfg;
 /* Reads TCOLL_* into tc_cfg; a malformed value is an error naming the variable. */
 int tc_config_load(void);
+/* Settings outside tcoll_config_t (its fields are the public API's), read by tc_config_load. */
+typedef struct tc_settings {
+  bool shm;         /* TCOLL_SHM: node-shared segments (lib/node) may be made */
+  size_t shm_bytes; /* TCOLL_SHM_BYTES: the most a communicator's segment takes per rank */
+} tc_settings_t;
+extern tc_settings_t tc_set;
+#define TC_DEFAULT_SHM_BYTES ((size_t)1 << 20)
 #define TC_DEFAULT_STAGING_CHUNK ((size_t)4 << 20)
 #define TC_DEFAULT_CACHE_BYTES ((size_t)1 << 30)
 /* What tcoll_set_config calls after lowering cache_bytes (the cache gives back what is beyond). */

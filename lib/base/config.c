@@ -24,6 +24,8 @@ tcoll_config_t tc_cfg = {
     .cache_bytes = TC_DEFAULT_CACHE_BYTES,
 };
 
+tc_settings_t tc_set = {.shm = true, .shm_bytes = TC_DEFAULT_SHM_BYTES};
+
 static void (*on_cache_limit)(void);
 void tc_config_on_cache_limit(void (*fn)(void)) { on_cache_limit = fn; }
 
@@ -162,6 +164,7 @@ int tc_config_load(void) {
   const char *v;
   int64_t x;
   int rc;
+  tc_set = (tc_settings_t){.shm = true, .shm_bytes = TC_DEFAULT_SHM_BYTES};
   if ((v = getenv("TCOLL_DEBUG")) && *v && (rc = load_debug(v))) return rc;
   if ((v = getenv("TCOLL_TIMEOUT")) && *v && (rc = load_timeout(v))) return rc;
   if ((v = getenv("TCOLL_ON_TIMEOUT")) && *v && (rc = load_on_timeout(v))) return rc;
@@ -190,6 +193,13 @@ int tc_config_load(void) {
   }
   if ((v = getenv("TCOLL_CACHE_BYTES")) && *v &&
       (rc = parse_bytes("TCOLL_CACHE_BYTES", v, &tc_cfg.cache_bytes)))
+    return rc;
+  if ((v = getenv("TCOLL_SHM")) && *v) {
+    if (strcmp(v, "0") && strcmp(v, "1")) return bad_env("TCOLL_SHM", v, "0 or 1");
+    tc_set.shm = *v == '1';
+  }
+  if ((v = getenv("TCOLL_SHM_BYTES")) && *v &&
+      (rc = parse_bytes("TCOLL_SHM_BYTES", v, &tc_set.shm_bytes)))
     return rc;
   if ((v = getenv("TCOLL_TRACE")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.trace_path)

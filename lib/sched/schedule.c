@@ -54,7 +54,8 @@ int tc_sched_grow(tc_sched_t *s, int n) {
 }
 
 static bool communicates(int kind) {
-  return kind == TC_STEP_COLL || kind == TC_STEP_SEND || kind == TC_STEP_RECV;
+  return kind == TC_STEP_COLL || kind == TC_STEP_SEND || kind == TC_STEP_RECV ||
+         kind == TC_STEP_PUBLISH;
 }
 
 static int delete_sched_comm(MPI_Comm comm, int kv, void *attr, void *extra) {
@@ -287,6 +288,23 @@ int tc_sched_dev(tc_sched_t *s, const tc_dev_step_t *d, bool new_round) {
   return TCOLL_SUCCESS;
 }
 
+static int add_flag(tc_sched_t *s, tc_step_kind_t kind, uint64_t *word, uint64_t value,
+                    bool new_round) {
+  tc_step_t *st = tc_sched_add(s, kind, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.flag.word = word;
+  st->u.flag.value = value;
+  return TCOLL_SUCCESS;
+}
+
+int tc_sched_publish(tc_sched_t *s, uint64_t *word, uint64_t value, bool new_round) {
+  return add_flag(s, TC_STEP_PUBLISH, word, value, new_round);
+}
+
+int tc_sched_await(tc_sched_t *s, const uint64_t *word, uint64_t value, bool new_round) {
+  return add_flag(s, TC_STEP_AWAIT, (uint64_t *)word, value, new_round);
+}
+
 int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round) {
   tc_step_t *st = tc_sched_add(s, TC_STEP_CALL, new_round);
   if (!st) return TCOLL_ERR_NO_MEMORY;
@@ -424,6 +442,12 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
 /* Starts a communication step if it may start now; whether it did. */
 static bool start_comm(tc_sched_t *s, tc_step_t *st) {
   int rc;
+  if (st->kind == TC_STEP_PUBLISH) {
+    __atomic_store_n(st->u.flag.word, st->u.flag.value, __ATOMIC_RELEASE);
+    s->unstarted_comm--;
+    st->state = TC_STEP_DONE;
+    return true;
+  }
   if (st->kind == TC_STEP_COLL) {
     /* In the order they were added, whatever order their dependencies complete in on each rank
      * (a staging pipeline's chunks). While starting, a collective goes on the communicator
@@ -533,8 +557,16 @@ static bool poll_step(tc_sched_t *s, tc_step_t *st, bool block, double deadline)
   return true;
 }
 
+/* Whether an AWAIT step's word reached its value (then it is done). */
+static inline bool await_done(tc_step_t *st) {
+  if (__atomic_load_n(st->u.flag.word, __ATOMIC_ACQUIRE) < st->u.flag.value) return false;
+  st->state = TC_STEP_DONE;
+  return true;
+}
+
 /* Tests a posted step; whether it completed. */
 static bool test_posted(tc_sched_t *s, tc_step_t *st) {
+  if (st->kind == TC_STEP_AWAIT) return await_done(st);
   if (st->kind == TC_STEP_POLL) return poll_step(s, st, false, 0.0);
   if (st->kind == TC_STEP_DEV) return dev_done(s, st, false);
   int flag = 0, rc = tc_mpi_testall(1, &st->req, &flag);
@@ -553,36 +585,48 @@ static void after_comm_started(tc_sched_t *s) {
   }
 }
 
-/* One pass over the steps that may run (eng_mu held if s is driven); whether anything moved. */
+/* Starts or tests step st, whose turn it is; whether anything moved. */
+static bool step_once(tc_sched_t *s, tc_step_t *st) {
+  if (st->state == TC_STEP_POSTED) return !s->starting && test_posted(s, st);
+  if (s->status != TCOLL_SUCCESS || !deps_done(s, st)) return false;
+  if (communicates(st->kind)) return start_comm(s, st);
+  switch (st->kind) {
+  case TC_STEP_POLL:
+    st->state = TC_STEP_POSTED; /* its work runs already: asked from the next pass on */
+    return true;
+  case TC_STEP_AWAIT:
+    /* While starting, whether a peer published already differs between ranks, and collectives
+     * must start alike everywhere (see tc_sched_start): with any, the word is read from the
+     * next pass on. */
+    st->state = TC_STEP_POSTED;
+    return (!s->starting || s->ncoll == 0) && await_done(st);
+  case TC_STEP_DEV: start_dev(s, st); return true;
+  default: run_local(s, st); return true;
+  }
+}
+
+/* One pass over the steps that may run (eng_mu held if s is driven), again while anything
+ * moved; whether anything did. A pass goes on into the next round where every earlier step is
+ * done, so that a chain of local steps runs in one pass. */
 static bool advance(tc_sched_t *s) {
   bool moved = false, again = true;
   while (again) {
     again = false;
     int round = s->first < s->n ? s->steps[s->first].round : INT_MAX;
+    bool earlier_done = true; /* every step before i */
     for (int i = s->first; i < s->n; i++) {
       tc_step_t *st = &s->steps[i];
-      if (st->round > round) break;
+      if (st->round > round) {
+        if (!earlier_done) break;
+        round = st->round;
+      }
       if (st->state == TC_STEP_DONE) continue;
-      if (st->state == TC_STEP_POSTED) {
-        if (!s->starting && test_posted(s, st)) again = true;
-        continue;
-      }
-      if (s->status != TCOLL_SUCCESS || !deps_done(s, st)) continue;
-      if (communicates(st->kind)) {
-        if (start_comm(s, st)) again = true;
-      } else if (st->kind == TC_STEP_POLL) {
-        st->state = TC_STEP_POSTED; /* its work runs already: asked from the next pass on */
-        again = true;
-      } else if (st->kind == TC_STEP_DEV) {
-        start_dev(s, st);
-        again = true;
-      } else {
-        run_local(s, st);
-        again = true;
-      }
+      if (step_once(s, st)) again = true;
+      if (st->state != TC_STEP_DONE) earlier_done = false;
     }
     while (s->first < s->n && s->steps[s->first].state == TC_STEP_DONE) s->first++;
     moved |= again;
+    if (s->first == s->n) break;
   }
   if (s->driven) after_comm_started(s);
   return moved;
@@ -655,7 +699,9 @@ static void run_blocking(tc_sched_t *s) {
   }
   while (!finished(s)) {
     tc_step_t *st = &s->steps[s->first];
-    if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) {
+    if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_AWAIT) {
+      if (!await_done(st)) return; /* polled by the caller, which spins, then yields */
+    } else if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_POLL) {
       poll_step(s, st, true, 0.0);
     } else if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_DEV) {
       dev_done(s, st, true);
@@ -705,7 +751,7 @@ void tc_sched_abandon(tc_sched_t *s) {
       poll_step(s, st, true, 0.0);
     else if (st->state == TC_STEP_POSTED && st->kind == TC_STEP_DEV)
       dev_done(s, st, true);
-    else if (st->state == TC_STEP_POSTED)
+    else if (st->state == TC_STEP_POSTED && st->kind != TC_STEP_AWAIT) /* a word: nothing held */
       tc_mpi_waitall(1, &st->req);
   }
   s->n = s->first = s->nmpi = 0;

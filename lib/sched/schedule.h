@@ -42,17 +42,20 @@
 #define TC_STEP_MAX_DEPS 3
 
 typedef enum {
-  TC_STEP_MPI,    /* request posted by the builder (tc_sched_posted) */
-  TC_STEP_COLL,   /* MPI_I* collective posted by the engine */
-  TC_STEP_SEND,   /* MPI_Isend */
-  TC_STEP_RECV,   /* MPI_Irecv */
-  TC_STEP_REDUCE, /* acc = in (op) acc, element-wise on the host */
-  TC_STEP_COPY,   /* memcpy on the host */
-  TC_STEP_SCALE,  /* dst = src * mul / div on the host (premul_sum, AVG) */
-  TC_STEP_CALL,   /* fn(arg): a completion step of the caller's (unpacking, interleaving...) */
-  TC_STEP_POLL,   /* poll(arg): a wait on work run elsewhere (the inner collectives of a
-                     composite work), polled until it says done */
-  TC_STEP_DEV     /* copies queued on a device stream (see tc_sched_dev) */
+  TC_STEP_MPI,     /* request posted by the builder (tc_sched_posted) */
+  TC_STEP_COLL,    /* MPI_I* collective posted by the engine */
+  TC_STEP_SEND,    /* MPI_Isend */
+  TC_STEP_RECV,    /* MPI_Irecv */
+  TC_STEP_REDUCE,  /* acc = in (op) acc, element-wise on the host */
+  TC_STEP_COPY,    /* memcpy on the host */
+  TC_STEP_SCALE,   /* dst = src * mul / div on the host (premul_sum, AVG) */
+  TC_STEP_CALL,    /* fn(arg): a completion step of the caller's (unpacking, interleaving...) */
+  TC_STEP_POLL,    /* poll(arg): a wait on work run elsewhere (the inner collectives of a
+                      composite work), polled until it says done */
+  TC_STEP_DEV,     /* copies queued on a device stream (see tc_sched_dev) */
+  TC_STEP_PUBLISH, /* *word = value, a release store: what peers sharing memory wait for */
+  TC_STEP_AWAIT    /* done once *word >= value (an acquire load): a peer's or an earlier
+                      schedule's PUBLISH */
 } tc_step_kind_t;
 
 typedef enum {
@@ -133,6 +136,10 @@ typedef struct tc_step {
       void *arg;
     } poll;
     struct tc_dev_step dev; /* DEV (see tc_sched_dev) */
+    struct {                /* PUBLISH, AWAIT: a 64-bit word that only grows */
+      uint64_t *word;
+      uint64_t value;
+    } flag;
   } u;
 } tc_step_t;
 
@@ -237,6 +244,17 @@ int tc_sched_coll(tc_sched_t *s, tc_coll_kind_t what, const void *sbuf, void *rb
  * for an event recorded by an earlier step). On the host (dev TCOLL_HOST) queue copies
  * synchronously and there are no streams or events: the step is done when it starts. */
 int tc_sched_dev(tc_sched_t *s, const tc_dev_step_t *d, bool new_round);
+
+/* Memory words as steps, for protocols between processes that share memory (the node room's
+ * algorithms): the engine knows nothing of segments, only words. A PUBLISH stores value into
+ * *word with release order once the steps before it are done: everything they wrote is visible
+ * to whoever sees the value. It counts as communication: a schedule with a PUBLISH not run yet is
+ * driven, so that a peer (or a later schedule of this rank) waiting for it never depends on this
+ * schedule's owner waiting for it. An AWAIT is done once *word >= value (acquire: what the
+ * publisher wrote before is visible to the steps after it); the words never decrease. Waits on
+ * words poll, spinning for tc_poll_pause's spin budget before yielding the core. */
+int tc_sched_publish(tc_sched_t *s, uint64_t *word, uint64_t value, bool new_round);
+int tc_sched_await(tc_sched_t *s, const uint64_t *word, uint64_t value, bool new_round);
 
 /* ---- running ---- */
 

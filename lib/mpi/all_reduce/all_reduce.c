@@ -11,9 +11,9 @@
 
 /* ------------------------------------------------------------------ algorithms and table */
 
-extern const tc_algo_t tc_all_reduce_ring, tc_all_reduce_ring_allgather;
+extern const tc_algo_t tc_all_reduce_ring, tc_all_reduce_ring_allgather, tc_all_reduce_shm;
 static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring,
-                                         &tc_all_reduce_ring_allgather};
+                                         &tc_all_reduce_ring_allgather, &tc_all_reduce_shm};
 
 #define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
 /* libnbc's all_reduce (Open MPI 4.1): fine for small messages, slow for large ones. Beyond 4
@@ -23,7 +23,10 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring,
  * Open MPI, and still slower than the ring for large messages; its 3- and 4-rank runs here have
  * more ranks than cores, where MPICH's waits spin: only the large-message rows, which won by the
  * same margin there as at 2 ranks. */
+#define TUNE_SHM "tcoll-bench --tune, 2-core CI machine, issue 26 (doc/guide.md, Shared memory)"
 static const tc_algo_row_t table[] = {
+    {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_OPEN_MPI, 2, 2, 32 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 3, 3, 512 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 8, 16, 2 * TC_MiB, TC_ANY_SIZE, 0, 0, "ring", TC_TUNE_16CORES},

@@ -1,0 +1,288 @@
+/* Node-shared segments (see segment.h). */
+#include "segment.h"
+
+#include "../drive.h"
+#include "../mpiglue/mpi_calls.h"
+#include "../mpiglue/mpi_impl.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* The smallest area worth a segment: the header and two 4 KiB slots. */
+#define MIN_AREA (TC_NODE_HEADER + 2 * 4096)
+/* What the algorithms use so far: the header and two slots of 64 KiB (the small protocol's). The
+ * segment takes no more, whatever TCOLL_SHM_BYTES allows: every communicator has one, populated. */
+#define USED_AREA (TC_NODE_HEADER + 2 * 65536)
+
+/* Polls that spin before a wait yields, where every rank of the node has a core of its own. */
+#define SPIN_POLLS 20000
+
+static size_t page_size(void) {
+  long p = sysconf(_SC_PAGESIZE);
+  return p > 0 ? (size_t)p : 4096;
+}
+
+/* Every rank's verdict: the lowest of the ranks' ok (a collective on comm's control
+ * communicator, driving the schedules in flight while it waits: this runs inside a post). */
+static int agree(tcoll_comm_t *c, int ok) {
+  int all = 0;
+  if (tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->ctrl, true) != MPI_SUCCESS) return 0;
+  return all;
+}
+
+/* The area every rank asks for: the smallest TCOLL_SHM_BYTES of any rank, in pages. */
+static size_t agree_area(tcoll_comm_t *c) {
+  unsigned long long mine = tc_set.shm ? (unsigned long long)tc_set.shm_bytes : 0, least = 0;
+  if (tc_mpi_allreduce(&mine, &least, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, c->ctrl, true) !=
+      MPI_SUCCESS)
+    return 0;
+  size_t pg = page_size();
+  if (least < MIN_AREA) return 0;
+  if (least > USED_AREA) least = USED_AREA;
+  return ((size_t)least + pg - 1) / pg * pg;
+}
+
+/* Whether /dev/shm (where both MPIs back shared windows) has room for p areas, with as much
+ * again to spare: a window asked for beyond it fails badly (Open MPI: an error on one rank and
+ * the others stuck in the call; MPICH: SIGBUS at the first touch). */
+static bool room_for(size_t bytes, char *why, size_t len) {
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) != 0) return true; /* no tmpfs there: the populate step decides */
+  unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;
+  if (avail / 2 >= bytes) return true;
+  snprintf(why, len, "/dev/shm has %llu bytes free, %zu needed (twice that kept free)", avail,
+           bytes);
+  return false;
+}
+
+/* What names this rank's node: the host name, the kernel's boot id and the network namespace
+ * (ranks in two network namespaces of one host are tcoll's test of two hosts, and Open MPI's
+ * shared split over them gives inconsistent groups). */
+typedef struct node_key {
+  char text[192];
+} node_key_t;
+
+static void read_first_line(const char *path, char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (!fgets(buf, (int)len, f)) buf[0] = '\0';
+  fclose(f);
+  buf[strcspn(buf, "\n")] = '\0';
+}
+
+static void node_key_of_this_rank(node_key_t *k) {
+  char host[64] = "", boot[64] = "", net[64] = "";
+  gethostname(host, sizeof host - 1);
+  read_first_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+  ssize_t n = readlink("/proc/self/ns/net", net, sizeof net - 1);
+  net[n > 0 ? n : 0] = '\0';
+  memset(k, 0, sizeof *k);
+  snprintf(k->text, sizeof k->text, "%.63s|%.63s|%.60s", host, boot, net);
+}
+
+/* Whether every rank runs on this rank's node (the same answer everywhere: every rank sees every
+ * key). A collective on comm's control communicator. */
+static bool one_node(tcoll_comm_t *c, char *why, size_t len) {
+  node_key_t mine, *all = calloc((size_t)c->size, sizeof *all);
+  int ok = all != NULL;
+  if (!agree(c, ok)) {
+    free(all);
+    snprintf(why, len, "no memory");
+    return false;
+  }
+  node_key_of_this_rank(&mine);
+  if (tc_mpi_allgather(&mine, (int64_t)sizeof mine, MPI_BYTE, all, (int64_t)sizeof mine, MPI_BYTE,
+                       c->ctrl, true) != MPI_SUCCESS)
+    ok = 0, snprintf(why, len, "exchanging node names failed");
+  for (int r = 0; ok && r < c->size; r++)
+    if (strcmp(all[r].text, all[0].text))
+      ok = 0, snprintf(why, len, "rank %d runs on node %.80s, rank 0 on %.80s", r, all[r].text,
+                       all[0].text);
+  free(all);
+  return agree(c, ok);
+}
+
+/* This rank's processes per node against its cores: the launchers say how many share the node. */
+static bool node_oversubscribed(int node_ranks) {
+  const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"};
+  int local = node_ranks;
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > local) local = atoi(v);
+  }
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 0 && online < cores) cores = (int)online;
+  /* Bound to one core each (--bind-to core), a rank sees one: count the node's instead. */
+  if (cores == 1 && online > 1) cores = (int)online;
+  return local > cores;
+}
+
+/* Faults this rank's area in, first touched here (its NUMA node); false where the memory is not
+ * there (a tmpfs that fills up: EFAULT, where a touch would raise SIGBUS). */
+static bool populate(char *area, size_t bytes, char *why, size_t len) {
+  size_t pg = page_size();
+  uintptr_t b = ((uintptr_t)area + pg - 1) / pg * pg, e = ((uintptr_t)area + bytes) / pg * pg;
+  if (e > b && madvise((void *)b, e - b, MADV_POPULATE_WRITE) != 0) {
+    int err = errno;
+    if (err != EINVAL) { /* EINVAL: a kernel before 5.14; the statvfs check stands alone */
+      snprintf(why, len, "populating its %zu bytes failed: %s", bytes, strerror(err));
+      return false;
+    }
+  }
+  memset(area, 0, TC_NODE_HEADER); /* the words start at 0 (a new tmpfs page is zero anyway) */
+  return true;
+}
+
+/* The window: every rank's area, in this process's addresses (aligned to a cache line: the
+ * offset of a rank's piece within its page is the same in every process). */
+static bool map_areas(tc_node_seg_t *s) {
+  for (int r = 0; r < s->p; r++) {
+    MPI_Aint sz = 0;
+    int unit = 0;
+    void *base = NULL;
+    if (MPI_Win_shared_query(s->win, r, &sz, &unit, &base) != MPI_SUCCESS || !base ||
+        (size_t)sz < s->area + TC_NODE_LINE)
+      return false;
+    uintptr_t a = ((uintptr_t)base + TC_NODE_LINE - 1) & ~(uintptr_t)(TC_NODE_LINE - 1);
+    s->areas[r] = (char *)a;
+  }
+  return true;
+}
+
+/* Allocates the window over s->node (every rank of it takes part); false if MPI refused. */
+static bool allocate(tc_node_seg_t *s, char *why, size_t len) {
+  MPI_Info info = MPI_INFO_NULL;
+  if (MPI_Info_create(&info) == MPI_SUCCESS)
+    MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each piece its owner's pages */
+  void *base = NULL;
+  /* one cache line more: Open MPI's pieces start past a header, off the line */
+  int rc =
+      MPI_Win_allocate_shared((MPI_Aint)(s->area + TC_NODE_LINE), 1, info, s->node, &base, &s->win);
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  if (rc == MPI_SUCCESS) return true;
+  s->win = MPI_WIN_NULL;
+  snprintf(why, len, "MPI_Win_allocate_shared of %zu bytes failed", s->area);
+  return false;
+}
+
+static void free_seg(tc_node_seg_t *s) {
+  if (!s) return;
+  if (s->win != MPI_WIN_NULL) MPI_Win_free(&s->win);
+  if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
+  free(s->areas);
+  free(s);
+}
+
+/* The segment every rank agreed on, or NULL (why says this rank's reason). Every rank makes the
+ * same calls whatever it finds, each step agreed before the next. */
+static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
+  size_t area = agree_area(c);
+  if (!area) {
+    snprintf(why, len, tc_set.shm ? "TCOLL_SHM_BYTES is below %d on some rank" : "TCOLL_SHM=0",
+             MIN_AREA);
+    if (tc_set.shm && tc_set.shm_bytes >= MIN_AREA) snprintf(why, len, "TCOLL_SHM=0 on some rank");
+    return NULL;
+  }
+  tc_node_seg_t *s = calloc(1, sizeof *s);
+  char **areas = calloc((size_t)c->size, sizeof *areas);
+  int ok = s && areas;
+  if (s)
+    *s = (tc_node_seg_t){.p = c->size,
+                         .me = c->rank,
+                         .area = area,
+                         .areas = areas,
+                         .node = MPI_COMM_NULL,
+                         .win = MPI_WIN_NULL};
+  else
+    free(areas);
+  if (!ok) snprintf(why, len, "no memory");
+  if (!agree(c, ok)) {
+    free_seg(s);
+    return NULL;
+  }
+  if (!one_node(c, why, len)) {
+    free_seg(s);
+    return NULL;
+  }
+  /* One node: the split keeps every rank, in comm's order. */
+  int n = 0;
+  ok = tc_rendezvous(c->ctrl) == MPI_SUCCESS &&
+       MPI_Comm_split_type(c->ctrl, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &s->node) ==
+           MPI_SUCCESS &&
+       MPI_Comm_size(s->node, &n) == MPI_SUCCESS && n == c->size;
+  if (!ok) snprintf(why, len, "its ranks are not all on one node (%d of %d here)", n, c->size);
+  if (ok) ok = room_for((size_t)c->size * area, why, len);
+  if (!agree(c, ok)) {
+    free_seg(s);
+    return NULL;
+  }
+  ok = tc_rendezvous(c->ctrl) == MPI_SUCCESS && allocate(s, why, len);
+  if (!agree(c, ok)) {
+    /* a window some rank lacks cannot be freed (collective): it stays until finalize */
+    if (s->win != MPI_WIN_NULL) tc_info("a shared window is left allocated: %s", why);
+    s->win = MPI_WIN_NULL;
+    free_seg(s);
+    return NULL;
+  }
+  ok = map_areas(s);
+  if (!ok) snprintf(why, len, "MPI_Win_shared_query did not give every rank's piece");
+  if (ok) ok = populate(s->areas[s->me], area, why, len);
+  if (!agree(c, ok)) {
+    tc_rendezvous(c->ctrl);
+    free_seg(s);
+    return NULL;
+  }
+  s->slot_bytes = (area - TC_NODE_HEADER) / 2 / TC_NODE_LINE * TC_NODE_LINE;
+  return s;
+}
+
+void tc_node_attach(tcoll_comm_t *c) {
+  if (__atomic_load_n(&c->shm, __ATOMIC_ACQUIRE)) return;
+  char why[256] = "", label[TC_COMM_NAME_LEN + 16];
+  tc_node_seg_t *s = NULL;
+  if (c->size == 1)
+    snprintf(why, sizeof why, "one rank");
+  else
+    s = make(c, why, sizeof why);
+  if (s) {
+    if (!tc_cfg.wait_yield && !node_oversubscribed(s->p)) tc_set_spin(SPIN_POLLS);
+    tc_info("communicator %s: a node-shared segment of %zu bytes per rank (%d ranks)",
+            tc_comm_label(c, label, sizeof label), s->area, s->p);
+  } else {
+    tc_info("communicator %s: no node-shared segment (%s); its collectives take the MPI paths",
+            tc_comm_label(c, label, sizeof label), why[0] ? why : "another rank could not make it");
+  }
+  c->node = s;
+  __atomic_store_n(&c->shm, s ? 1 : -1, __ATOMIC_RELEASE);
+}
+
+void tc_node_release(tcoll_comm_t *c) {
+  tc_node_seg_t *s = c->node;
+  if (!s) return;
+  c->node = NULL;
+  c->shm = 0;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (fin) { /* MPI freed its windows already */
+    free(s->areas);
+    free(s);
+    return;
+  }
+  /* Every rank frees the window together (a blocking collective): none may still need this one
+   * to drive a schedule before it gets here. */
+  tc_rendezvous(c->ctrl);
+  free_seg(s);
+}

@@ -1,0 +1,616 @@
+/* The shared-memory all_reduce ("shm"): ranks of one node reduce small payloads through a segment
+ * made lazily, collectively, per communicator, in rank order ((x0 op x1) op x2 ...), so that
+ * floating-point results are bitwise the same on every rank and equal a serial reference in that
+ * order. Forced (tcoll_config_t.algo "all_reduce:shm") and chosen by the table; every dtype and
+ * op; sizes across its limit; many calls in flight on two communicators; segments freed with
+ * their communicator; the fallback to the literal MPI mapping (tcoll_last_algorithm "mpi") at 1
+ * rank, with TCOLL_SHM=0 (the -noshm runs) and with a segment too small for it
+ * (TCOLL_SHM_BYTES=4K: the -tiny runs), with the same results; device tensors.
+ *
+ * Every test that sets the algorithm puts back the setting it found ("auto": the suite is not
+ * among test/meson.build's algo_suites). */
+#include "algo_util.h"
+#include "reduce_common.h"
+
+#include <time.h>
+#include <unistd.h>
+
+/* Payloads up to this many bytes always take shm where a segment exists (default settings). */
+#define SHM_SURE_BYTES 16384
+
+/* Whether forced shm runs on a communicator of `size` ranks here: 2 ranks or more, segments on
+ * (TCOLL_SHM not "0") and the default segment size (TCOLL_SHM_BYTES unset). */
+static bool shm_expected(int size) {
+  const char *on = getenv("TCOLL_SHM");
+  if (on && !strcmp(on, "0")) return false;
+  return size >= 2 && getenv("TCOLL_SHM_BYTES") == NULL;
+}
+
+/* The algorithm forced shm must report for `bytes` on `size` ranks: "shm" or "mpi", NULL where
+ * either may (empty payloads; between 16 KiB and the limit). */
+static const char *forced_want(int size, size_t bytes) {
+  if (bytes == 0) return NULL;
+  if (!shm_expected(size)) return "mpi";
+  return bytes <= SHM_SURE_BYTES ? "shm" : NULL;
+}
+
+/* Checks what tcoll_last_algorithm() gave right after a post against want (NULL: anything). */
+static void check_algo(const char *what, const char *got, const char *want) {
+  T_EXPECT(got != NULL, "%s: tcoll_last_algorithm() is NULL", what);
+  if (want && got)
+    T_EXPECT(!strcmp(got, want), "%s: tcoll_last_algorithm() is \"%s\" (expected \"%s\")", what,
+             got, want);
+}
+
+static bool is_shm(const char *got) { return got && !strcmp(got, "shm"); }
+
+static int64_t clock_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---------------------------------------------------------------- rank order, bitwise */
+
+/* Rank r's element i: magnitudes 1e-3 .. 1e3 by (r + i) % 7, alternating signs, so that the
+ * association order shows in the last bits. */
+static const double POW10[7] = {1e-3, 1e-2, 1e-1, 1, 10, 100, 1000};
+static double ro_value(int r, int64_t i) {
+  double v = (1 + r * 0.1 + (double)i * 1e-3) * POW10[(r + i) % 7];
+  return (r + i) % 2 ? -v : v;
+}
+typedef struct ro_ctx {
+  int rank;
+  tcoll_dtype_t d;
+} ro_ctx_t;
+/* The value as the dtype holds it (the fill rounds, the check of the input compares this). */
+static double ro_fill(int64_t i, void *p) {
+  const ro_ctx_t *c = p;
+  double v = ro_value(c->rank, i);
+  return c->d == TCOLL_FLOAT32 ? (double)(float)v : v;
+}
+
+/* The serial reference in rank order, in float32 arithmetic: acc = x0 (premul: s * x0), then
+ * acc = acc op x_r for r = 1 .. G-1; AVG divides by G once at the end. Also the sum of the
+ * magnitudes of the terms (for the tolerance of an MPI reduction in another order). */
+static double ro_ref_f32(int k, double s, int64_t i, int G, double *mag) {
+  const float fs = (float)s;
+  float acc = (float)ro_value(0, i);
+  if (k == K_PREMUL) {
+    volatile float sv = acc * fs; /* no contraction into a fused multiply-add */
+    acc = sv;
+  }
+  *mag = fabs((double)acc);
+  for (int r = 1; r < G; r++) {
+    const float v = (float)ro_value(r, i);
+    switch (k) {
+    case K_SUM:
+    case K_AVG: acc = acc + v; break;
+    case K_PREMUL: {
+      volatile float sv = v * fs;
+      acc = acc + sv;
+      *mag += fabs((double)sv);
+      continue;
+    }
+    case K_PROD: acc = acc * v; break;
+    case K_MIN: acc = v < acc ? v : acc; break;
+    case K_MAX: acc = v > acc ? v : acc; break;
+    }
+    *mag += fabs((double)v);
+  }
+  if (k == K_AVG) {
+    acc = acc / (float)G;
+    *mag /= G;
+  }
+  return (double)acc;
+}
+
+/* The same in float64 arithmetic. */
+static double ro_ref_f64(int k, double s, int64_t i, int G, double *mag) {
+  double acc = ro_value(0, i);
+  if (k == K_PREMUL) {
+    volatile double sv = acc * s;
+    acc = sv;
+  }
+  *mag = fabs(acc);
+  for (int r = 1; r < G; r++) {
+    const double v = ro_value(r, i);
+    switch (k) {
+    case K_SUM:
+    case K_AVG: acc = acc + v; break;
+    case K_PREMUL: {
+      volatile double sv = v * s;
+      acc = acc + sv;
+      *mag += fabs(sv);
+      continue;
+    }
+    case K_PROD: acc = acc * v; break;
+    case K_MIN: acc = v < acc ? v : acc; break;
+    case K_MAX: acc = v > acc ? v : acc; break;
+    }
+    *mag += fabs(v);
+  }
+  if (k == K_AVG) {
+    acc = acc / G;
+    *mag /= G;
+  }
+  return acc;
+}
+
+/* One all_reduce of ro_value over world, forced shm: where shm ran (and wherever the order
+ * cannot differ: 2 ranks or fewer), each element must be bitwise the serial reference; where
+ * the literal MPI call ran at 3 ranks or more, MPI may associate otherwise: within rounding.
+ * Every rank's result bytes must be the same. */
+static void ro_case(tcoll_dtype_t d, int k, tcoll_redop_t op, double s, int64_t n, bool inplace) {
+  char what[200];
+  snprintf(what, sizeof what, "rank order: all_reduce %s %s of %lld elements %s", kname(k),
+           tcoll_dtype_name(d), (long long)n, inplace ? "in place" : "out of place");
+  int64_t shape[1] = {n};
+  ro_ctx_t me = {t_rank, d};
+  tcoll_tensor_t in = t_alloc(d, 1, shape);
+  t_set_all(&in, ro_fill, &me);
+  tcoll_tensor_t out = inplace ? in : t_alloc(d, 1, shape);
+  T_OK(tcoll_all_reduce(&in, op, NULL, &out));
+  const char *got = tcoll_last_algorithm();
+  T_OK(tcoll_wait(out.data));
+  check_algo(what, got, forced_want(t_size, (size_t)n * tcoll_dtype_size(d)));
+  bool exact = is_shm(got) || t_size <= 2 || k == K_MIN || k == K_MAX;
+  const double eps = d == TCOLL_FLOAT32 ? 0x1p-24 : 0x1p-53;
+
+  double *vals = malloc((size_t)n * sizeof *vals);
+  double *all = malloc((size_t)n * (size_t)t_size * sizeof *all);
+  t_read(&out, vals);
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double mag, want = d == TCOLL_FLOAT32 ? ro_ref_f32(k, s, i, t_size, &mag)
+                                          : ro_ref_f64(k, s, i, t_size, &mag);
+    bool ok;
+    if (exact)
+      ok = !memcmp(&vals[i], &want, sizeof want);
+    else {
+      double tol = 4.0 * t_size * eps * (k == K_PROD ? fabs(want) : mag);
+      ok = fabs(vals[i] - want) <= tol;
+    }
+    if (!ok && bad++ < 3)
+      T_EXPECT(false, "%s (%s): element %lld is %a (%.9g), expected %s %a (%.9g)", what,
+               got ? got : "?", (long long)i, vals[i], vals[i], exact ? "bitwise" : "about", want,
+               want);
+  }
+  if (bad > 3) T_EXPECT(false, "%s: %d elements differ in all", what, bad);
+
+  /* every rank the same bits */
+  MPI_Allgather(vals, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, MPI_COMM_WORLD);
+  for (int q = 0; q < t_size; q++)
+    T_EXPECT(!memcmp(all + (size_t)q * (size_t)n, vals, (size_t)n * sizeof *vals),
+             "%s (%s): rank %d's result bits differ from rank %d's", what, got ? got : "?", q,
+             t_rank);
+  if (!inplace) {
+    char w2[240];
+    snprintf(w2, sizeof w2, "%s: input", what);
+    t_check_all(w2, &in, ro_fill, &me, 0);
+    tcoll_tensor_free(&out);
+  }
+  tcoll_tensor_free(&in);
+  free(all);
+  free(vals);
+}
+
+START_TEST(rank_order_bits) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm");
+  const double scalar = -1.25; /* exact in float32: one rounding per product either way */
+  tcoll_redop_t premul;
+  T_OK(tcoll_redop_create_premul_sum(scalar, &premul));
+  const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_FLOAT64};
+  const int ks[] = {K_SUM, K_PROD, K_AVG, K_PREMUL, K_MIN, K_MAX};
+  const int64_t sizes[] = {1, 3, 64, 1000, 4096};
+  for (size_t d = 0; d < T_LEN(dts); d++)
+    for (size_t k = 0; k < T_LEN(ks); k++)
+      for (size_t s = 0; s < T_LEN(sizes); s++)
+        for (int inplace = 0; inplace < 2; inplace++)
+          ro_case(dts[d], ks[k], kop(ks[k], premul), scalar, sizes[s], inplace);
+  T_OK(tcoll_redop_destroy(premul));
+  t_restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- integer dtypes */
+
+/* x modulo 2^bits, as dtype d holds it. */
+static double int_wrap(tcoll_dtype_t d, uint64_t x) {
+  int bits = (int)tcoll_dtype_size(d) * 8;
+  if (bits == 64) return (double)(int64_t)x;
+  uint64_t m = x & ((UINT64_C(1) << bits) - 1);
+  if (!dt_signed(d)) return (double)m;
+  return (double)(m >= (UINT64_C(1) << (bits - 1)) ? (int64_t)m - ((int64_t)1 << bits)
+                                                   : (int64_t)m);
+}
+
+typedef struct int_ctx {
+  tcoll_dtype_t d;
+  int k;
+} int_ctx_t;
+
+static double int_fill(int64_t i, void *p) {
+  const int_ctx_t *c = p;
+  return rv(c->d, c->k, i, t_rank, t_size);
+}
+
+/* The serial reference of rv over world ranks, wrapping as the dtype does (products of many
+ * ranks leave int8). */
+static double int_want(int64_t i, void *p) {
+  const int_ctx_t *c = p;
+  if (c->d == TCOLL_BOOL) {
+    int ids[T_MAX_G];
+    for (int r = 0; r < t_size; r++) ids[r] = r;
+    return rref(c->d, c->k, 1, i, ids, t_size);
+  }
+  int64_t first = (int64_t)rv(c->d, c->k, i, 0, t_size), m = first;
+  uint64_t acc = (uint64_t)first;
+  for (int r = 1; r < t_size; r++) {
+    int64_t v = (int64_t)rv(c->d, c->k, i, r, t_size);
+    switch (c->k) {
+    case K_SUM: acc += (uint64_t)v; break;
+    case K_PROD: acc *= (uint64_t)v; break;
+    case K_MIN: m = v < m ? v : m; break;
+    case K_MAX: m = v > m ? v : m; break;
+    case K_BAND: acc &= (uint64_t)v; break;
+    case K_BOR: acc |= (uint64_t)v; break;
+    case K_BXOR: acc ^= (uint64_t)v; break;
+    }
+  }
+  if (c->k == K_MIN || c->k == K_MAX) return (double)m;
+  return int_wrap(c->d, acc);
+}
+
+START_TEST(every_dtype_int) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm");
+  const tcoll_dtype_t dts[] = {TCOLL_BOOL,  TCOLL_INT8,  TCOLL_UINT8,
+                               TCOLL_INT16, TCOLL_INT32, TCOLL_INT64};
+  const int ks[] = {K_SUM, K_MIN, K_MAX, K_PROD, K_BAND, K_BOR, K_BXOR};
+  const int64_t sizes[] = {0, 1, 17, 2000};
+  int n = 0;
+  for (size_t d = 0; d < T_LEN(dts); d++)
+    for (size_t k = 0; k < T_LEN(ks); k++)
+      for (size_t s = 0; s < T_LEN(sizes); s++) {
+        bool inplace = n++ % 2;
+        char what[200];
+        snprintf(what, sizeof what, "all_reduce %s %s of %lld elements %s", kname(ks[k]),
+                 tcoll_dtype_name(dts[d]), (long long)sizes[s],
+                 inplace ? "in place" : "out of place");
+        int_ctx_t c = {dts[d], ks[k]};
+        int64_t shape[1] = {sizes[s]};
+        tcoll_tensor_t in = t_alloc(dts[d], 1, shape);
+        t_set_all(&in, int_fill, &c);
+        tcoll_tensor_t out = inplace ? in : t_alloc(dts[d], 1, shape);
+        T_OK(tcoll_all_reduce(&in, (tcoll_redop_t)ks[k], NULL, &out));
+        const char *got = tcoll_last_algorithm();
+        T_OK(tcoll_wait(out.data));
+        check_algo(what, got, forced_want(t_size, (size_t)sizes[s] * tcoll_dtype_size(dts[d])));
+        t_check_all(what, &out, int_want, &c, 0);
+        if (!inplace) {
+          char w2[240];
+          snprintf(w2, sizeof w2, "%s: input", what);
+          t_check_all(w2, &in, int_fill, &c, 0);
+          tcoll_tensor_free(&out);
+        }
+        tcoll_tensor_free(&in);
+      }
+  /* a zero-size input with no storage (data NULL), into an allocated output */
+  int64_t zshape[2] = {0, 4};
+  tcoll_tensor_t zin = tcoll_tensor_make(NULL, TCOLL_INT32, 2, zshape, t_device());
+  tcoll_tensor_t zout = t_empty();
+  T_OK(tcoll_all_reduce(&zin, TCOLL_MAX, NULL, &zout));
+  T_OK(tcoll_wait(zout.data));
+  t_expect_desc("zero-size output", &zout, TCOLL_INT32, 2, zshape, zin.device);
+  tcoll_tensor_free(&zout);
+  t_restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- sizes across the limit */
+
+/* Small integers: every float32 sum exact. */
+static double sz_value(int r, int64_t i) { return (double)((i * 7 + r * 3) % 13 - 6); }
+static double sz_fill(int64_t i, void *p) { return sz_value(*(const int *)p, i); }
+static double sz_want(int64_t i, void *p) {
+  const int *G = p;
+  double acc = 0;
+  for (int r = 0; r < *G; r++) acc += sz_value(r, i);
+  return acc;
+}
+
+/* The default table ("auto"), float32 SUM from 8 bytes to 4 MiB: exact everywhere (so every
+ * rank holds the same). Up to 4 KiB on host tensors the table takes shm where it runs; without
+ * segments it never does. */
+START_TEST(sizes_cross_limit) {
+  t_save_algo();
+  t_set_algo("auto");
+  const size_t bytes[] = {8, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
+  for (size_t b = 0; b < T_LEN(bytes); b++) {
+    int64_t n = (int64_t)(bytes[b] / 4), shape[1] = {n};
+    bool inplace = b % 2;
+    char what[160];
+    snprintf(what, sizeof what, "auto: all_reduce sum float32 of %zu bytes %s", bytes[b],
+             inplace ? "in place" : "out of place");
+    int me = t_rank, G = t_size;
+    tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape);
+    t_set_all(&in, sz_fill, &me);
+    tcoll_tensor_t out = inplace ? in : t_alloc(TCOLL_FLOAT32, 1, shape);
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+    const char *got = tcoll_last_algorithm();
+    T_OK(tcoll_wait(out.data));
+    const char *want = NULL;
+    if (t_size < 2)
+      want = "mpi";
+    else if (shm_expected(t_size) && bytes[b] <= (4 << 10) && in.device == TCOLL_HOST)
+      want = "shm";
+    check_algo(what, got, want);
+    if (!shm_expected(t_size))
+      T_EXPECT(!is_shm(got), "%s: shm ran where no segment can exist", what);
+    t_check_all(what, &out, sz_want, &G, 0);
+    if (!inplace) tcoll_tensor_free(&out);
+    tcoll_tensor_free(&in);
+  }
+  t_restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- many in flight */
+
+#define NFLIGHT 500
+
+typedef struct fl_ctx {
+  int j; /* the call's index */
+  int id;
+} fl_ctx_t;
+static double fl_value(int j, int id, int64_t i) { return (double)((j * 3 + i * 5 + id * 7) % 17); }
+static double fl_fill(int64_t i, void *p) {
+  const fl_ctx_t *c = p;
+  return fl_value(c->j, c->id, i);
+}
+/* Both communicators have world's members: the sum over world ranks. */
+static double fl_want(int64_t i, void *p) {
+  const fl_ctx_t *c = p;
+  double acc = 0;
+  for (int r = 0; r < t_size; r++) acc += fl_value(c->j, r, i);
+  return acc;
+}
+
+/* Posts NFLIGHT small all_reduces alternating between world and `other` (rank 0 starts 20 ms
+ * late, the last rank stops 5 ms half-way), then completes them: in reverse order, or
+ * (test_half) the first half waited in order and the rest polled with tcoll_test. */
+static void in_flight(tcoll_comm_t *other, bool test_half) {
+  tcoll_tensor_t *in = calloc(NFLIGHT, sizeof *in), *out = calloc(NFLIGHT, sizeof *out);
+  const char **algo = calloc(NFLIGHT, sizeof *algo);
+  if (t_rank == 0) usleep(20000);
+  for (int j = 0; j < NFLIGHT; j++) {
+    if (j == NFLIGHT / 2 && t_rank == t_size - 1) usleep(5000);
+    int64_t shape[1] = {1 + (j * 37) % 64};
+    fl_ctx_t c = {j, t_rank};
+    in[j] = t_alloc(TCOLL_FLOAT32, 1, shape);
+    t_set_all(&in[j], fl_fill, &c);
+    out[j] = t_alloc(TCOLL_FLOAT32, 1, shape);
+    T_OK(tcoll_all_reduce(&in[j], TCOLL_SUM, j % 2 ? other : NULL, &out[j]));
+    algo[j] = tcoll_last_algorithm();
+  }
+  if (!test_half) {
+    for (int j = NFLIGHT - 1; j >= 0; j--) T_OK(tcoll_wait(out[j].data));
+  } else {
+    for (int j = 0; j < NFLIGHT / 2; j++) T_OK(tcoll_wait(out[j].data));
+    bool *done = calloc(NFLIGHT, sizeof *done);
+    int left = NFLIGHT - NFLIGHT / 2;
+    int64_t deadline = clock_ms() + 120000;
+    while (left > 0) {
+      for (int j = NFLIGHT / 2; j < NFLIGHT; j++) {
+        if (done[j]) continue;
+        int rc = tcoll_test(out[j].data);
+        if (rc == TCOLL_IN_PROGRESS) continue;
+        T_EXPECT(rc == TCOLL_SUCCESS, "in flight: tcoll_test of call %d returned %s: %s", j,
+                 tcoll_status_string(rc), tcoll_last_error());
+        done[j] = true;
+        left--;
+      }
+      if (left > 0 && clock_ms() > deadline) {
+        T_EXPECT(false, "in flight: %d calls still in progress after 120 s of tcoll_test", left);
+        for (int j = NFLIGHT / 2; j < NFLIGHT; j++)
+          if (!done[j]) T_OK(tcoll_wait(out[j].data));
+        break;
+      }
+    }
+    free(done);
+  }
+  int wrong_algo = 0;
+  for (int j = 0; j < NFLIGHT; j++) {
+    char what[120];
+    snprintf(what, sizeof what, "in flight (%s): call %d on %s",
+             test_half ? "waited and tested" : "waited in reverse", j,
+             j % 2 ? "the split" : "world");
+    const char *want = forced_want(t_size, (size_t)tcoll_tensor_nbytes(&out[j]));
+    if (want && (!algo[j] || strcmp(algo[j], want)) && wrong_algo++ == 0)
+      check_algo(what, algo[j], want);
+    fl_ctx_t c = {j, t_rank};
+    t_check_all(what, &out[j], fl_want, &c, 0);
+    tcoll_tensor_free(&out[j]);
+    tcoll_tensor_free(&in[j]);
+  }
+  T_EXPECT(wrong_algo == 0, "in flight: %d of %d calls ran another algorithm than expected",
+           wrong_algo, NFLIGHT);
+  free(algo);
+  free(out);
+  free(in);
+}
+
+START_TEST(many_in_flight_two_comms) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm");
+  tcoll_comm_t *other = NULL;
+  /* world's ranks in reverse order */
+  T_OK(tcoll_comm_split(NULL, 0, t_size - 1 - t_rank, &other));
+  T_EXPECT(
+      other && tcoll_comm_size(other) == t_size && tcoll_comm_rank(other) == t_size - 1 - t_rank,
+      "split: size %d rank %d", tcoll_comm_size(other), tcoll_comm_rank(other));
+  if (other) {
+    in_flight(other, false);
+    in_flight(other, true);
+    T_OK(tcoll_comm_free(&other));
+  }
+  t_restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- segments freed */
+
+/* Shared mappings of this process: lines of /proc/self/maps whose permissions end in 's'. */
+static int shared_maps(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[4096];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    const char *sp = strchr(line, ' ');
+    if (sp && strlen(sp) > 4 && sp[4] == 's') n++;
+    size_t len = strlen(line); /* the rest of an overlong line */
+    while (len && line[len - 1] != '\n' && fgets(line, sizeof line, f)) len = strlen(line);
+  }
+  fclose(f);
+  return n;
+}
+
+START_TEST(comm_churn_frees_segments) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm");
+  int before = shared_maps();
+  T_EXPECT(before >= 0, "cannot read /proc/self/maps");
+  int64_t shape[1] = {16};
+  int me = t_rank, G = t_size;
+  for (int it = 0; it < 40; it++) {
+    tcoll_comm_t *c = NULL;
+    T_OK(tcoll_comm_split(NULL, 0, t_rank, &c));
+    if (!c) break;
+    tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_alloc(TCOLL_FLOAT32, 1, shape);
+    t_set_all(&in, sz_fill, &me);
+    T_OK(tcoll_all_reduce(&in, TCOLL_SUM, c, &out));
+    const char *got = tcoll_last_algorithm();
+    T_OK(tcoll_wait(out.data));
+    char what[80];
+    snprintf(what, sizeof what, "comm churn %d", it);
+    check_algo(what, got, forced_want(t_size, 64));
+    t_check_all(what, &out, sz_want, &G, 0);
+    tcoll_tensor_free(&out);
+    tcoll_tensor_free(&in);
+    T_OK(tcoll_comm_free(&c));
+  }
+  int after = shared_maps();
+  T_EXPECT(after <= before + 2,
+           "comm churn: %d shared mappings after 40 communicators, %d before (not freed with "
+           "their communicator?)",
+           after, before);
+  t_restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- fallback */
+
+/* Forced shm where it cannot run: the literal MPI call, same (exact) results, "mpi" at every
+ * size. On world where segments are off or too small; on a communicator of one rank always. */
+static void fallback_on(tcoll_comm_t *comm, const char *label) {
+  int G = comm ? tcoll_comm_size(comm) : t_size;
+  int ids[T_MAX_G];
+  for (int q = 0; q < G; q++) ids[q] = comm ? t_rank : q; /* a singleton or world */
+  const int64_t sizes[] = {1, 100, 4096, 65536};
+  const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_FLOAT64, TCOLL_INT32};
+  for (size_t s = 0; s < T_LEN(sizes); s++)
+    for (size_t d = 0; d < T_LEN(dts); d++) {
+      int k = d == 2 ? K_MAX : K_SUM;
+      rc_t c = rc_group(dts[d], k, 1, ids, G);
+      int64_t shape[1] = {sizes[s]};
+      char what[160];
+      snprintf(what, sizeof what, "fallback (%s): all_reduce %s %s of %lld elements", label,
+               kname(k), tcoll_dtype_name(dts[d]), (long long)sizes[s]);
+      tcoll_tensor_t in = t_alloc(dts[d], 1, shape), out = t_empty();
+      t_set_all(&in, rc_fill, &c);
+      T_OK(tcoll_all_reduce(&in, (tcoll_redop_t)k, comm, &out));
+      const char *got = tcoll_last_algorithm();
+      T_OK(tcoll_wait(out.data));
+      check_algo(what, got, "mpi");
+      t_check_all(what, &out, rc_want, &c, 0);
+      tcoll_tensor_free(&out);
+      tcoll_tensor_free(&in);
+    }
+}
+
+START_TEST(fallback_reports_mpi) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm");
+  if (!shm_expected(t_size)) fallback_on(NULL, "world");
+  tcoll_comm_t *alone = NULL;
+  T_OK(tcoll_comm_split(NULL, t_rank, 0, &alone));
+  T_EXPECT(alone && tcoll_comm_size(alone) == 1, "a split by rank is not of one rank");
+  if (alone) {
+    fallback_on(alone, "one rank");
+    T_OK(tcoll_comm_free(&alone));
+  }
+  t_restore_algo();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- device tensors */
+
+/* Forced shm on the suite's tensors: device tensors in the -dev runs, host ones otherwise. */
+START_TEST(device_tensors) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm");
+  tcoll_redop_t premul;
+  T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
+  const struct {
+    tcoll_dtype_t d;
+    int k;
+    int64_t n;
+  } cases[] = {{TCOLL_FLOAT32, K_SUM, 33},   {TCOLL_INT32, K_MAX, 7},
+               {TCOLL_FLOAT64, K_AVG, 1000}, {TCOLL_FLOAT32, K_PREMUL, 129},
+               {TCOLL_INT64, K_PROD, 3},     {TCOLL_BFLOAT16, K_SUM, 64},
+               {TCOLL_FLOAT16, K_MIN, 300},  {TCOLL_UINT8, K_BXOR, 1}};
+  for (size_t i = 0; i < T_LEN(cases); i++)
+    for (int v = 0; v < 3; v++) { /* out of place, in place, allocating */
+      rc_t c = rc_world(cases[i].d, cases[i].k, 0.5);
+      int64_t shape[2] = {1, cases[i].n};
+      char what[160];
+      snprintf(what, sizeof what, "%s tensors: all_reduce %s %s of %lld elements (%s)",
+               t_device() == TCOLL_HOST ? "host" : "device", kname(c.k), tcoll_dtype_name(c.d),
+               (long long)cases[i].n,
+               v == 0   ? "out of place"
+               : v == 1 ? "in place"
+                        : "allocating");
+      tcoll_tensor_t in = t_alloc(c.d, 2, shape);
+      T_EXPECT(in.device == t_device(), "%s: input on device %d", what, in.device);
+      t_set_all(&in, rc_fill, &c);
+      tcoll_tensor_t out = v == 0 ? t_alloc(c.d, 2, shape) : v == 1 ? in : t_empty();
+      T_OK(tcoll_all_reduce(&in, kop(c.k, premul), NULL, &out));
+      const char *got = tcoll_last_algorithm();
+      T_OK(tcoll_wait(out.data));
+      check_algo(what, got, forced_want(t_size, (size_t)cases[i].n * tcoll_dtype_size(c.d)));
+      if (v == 2) t_expect_desc(what, &out, c.d, 2, shape, in.device);
+      t_check_all(what, &out, rc_want, &c, 0);
+      if (v != 1) tcoll_tensor_free(&out);
+      tcoll_tensor_free(&in);
+    }
+  T_OK(tcoll_redop_destroy(premul));
+  t_restore_algo();
+}
+END_TEST
+
+Suite *t_suite(void) {
+  Suite *s = suite_create("shm");
+  TCase *tc = t_tcase("shm");
+  tcase_add_test(tc, rank_order_bits);
+  tcase_add_test(tc, every_dtype_int);
+  tcase_add_test(tc, sizes_cross_limit);
+  tcase_add_test(tc, many_in_flight_two_comms);
+  tcase_add_test(tc, comm_churn_frees_segments);
+  tcase_add_test(tc, fallback_reports_mpi);
+  tcase_add_test(tc, device_tensors);
+  suite_add_tcase(s, tc);
+  return s;
+}
