@@ -88,8 +88,8 @@ static bool offered(int op, const char *algo) {
   if (!strcmp(algo, "mpi")) return true;
   if (op == OP_A2A) return !strcmp(algo, "scattered");
   if (!strcmp(algo, "ring")) return true;
-  return op == OP_AR ? !strcmp(algo, "ring_allgather") || !strcmp(algo, "shm")
-                     : op == OP_RS && !strcmp(algo, "alltoall");
+  if (!strcmp(algo, "shm")) return op == OP_AR || op == OP_RD;
+  return op == OP_AR ? !strcmp(algo, "ring_allgather") : op == OP_RS && !strcmp(algo, "alltoall");
 }
 
 /* tcoll_last_algorithm() is `want` (NULL: any algorithm op offers). */
@@ -583,11 +583,15 @@ END_TEST
 /* reduce under each setting for it, to every dst, out of place, in place and allocating, SUM,
  * AVG and PREMUL_SUM over a count the ranks do not divide: dst holds the closed form, the others
  * an output never written (zeros where tcoll allocated it); "ring" sends point-to-point messages
- * only, "mpi" calls MPI_Ireduce. */
+ * only, "mpi" calls MPI_Ireduce, "shm" calls nothing (node-shared memory). */
 START_TEST(forced_reduce) {
   t_save_algo();
   const char *specs[][2] = {
-      {"reduce:ring", "ring"}, {"reduce:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL}};
+      {"reduce:ring", "ring"},
+      {"reduce:mpi", "mpi"},
+      {"mpi", "mpi"},
+      {"auto", NULL},
+      {"reduce:shm", NULL}}; /* shm where the communicator has a segment, else the literal call */
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
   const struct {
@@ -623,6 +627,9 @@ START_TEST(forced_reduce) {
         calls_t n = calls_since(&before);
         if (!strcmp(got, "ring"))
           T_EXPECT(!n.reduce && (t_size == 1 ? !n.send : n.send > 0), "%s: Ireduce %ld, Isend %ld",
+                   what, n.reduce, n.send);
+        else if (!strcmp(got, "shm"))
+          T_EXPECT(!n.reduce && !n.send && !n.recv, "%s: Ireduce %ld, Isend %ld (expected none)",
                    what, n.reduce, n.send);
         else
           T_EXPECT(n.reduce > 0 && !n.send,
@@ -755,7 +762,7 @@ static void *other_thread(void *arg) {
 
 START_TEST(last_algorithm_follows) {
   t_save_algo();
-  t_set_algo("all_reduce:ring_allgather,reduce_scatter:alltoall");
+  t_set_algo("all_reduce:ring_allgather,reduce_scatter:alltoall,broadcast:mpi");
   int64_t shape[1] = {3 * (int64_t)t_size + 1};
   tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty(), b = t_empty();
   T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));

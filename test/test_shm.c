@@ -1,8 +1,8 @@
-/* The shared-memory all_reduce ("shm"): ranks of one node reduce small payloads through a segment
- * made lazily, collectively, per communicator, in rank order ((x0 op x1) op x2 ...), so that
- * floating-point results are bitwise the same on every rank and equal a serial reference in that
- * order. Forced (tcoll_config_t.algo "all_reduce:shm") and chosen by the table; every dtype and
- * op; sizes across its limit; many calls in flight on two communicators; segments freed with
+/* The shared-memory all_reduce, reduce and broadcast ("shm"): ranks of one node move small payloads
+ * through a segment made with each communicator, reducing in rank order ((x0 op x1) op x2 ...), so
+ * that floating-point results are bitwise the same on every rank and equal a serial reference in
+ * that order. Forced (tcoll_config_t.algo "all_reduce:shm") and chosen by the table; every dtype
+ * and op; sizes across its limit; many calls in flight on two communicators; segments freed with
  * their communicator; the fallback to the literal MPI mapping (tcoll_last_algorithm "mpi") at 1
  * rank, with TCOLL_SHM=0 (the -noshm runs) and with a segment too small for it
  * (TCOLL_SHM_BYTES=4K: the -tiny runs), with the same results; device tensors.
@@ -442,6 +442,87 @@ static void in_flight(tcoll_comm_t *other, bool test_half) {
   free(in);
 }
 
+/* ---------------------------------------------------------------- reduce and broadcast */
+
+/* Call i of the mixed sequence: its op (0 all_reduce, 1 reduce, 2 broadcast), root and length
+ * (1 to 40 float64: in the flag line up to 7, in a slot beyond). */
+static int mix_op(int i) { return i % 3; }
+static int mix_root(int i) { return (i / 3) % t_size; }
+static int64_t mix_len(int i) { return 1 + (i * 7) % 40; }
+/* Rank r's element j of call i: small integers, so sums are exact in any order. */
+static double mix_val(int i, int r, int64_t j) { return (double)((r + 1) * (i % 13 + 1) + j); }
+
+/* All three ops forced to shm and interleaved, 300 calls in flight at once (waited in reverse
+ * order): one protocol serves them all, and each gets its exact result (reduce: on the root; off
+ * it the output stays as it was; broadcast: the root's values everywhere). Then reduce in rank
+ * order, bitwise, to each root. */
+START_TEST(reduce_broadcast_mixed) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm,reduce:shm,broadcast:shm");
+  enum { N = 300 };
+  tcoll_tensor_t *in = calloc(N, sizeof *in), *out = calloc(N, sizeof *out);
+  bool want_shm = shm_expected(t_size);
+  for (int i = 0; i < N; i++) {
+    int64_t n = mix_len(i);
+    in[i] = t_host(TCOLL_FLOAT64, 1, &n);
+    out[i] = t_host(TCOLL_FLOAT64, 1, &n);
+    double *x = in[i].data, *y = out[i].data;
+    for (int64_t j = 0; j < n; j++) {
+      x[j] = mix_val(i, t_rank, j);
+      y[j] = -1.0;
+    }
+    int rc = mix_op(i) == 0   ? tcoll_all_reduce(&in[i], TCOLL_SUM, NULL, &out[i])
+             : mix_op(i) == 1 ? tcoll_reduce(&in[i], mix_root(i), TCOLL_SUM, NULL, &out[i])
+                              : tcoll_broadcast(&in[i], mix_root(i), NULL, &out[i]);
+    T_EXPECT(rc == TCOLL_SUCCESS, "mixed call %d: %s", i, tcoll_last_error());
+    const char *got = tcoll_last_algorithm();
+    T_EXPECT(got && !strcmp(got, want_shm ? "shm" : "mpi"), "mixed call %d ran \"%s\"", i,
+             got ? got : "?");
+  }
+  if (t_rank == 0) usleep(20000); /* the others wait in the protocol meanwhile */
+  for (int i = N; i-- > 0;) T_OK(tcoll_wait(out[i].data));
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    const double *y = out[i].data;
+    for (int64_t j = 0; j < mix_len(i); j++) {
+      double want = -1.0;
+      if (mix_op(i) == 2) want = mix_val(i, mix_root(i), j);
+      if (mix_op(i) == 0 || (mix_op(i) == 1 && t_rank == mix_root(i))) {
+        want = 0;
+        for (int r = 0; r < t_size; r++) want += mix_val(i, r, j);
+      }
+      if (y[j] != want && bad++ < 5)
+        T_EXPECT(false, "mixed call %d (op %d, root %d) element %lld: %g, expected %g", i,
+                 mix_op(i), mix_root(i), (long long)j, y[j], want);
+    }
+    tcoll_tensor_free(&in[i]);
+    tcoll_tensor_free(&out[i]);
+  }
+  free(in);
+  free(out);
+  /* reduce in rank order, bitwise, float64 SUM of 1000 (a slot) and 3 (the line) */
+  for (int root = 0; root < t_size; root++)
+    for (int64_t n = 3; n <= 1000; n += 997) {
+      ro_ctx_t me = {t_rank, TCOLL_FLOAT64};
+      tcoll_tensor_t x = t_host(TCOLL_FLOAT64, 1, &n), y = t_host(TCOLL_FLOAT64, 1, &n);
+      t_set_all(&x, ro_fill, &me);
+      T_OK(tcoll_reduce(&x, root, TCOLL_SUM, NULL, &y));
+      bool shm = is_shm(tcoll_last_algorithm());
+      T_OK(tcoll_wait(y.data));
+      if (t_rank == root && (shm || t_size <= 2))
+        for (int64_t i = 0; i < n; i++) {
+          double mag, want = ro_ref_f64(K_SUM, 1.0, i, t_size, &mag), got = t_get(&y, i);
+          if (memcmp(&got, &want, sizeof got) && bad++ < 5)
+            T_EXPECT(false, "reduce to %d of %lld: element %lld is %a, expected bitwise %a", root,
+                     (long long)n, (long long)i, got, want);
+        }
+      tcoll_tensor_free(&x);
+      tcoll_tensor_free(&y);
+    }
+  t_restore_algo();
+}
+END_TEST
+
 START_TEST(many_in_flight_two_comms) {
   t_save_algo();
   t_set_algo("all_reduce:shm");
@@ -611,6 +692,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, comm_churn_frees_segments);
   tcase_add_test(tc, fallback_reports_mpi);
   tcase_add_test(tc, device_tensors);
+  tcase_add_test(tc, reduce_broadcast_mixed);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -152,7 +152,7 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   w->seq = w->comm_seq = 0;
   w->bytes = 0;
   w->refs = 0;
-  w->posted = w->done = w->host_math = false;
+  w->posted = w->done = w->host_math = w->priv_taken = false;
   w->algo = NULL;
   w->status = TCOLL_SUCCESS;
   w->err[0] = '\0';

@@ -165,6 +165,7 @@ struct tc_work {
   double divisor;
 
   tc_finish_fn finish;
+  bool priv_taken;                                     /* tc_work_small handed out priv */
   _Alignas(16) unsigned char priv[TC_WORK_PRIV_BYTES]; /* op-specific completion data */
   tc_work_t *next_free;
 };
@@ -208,6 +209,14 @@ int tc_work_reserve(tc_work_t *w, int n);
 MPI_Request *tc_work_req(tc_work_t *w);
 /* Pooled host scratch memory held until the work is recycled. */
 void *tc_work_scratch(tc_work_t *w, size_t nbytes);
+/* A few bytes for a step's state, held as long: the work's private bytes the first time (no
+ * allocation: the usual one call per work), scratch after (a coalesced call builds several). For
+ * ops that keep nothing else in priv. */
+static inline void *tc_work_small(tc_work_t *w, size_t nbytes) {
+  if (w->priv_taken || nbytes > sizeof w->priv) return tc_work_scratch(w, nbytes);
+  w->priv_taken = true;
+  return w->priv;
+}
 int tc_work_hold(tc_work_t *w, void *p, int kind);
 /* Holds t (from tc_mpi_vector...) until the work is recycled: for steps the engine posts later
  * than the builder returns. On failure t is put back at once. */

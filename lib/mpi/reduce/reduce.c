@@ -1,5 +1,6 @@
 /* reduce -> MPI_Ireduce (chunked above the per-call limit), or the ring (ring.c here): a ring
- * reduce_scatter, then every block sent to dst. out is written on dst only. */
+ * reduce_scatter, then every block sent to dst; or small ones through node-shared memory
+ * (shm.c). out is written on dst only. */
 #include "../../argcheck.h"
 #include "../../work/staging.h"
 #include "../../base/dtype.h"
@@ -8,13 +9,16 @@
 
 /* ------------------------------------------------------------------ algorithms and table */
 
-extern const tc_algo_t tc_reduce_ring;
-static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring};
+extern const tc_algo_t tc_reduce_ring, tc_reduce_shm;
+static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring, &tc_reduce_shm};
 
 #define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
 /* libnbc's MPI_Ireduce (Open MPI 4.1): 2.5-4x its own blocking MPI_Reduce at 2 ranks. MPICH 4.0:
  * only the large-message rows beyond 2 ranks (its oversubscribed runs here spin). */
+#define TUNE_SHM "tcoll-bench --tune, 2-core CI machine, issue 26 (doc/guide.md, Shared memory)"
 static const tc_algo_row_t table[] = {
+    {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_OPEN_MPI, 2, 2, 128 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 3, 4, 512 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 5, INT_MAX, 32 * TC_MiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},

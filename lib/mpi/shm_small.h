@@ -1,0 +1,33 @@
+/* The small shared-memory protocol (lib/node/segment.h's lines and slots), behind the `shm`
+ * algorithms of all_reduce, reduce and broadcast: one protocol, so that their calls interleave on
+ * a communicator in any order.
+ *
+ * Call k (the communicator's k-th small shm call, of whatever op: collectives are posted in the
+ * same order on every rank, so k is the same everywhere) uses parity k % 2. Each rank that
+ * contributes (all_reduce, reduce: every rank; broadcast: the root) copies its input into its line
+ * of that parity, after the word, when it fits (56 bytes: one cache line carries both, one miss
+ * per peer), else into its slot of that parity; then every rank publishes k in its line's word,
+ * and waits until every peer's word of that parity is at least k. Then each rank takes what it
+ * needs (all_reduce: every rank reduces the p inputs in rank order, ((x0 op x1) op x2 ...), the
+ * same bits everywhere; reduce: the root does; broadcast: every rank copies the root's), and notes
+ * k as finished. A rank writes call k only once its call k - 1 finished.
+ *
+ * Why nothing is overwritten while a peer reads it: a rank rewrites the line and slot of call k
+ * at call k + 2, after its call k + 1 saw every peer publish k + 1, which each peer did only after
+ * its call k finished, i.e. after it read call k. Words only grow (64-bit, never reset), so no
+ * old value passes for a new one. doc/guide.md, "Shared memory", has the argument at length. */
+#ifndef TC_MPI_SHM_SMALL_H
+#define TC_MPI_SHM_SMALL_H
+
+#include "algo.h"
+
+typedef enum { TC_SHM_ALL_REDUCE, TC_SHM_REDUCE, TC_SHM_BROADCAST } tc_shm_kind_t;
+
+/* Whether the call fits: at least 2 ranks, a segment (made with the communicator), a payload no
+ * larger than a slot. The same on every rank. */
+bool tc_shm_small_supported(const tc_algo_query_t *q);
+/* Appends call c's steps (c->root: reduce's and broadcast's root; broadcast: c->src is the root's
+ * input, c->dst every rank's output). Keeps its state in the work's private bytes. */
+int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind);
+
+#endif
