@@ -523,6 +523,44 @@ START_TEST(reduce_broadcast_mixed) {
 }
 END_TEST
 
+/* Ranks that disagree on the size (an erroneous program: MPI reports truncation, or nothing):
+ * the shm broadcast and all_reduce find it from the sizes published beside the words, refuse it
+ * where they see it (TCOLL_ERR_MISMATCH naming both sizes) and stay usable. */
+START_TEST(size_disagreement_found) {
+  if (!shm_expected(t_size)) return;
+  t_save_algo();
+  t_set_algo("all_reduce:shm,broadcast:shm");
+  for (int what = 0; what < 2; what++) {
+    int64_t n = t_rank == 0 ? 64 : 16; /* a slot at the root, a slot elsewhere */
+    tcoll_tensor_t x = t_host(TCOLL_FLOAT64, 1, &n), y = t_empty();
+    /* found at the post where every peer published already, else at the wait */
+    int rc = what ? tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y) : tcoll_broadcast(&x, 0, NULL, &y);
+    if (rc == TCOLL_SUCCESS) rc = tcoll_wait(y.data);
+    if (t_rank == 0 && what == 0)
+      T_EXPECT(rc == TCOLL_SUCCESS, "the root's broadcast got %s", tcoll_status_string(rc));
+    else
+      T_EXPECT(rc == TCOLL_ERR_MISMATCH && t_contains(tcoll_last_error(), "bytes") &&
+                   t_contains(tcoll_last_error(), "128") && t_contains(tcoll_last_error(), "512"),
+               "%s of disagreeing sizes: %s: %s", what ? "all_reduce" : "broadcast",
+               tcoll_status_string(rc), tcoll_last_error());
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&y);
+  }
+  T_EXPECT(tcoll_pending_count() == 0, "%zu pending after the refused calls",
+           tcoll_pending_count());
+  int64_t n = 5; /* the protocol goes on */
+  tcoll_tensor_t x = t_host(TCOLL_FLOAT64, 1, &n), y = t_empty();
+  double *xv = x.data;
+  for (int i = 0; i < 5; i++) xv[i] = 1.0;
+  T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
+  T_OK(tcoll_wait(y.data));
+  T_EXPECT(t_get(&y, 4) == t_size, "all_reduce after them gave %g", t_get(&y, 4));
+  tcoll_tensor_free(&x);
+  tcoll_tensor_free(&y);
+  t_restore_algo();
+}
+END_TEST
+
 START_TEST(many_in_flight_two_comms) {
   t_save_algo();
   t_set_algo("all_reduce:shm");
@@ -693,6 +731,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, fallback_reports_mpi);
   tcase_add_test(tc, device_tensors);
   tcase_add_test(tc, reduce_broadcast_mixed);
+  tcase_add_test(tc, size_disagreement_found);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -14,7 +14,8 @@ bool tc_shm_small_supported(const tc_algo_query_t *q) {
 
 /* What a call takes once every peer published it: a step of its own. */
 typedef struct small_job {
-  const tc_node_seg_t *g;
+  tc_node_seg_t *g;
+  uint64_t k; /* the call's number */
   tc_shm_kind_t kind;
   int slot;
   bool in_line; /* the inputs ride in the lines, after the words */
@@ -24,18 +25,46 @@ typedef struct small_job {
   int64_t n;
   tcoll_dtype_t dtype;
   MPI_Op op;
-  double divisor;
+  double premul, divisor;
 } small_job_t;
 
+/* A line: the call's number, the bytes its owner published, then (when they fit) the bytes. */
+typedef struct small_line {
+  uint64_t k;
+  uint64_t nbytes;
+  char payload[TC_NODE_LINE - 16];
+} small_line_t;
+_Static_assert(sizeof(small_line_t) == TC_NODE_LINE, "a line of the small protocol");
+
+static small_line_t *line_of(const tc_node_seg_t *g, int q, int slot) {
+  return (small_line_t *)(void *)tc_node_line(g, q, TC_NODE_LINE_SMALL0 + slot);
+}
+
 static const char *input_of(const small_job_t *j, int q) {
-  return j->in_line ? tc_node_line(j->g, q, TC_NODE_LINE_SMALL0 + j->slot) + 8
-                    : tc_node_slot(j->g, q, j->slot);
+  return j->in_line ? line_of(j->g, q, j->slot)->payload : tc_node_slot(j->g, q, j->slot);
+}
+
+/* Whether rank q published as many bytes as this rank has: ranks that disagree wrote an erroneous
+ * program (MPI reports it as truncation, or not at all), and reading past a peer's bytes would
+ * take garbage for data. */
+static int check_size(const small_job_t *j, int q) {
+  uint64_t theirs = __atomic_load_n(&line_of(j->g, q, j->slot)->nbytes, __ATOMIC_RELAXED),
+           mine = (uint64_t)j->n * tc_dtype_size(j->dtype);
+  if (theirs == mine) return TCOLL_SUCCESS;
+  return tc_error(TCOLL_ERR_MISMATCH,
+                  "ranks disagree on the size of this collective: rank %d has %llu bytes, this "
+                  "rank (%d) %llu (every rank must pass the same count)",
+                  q, (unsigned long long)theirs, j->g->me, (unsigned long long)mine);
 }
 
 /* dst = input 0, then dst = input q (op) dst for q = 1, 2...: one after the other, since the
  * order is the result's bits; AVG divides once at the end. */
 static int reduce_inputs(const small_job_t *j) {
   const char *call = "MPI_Reduce_local";
+  for (int q = 0; q < j->g->p; q++) {
+    int rc = check_size(j, q);
+    if (rc) return rc;
+  }
   memcpy(j->dst, input_of(j, 0), (size_t)j->n * tc_dtype_size(j->dtype));
   for (int q = 1; q < j->g->p; q++) {
     int rc = tc_mpi_reduce_local(input_of(j, q), j->dst, j->n, j->dtype, j->op, &call);
@@ -45,13 +74,14 @@ static int reduce_inputs(const small_job_t *j) {
   return TCOLL_SUCCESS;
 }
 
-static int take(void *arg) {
-  const small_job_t *j = arg;
+static int take_inputs(const small_job_t *j) {
   bool root = j->g->me == j->root;
   switch (j->kind) {
   case TC_SHM_ALL_REDUCE: return reduce_inputs(j);
   case TC_SHM_REDUCE: return root ? reduce_inputs(j) : TCOLL_SUCCESS;
   case TC_SHM_BROADCAST: {
+    int rc = check_size(j, j->root);
+    if (rc) return rc;
     const void *from = root ? j->src : input_of(j, j->root);
     if (j->dst != from) memcpy(j->dst, from, (size_t)j->n * tc_dtype_size(j->dtype));
     return TCOLL_SUCCESS;
@@ -60,36 +90,58 @@ static int take(void *arg) {
   return TCOLL_SUCCESS;
 }
 
+/* Takes the call's result, then notes it finished whatever happened: a failed call must not stop
+ * the communicator's next ones (the PUBLISH step after this one does it again, the anchor that
+ * keeps the schedule driven until then). */
+static int take(void *arg) {
+  small_job_t *j = arg;
+  int rc = take_inputs(j);
+  __atomic_store_n(&j->g->small_finished, j->k, __ATOMIC_RELEASE);
+  return rc;
+}
+
+/* This rank's input into its line or slot, and its size beside the word (once the peers read
+ * the call two before: the step runs after this rank's previous call finished). */
+static int give(void *arg) {
+  const small_job_t *j = arg;
+  small_line_t *own = line_of(j->g, j->g->me, j->slot);
+  char *to = j->in_line ? own->payload : tc_node_slot(j->g, j->g->me, j->slot);
+  if (j->premul != 1.0)
+    tc_host_scale_copy(to, j->src, j->dtype, j->n, j->premul);
+  else
+    memcpy(to, j->src, (size_t)j->n * tc_dtype_size(j->dtype));
+  own->nbytes = (uint64_t)j->n * tc_dtype_size(j->dtype); /* published with the word, after it */
+  return TCOLL_SUCCESS;
+}
+
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind) {
   tc_node_seg_t *g = w->comm->node;
   tc_sched_t *s = &w->sched;
   uint64_t k = ++g->small_calls;
   int slot = (int)(k & 1), line = TC_NODE_LINE_SMALL0 + slot;
-  size_t nb = (size_t)c->n * tc_dtype_size(c->dtype);
-  bool in_line = nb <= TC_NODE_LINE_PAYLOAD, gives = kind != TC_SHM_BROADCAST || g->me == c->root;
-  char *mine = in_line ? tc_node_line(g, g->me, line) + 8 : tc_node_slot(g, g->me, slot);
+  bool gives = kind != TC_SHM_BROADCAST || g->me == c->root;
   small_job_t *j = tc_work_small(w, sizeof *j);
   if (!j) return TCOLL_ERR_NO_MEMORY;
-  *j = (small_job_t){g,
-                     kind,
-                     slot,
-                     in_line,
-                     c->root,
-                     c->src,
-                     c->dst,
-                     c->n,
-                     c->dtype,
-                     c->op,
-                     kind == TC_SHM_BROADCAST ? 1.0 : c->divisor};
+  *j = (small_job_t){
+      .g = g,
+      .k = k,
+      .kind = kind,
+      .slot = slot,
+      .in_line = (size_t)c->n * tc_dtype_size(c->dtype) <= sizeof((small_line_t *)0)->payload,
+      .root = c->root,
+      .src = c->src,
+      .dst = c->dst,
+      .n = c->n,
+      .dtype = c->dtype,
+      .op = c->op,
+      .premul = kind == TC_SHM_BROADCAST ? 1.0 : c->premul,
+      .divisor = kind == TC_SHM_BROADCAST ? 1.0 : c->divisor};
   int rc = tc_sched_reserve(s, g->p + 5);
   if (rc) return rc;
   /* (already so, as in a post-wait loop: no step; the word only grows) */
   if (__atomic_load_n(&g->small_finished, __ATOMIC_ACQUIRE) < k - 1)
     rc = tc_sched_await(s, &g->small_finished, k - 1, false);
-  if (!rc && gives && kind != TC_SHM_BROADCAST && c->premul != 1.0)
-    rc = tc_sched_scale(s, mine, c->src, c->n, c->dtype, c->premul, 1.0, true);
-  else if (!rc && gives)
-    rc = tc_sched_copy(s, mine, c->src, nb, true);
+  if (!rc && gives) rc = tc_sched_call(s, give, j, true);
   if (!rc) rc = tc_sched_publish(s, tc_node_word(g, g->me, line), k, true);
   for (int q = 0, first = 1; q < g->p && !rc; q++)
     if (q != g->me) {

@@ -241,7 +241,7 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
   if (!ok) snprintf(why, len, "MPI_Win_shared_query did not give every rank's piece");
   if (ok) ok = populate(s->areas[s->me], area, why, len);
   if (!agree(c, ok)) {
-    tc_rendezvous(c->ctrl);
+    tc_rendezvous(s->node);
     free_seg(s);
     return NULL;
   }
@@ -281,8 +281,17 @@ void tc_node_release(tcoll_comm_t *c) {
     free(s);
     return;
   }
+  /* A communicator a DETAIL check found a rank missing from is unusable, and that rank may never
+   * free it: the window stays until finalize (MPI frees it there). */
+  if (__atomic_load_n(&c->detail_timed_out, __ATOMIC_ACQUIRE)) {
+    tc_info("a node-shared segment stays allocated: its communicator lost a rank");
+    free(s->areas);
+    free(s);
+    return;
+  }
   /* Every rank frees the window together (a blocking collective): none may still need this one
-   * to drive a schedule before it gets here. */
-  tc_rendezvous(c->ctrl);
+   * to drive a schedule before it gets here. On the node communicator, whose traffic is this
+   * room's alone (the control one may hold an abandoned DETAIL exchange). */
+  tc_rendezvous(s->node);
   free_seg(s);
 }
