@@ -5,8 +5,9 @@
  * Call k (the communicator's k-th small shm call, of whatever op: collectives are posted in the
  * same order on every rank, so k is the same everywhere) uses parity k % 2. Each rank that
  * contributes (all_reduce, reduce: every rank; broadcast: the root) copies its input into its line
- * of that parity, after the word, when it fits (56 bytes: one cache line carries both, one miss
- * per peer), else into its slot of that parity; then every rank publishes k in its line's word,
+ * of that parity, after the word and its size, when it fits (48 bytes: one cache line carries
+ * them all, one miss per peer), else into its slot of that parity, and its size into the line;
+ * then every rank publishes k in its line's word,
  * and waits until every peer's word of that parity is at least k. Then each rank takes what it
  * needs (all_reduce: every rank reduces the p inputs in rank order, ((x0 op x1) op x2 ...), the
  * same bits everywhere; reduce: the root does; broadcast: every rank copies the root's), and notes
