@@ -442,8 +442,12 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
 /* Starts a communication step if it may start now; whether it did. */
 static bool start_comm(tc_sched_t *s, tc_step_t *st) {
   int rc;
-  if (st->kind == TC_STEP_PUBLISH) {
-    __atomic_store_n(st->u.flag.word, st->u.flag.value, __ATOMIC_RELEASE);
+  if (st->kind == TC_STEP_PUBLISH) { /* raised, never lowered: a later step may have passed it */
+    uint64_t cur = __atomic_load_n(st->u.flag.word, __ATOMIC_RELAXED);
+    while (cur < st->u.flag.value &&
+           !__atomic_compare_exchange_n(st->u.flag.word, &cur, st->u.flag.value, true,
+                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
     s->unstarted_comm--;
     st->state = TC_STEP_DONE;
     return true;

@@ -53,7 +53,8 @@ typedef enum {
   TC_STEP_POLL,    /* poll(arg): a wait on work run elsewhere (the inner collectives of a
                       composite work), polled until it says done */
   TC_STEP_DEV,     /* copies queued on a device stream (see tc_sched_dev) */
-  TC_STEP_PUBLISH, /* *word = value, a release store: what peers sharing memory wait for */
+  TC_STEP_PUBLISH, /* *word = max(*word, value), a release store: what peers sharing memory
+                      wait for */
   TC_STEP_AWAIT    /* done once *word >= value (an acquire load): a peer's or an earlier
                       schedule's PUBLISH */
 } tc_step_kind_t;
@@ -246,13 +247,14 @@ int tc_sched_coll(tc_sched_t *s, tc_coll_kind_t what, const void *sbuf, void *rb
 int tc_sched_dev(tc_sched_t *s, const tc_dev_step_t *d, bool new_round);
 
 /* Memory words as steps, for protocols between processes that share memory (the node room's
- * algorithms): the engine knows nothing of segments, only words. A PUBLISH stores value into
- * *word with release order once the steps before it are done: everything they wrote is visible
- * to whoever sees the value. It counts as communication: a schedule with a PUBLISH not run yet is
- * driven, so that a peer (or a later schedule of this rank) waiting for it never depends on this
- * schedule's owner waiting for it. An AWAIT is done once *word >= value (acquire: what the
- * publisher wrote before is visible to the steps after it); the words never decrease. Waits on
- * words poll, spinning for tc_poll_pause's spin budget before yielding the core. */
+ * algorithms): the engine knows nothing of segments, only words. A PUBLISH raises *word to value
+ * (never lowers it: another thread's step may have raised it further meanwhile) with release order
+ * once the steps before it are done: everything they wrote is visible to whoever sees the value. It
+ * counts as communication: a schedule with a PUBLISH not run yet is driven, so that a peer (or a
+ * later schedule of this rank) waiting for it never depends on this schedule's owner waiting for
+ * it. An AWAIT is done once *word >= value (acquire: what the publisher wrote before is visible to
+ * the steps after it); the words never decrease. Waits on words poll, spinning for tc_poll_pause's
+ * spin budget before yielding the core. */
 int tc_sched_publish(tc_sched_t *s, uint64_t *word, uint64_t value, bool new_round);
 int tc_sched_await(tc_sched_t *s, const uint64_t *word, uint64_t value, bool new_round);
 
