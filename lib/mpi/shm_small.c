@@ -6,14 +6,6 @@
 
 #include <string.h>
 
-/* From this many ranks on, an all_reduce goes through a leader (rank 0 reduces, the others copy
- * its result: p - 1 + p - 1 lines cross between cores instead of p (p - 1)); below, every rank
- * reduces. */
-#define LEADER_FROM 5
-#define LEADER 0
-/* Set in a leader's result size when its reduction failed: every follower fails too. */
-#define POISON ((uint64_t)1 << 63)
-
 bool tc_shm_small_supported(const tc_algo_query_t *q) {
   if (q->count <= 0 || q->comm->size < 2) return false;
   tc_node_seg_t *g = tc_node_of(q->comm); /* made with the communicator, or none */
@@ -46,9 +38,6 @@ _Static_assert(sizeof(small_line_t) == TC_NODE_LINE, "a line of the small protoc
 
 static small_line_t *line_of(const tc_node_seg_t *g, int q, int slot) {
   return (small_line_t *)(void *)tc_node_line(g, q, TC_NODE_LINE_SMALL0 + slot);
-}
-static small_line_t *result_line(const tc_node_seg_t *g, int slot) {
-  return (small_line_t *)(void *)tc_node_line(g, LEADER, TC_NODE_LINE_RESULT0 + slot);
 }
 
 static const char *input_of(const small_job_t *j, int q) {
@@ -85,42 +74,10 @@ static int reduce_inputs(const small_job_t *j) {
   return TCOLL_SUCCESS;
 }
 
-/* The leader's all_reduce: the reduction, then the result where the followers read it, its size
- * beside it (POISON where the reduction failed), and its word. */
-static int lead(const small_job_t *j) {
-  int rc = reduce_inputs(j);
-  small_line_t *res = result_line(j->g, j->slot);
-  size_t nb = (size_t)j->n * tc_dtype_size(j->dtype);
-  if (!rc) /* its own input is read: the slot takes the result (only the leader reads it) */
-    memcpy(j->in_line ? res->payload : tc_node_slot(j->g, LEADER, j->slot), j->dst, nb);
-  res->nbytes = rc ? POISON | nb : nb;
-  __atomic_store_n(&res->k, j->k, __ATOMIC_RELEASE);
-  return rc;
-}
-
-/* A follower's all_reduce: the leader's result. */
-static int follow(const small_job_t *j) {
-  const small_line_t *res = result_line(j->g, j->slot);
-  uint64_t theirs = __atomic_load_n(&res->nbytes, __ATOMIC_RELAXED),
-           mine = (uint64_t)j->n * tc_dtype_size(j->dtype);
-  if (theirs & POISON)
-    return tc_error(TCOLL_ERR_MISMATCH,
-                    "ranks disagree on the size of this collective: rank %d, which reduces for "
-                    "all, has %llu bytes and found another size, this rank (%d) %llu (every rank "
-                    "must pass the same count)",
-                    LEADER, (unsigned long long)(theirs & ~POISON), j->g->me,
-                    (unsigned long long)mine);
-  if (theirs != mine) return check_size(j, LEADER);
-  memcpy(j->dst, j->in_line ? res->payload : tc_node_slot(j->g, LEADER, j->slot), mine);
-  return TCOLL_SUCCESS;
-}
-
 static int take_inputs(const small_job_t *j) {
   bool root = j->g->me == j->root;
   switch (j->kind) {
-  case TC_SHM_ALL_REDUCE:
-    if (j->g->p < LEADER_FROM) return reduce_inputs(j);
-    return j->g->me == LEADER ? lead(j) : follow(j);
+  case TC_SHM_ALL_REDUCE: return reduce_inputs(j);
   case TC_SHM_REDUCE: return root ? reduce_inputs(j) : TCOLL_SUCCESS;
   case TC_SHM_BROADCAST: {
     int rc = check_size(j, j->root);
@@ -186,16 +143,11 @@ int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind
     rc = tc_sched_await(s, &g->small_finished, k - 1, false);
   if (!rc && gives) rc = tc_sched_call(s, give, j, true);
   if (!rc) rc = tc_sched_publish(s, tc_node_word(g, g->me, line), k, true);
-  if (!rc && kind == TC_SHM_ALL_REDUCE && g->p >= LEADER_FROM && g->me != LEADER) {
-    /* a follower: the leader's result (its word means every peer published k) */
-    rc = tc_sched_await(s, &result_line(g, slot)->k, k, true);
-  } else {
-    for (int q = 0, first = 1; q < g->p && !rc; q++)
-      if (q != g->me) {
-        rc = tc_sched_await(s, tc_node_word(g, q, line), k, first);
-        first = 0;
-      }
-  }
+  for (int q = 0, first = 1; q < g->p && !rc; q++)
+    if (q != g->me) {
+      rc = tc_sched_await(s, tc_node_word(g, q, line), k, first);
+      first = 0;
+    }
   if (!rc) rc = tc_sched_call(s, take, j, true);
   if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true); /* the peers' inputs are read */
   return rc;

@@ -24,10 +24,8 @@
 #define TC_NODE_LINE 64
 /* The header's lines (an area's first bytes): each starts with a word its owner publishes. */
 enum {
-  TC_NODE_LINE_SMALL0,  /* the small protocol's even calls: their number, and a tiny payload */
-  TC_NODE_LINE_SMALL1,  /* its odd calls */
-  TC_NODE_LINE_RESULT0, /* a leader's result of the small protocol's even calls */
-  TC_NODE_LINE_RESULT1, /* of its odd calls */
+  TC_NODE_LINE_SMALL0, /* the small protocol's even calls: their number, and a tiny payload */
+  TC_NODE_LINE_SMALL1, /* its odd calls */
   TC_NODE_LINES
 };
 #define TC_NODE_HEADER 256 /* bytes before the slots (room for more lines) */
