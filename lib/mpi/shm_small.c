@@ -114,10 +114,21 @@ static int give(void *arg) {
   return TCOLL_SUCCESS;
 }
 
+/* Steps waiting until every peer's word of `line` reached k (one round). */
+static int await_peers(tc_sched_t *s, const tc_node_seg_t *g, int line, uint64_t k) {
+  int rc = TCOLL_SUCCESS;
+  for (int q = 0, first = 1; q < g->p && !rc; q++)
+    if (q != g->me) {
+      rc = tc_sched_await(s, tc_node_word(g, q, line), k, first);
+      first = 0;
+    }
+  return rc;
+}
+
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind) {
   tc_node_seg_t *g = w->comm->node;
   tc_sched_t *s = &w->sched;
-  uint64_t k = ++g->small_calls;
+  uint64_t k = g->small_calls + 1; /* counted once nothing can fail: every rank counts alike */
   int slot = (int)(k & 1), line = TC_NODE_LINE_SMALL0 + slot;
   bool gives = kind != TC_SHM_BROADCAST || g->me == c->root;
   small_job_t *j = tc_work_small(w, sizeof *j);
@@ -136,18 +147,25 @@ int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind
       .op = c->op,
       .premul = kind == TC_SHM_BROADCAST ? 1.0 : c->premul,
       .divisor = kind == TC_SHM_BROADCAST ? 1.0 : c->divisor};
-  int rc = tc_sched_reserve(s, g->p + 5);
+  int rc = tc_sched_reserve(s, 2 * g->p + 5);
   if (rc) return rc;
+  g->small_calls = k;
   /* (already so, as in a post-wait loop: no step; the word only grows) */
   if (__atomic_load_n(&g->small_finished, __ATOMIC_ACQUIRE) < k - 1)
     rc = tc_sched_await(s, &g->small_finished, k - 1, false);
+  /* Every peer done with call k - 2 (it published k - 1): implied where call k - 1 waited for
+   * every peer; else waited for here, before this rank rewrites that call's parity. */
+  if (!rc && k > 1 && !g->small_last_saw_all)
+    rc = await_peers(s, g, TC_NODE_LINE_SMALL0 + (int)((k - 1) & 1), k - 1);
   if (!rc && gives) rc = tc_sched_call(s, give, j, true);
   if (!rc) rc = tc_sched_publish(s, tc_node_word(g, g->me, line), k, true);
-  for (int q = 0, first = 1; q < g->p && !rc; q++)
-    if (q != g->me) {
-      rc = tc_sched_await(s, tc_node_word(g, q, line), k, first);
-      first = 0;
-    }
+  /* What it reads: every peer's input (all_reduce, reduce at the root), the root's (broadcast
+   * off the root), or nothing (reduce off the root, broadcast at the root: done once published) */
+  bool sees_all = kind == TC_SHM_ALL_REDUCE || (kind == TC_SHM_REDUCE && g->me == c->root);
+  g->small_last_saw_all = sees_all;
+  if (!rc && sees_all) rc = await_peers(s, g, line, k);
+  if (!rc && kind == TC_SHM_BROADCAST && g->me != c->root)
+    rc = tc_sched_await(s, tc_node_word(g, c->root, line), k, true);
   if (!rc) rc = tc_sched_call(s, take, j, true);
   if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true); /* the peers' inputs are read */
   return rc;

@@ -7,15 +7,17 @@
  * contributes (all_reduce, reduce: every rank; broadcast: the root) copies its input into its line
  * of that parity, after the word and its size, when it fits (48 bytes: one cache line carries
  * them all, one miss per peer), else into its slot of that parity, and its size into the line;
- * then every rank publishes k in its line's word,
- * and waits until every peer's word of that parity is at least k. Then each rank takes what it
- * needs (all_reduce: every rank reduces the p inputs in rank order, ((x0 op x1) op x2 ...), the
- * same bits everywhere; reduce: the root does; broadcast: every rank copies the root's), and notes
- * k as finished. A rank writes call k only once its call k - 1 finished.
+ * then every rank publishes k in its line's word and waits for what it reads: every peer's word
+ * of that parity at least k (all_reduce; reduce at the root), the root's (broadcast elsewhere), or
+ * nothing (reduce off the root, broadcast at the root: done once published). Then each rank takes
+ * what it needs (all_reduce: every rank reduces the p inputs in rank order, ((x0 op x1) op x2
+ * ...), the same bits everywhere; reduce: the root does; broadcast: every rank copies the root's),
+ * and notes k as finished. A rank writes call k only once its call k - 1 finished and every peer
+ * published k - 1 (implied where call k - 1 waited for every peer, else waited for first).
  *
  * Why nothing is overwritten while a peer reads it: a rank rewrites the line and slot of call k
- * at call k + 2, after its call k + 1 saw every peer publish k + 1, which each peer did only after
- * its call k finished, i.e. after it read call k. Words only grow (64-bit, never reset), so no
+ * at call k + 2, after it saw every peer publish k + 1, which each peer did only after its call k
+ * finished, i.e. after it read call k. Words only grow (64-bit, never reset), so no
  * old value passes for a new one. doc/guide.md, "Shared memory", has the argument at length. */
 #ifndef TC_MPI_SHM_SMALL_H
 #define TC_MPI_SHM_SMALL_H

@@ -39,6 +39,7 @@ typedef struct tc_node_seg {
    * rank: a collective's order on the communicator). */
   uint64_t small_calls;    /* small calls built so far */
   uint64_t small_finished; /* the last one whose reads of its peers' slots are done (a word) */
+  bool small_last_saw_all; /* the last one built waits for every peer's number */
   MPI_Comm node;
   MPI_Win win;
 } tc_node_seg_t;
