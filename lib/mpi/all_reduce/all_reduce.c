@@ -23,7 +23,7 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring,
  * Open MPI, and still slower than the ring for large messages; its 3- and 4-rank runs here have
  * more ranks than cores, where MPICH's waits spin: only the large-message rows, which won by the
  * same margin there as at 2 ranks. */
-#define TUNE_SHM "tcoll-bench --tune, 2-core CI machine, issue 26 (doc/guide.md, Shared memory)"
+#define TUNE_SHM "tcoll-bench, 2-core CI machine and the 16-core host of the GPU machine (issue 26)"
 static const tc_algo_row_t table[] = {
     {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},

@@ -11,7 +11,7 @@
 extern const tc_algo_t tc_broadcast_shm;
 static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_broadcast_shm};
 
-#define TUNE_SHM "tcoll-bench --tune, 2-core CI machine, issue 26 (doc/guide.md, Shared memory)"
+#define TUNE_SHM "tcoll-bench, 2-core CI machine and the 16-core host of the GPU machine (issue 26)"
 static const tc_algo_row_t table[] = {
     {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},

@@ -13,12 +13,17 @@ extern const tc_algo_t tc_reduce_ring, tc_reduce_shm;
 static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring, &tc_reduce_shm};
 
 #define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
-/* libnbc's MPI_Ireduce (Open MPI 4.1): 2.5-4x its own blocking MPI_Reduce at 2 ranks. MPICH 4.0:
+/* shm below 16 KiB (0.2-0.3x MPI_Ireduce from 64 B at 4-16 ranks on 16 cores), but not for the
+ * smallest at 3 ranks and more: there libnbc's MPI_Ireduce of 8 bytes takes 1.9-4 us, shm's
+ * 2.7-8.7 (16-core host, short runs; issue 26's note). libnbc's MPI_Ireduce (Open MPI 4.1):
+ * 2.5-4x its own blocking MPI_Reduce at 2 ranks. MPICH 4.0:
  * only the large-message rows beyond 2 ranks (its oversubscribed runs here spin). */
-#define TUNE_SHM "tcoll-bench --tune, 2-core CI machine, issue 26 (doc/guide.md, Shared memory)"
+#define TUNE_SHM "tcoll-bench, 2-core CI machine and the 16-core host of the GPU machine (issue 26)"
 static const tc_algo_row_t table[] = {
-    {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
-    {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_OPEN_MPI, 2, 2, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_OPEN_MPI, 3, INT_MAX, 16, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_MPICH, 2, 2, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_MPICH, 3, INT_MAX, 16, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_OPEN_MPI, 2, 2, 128 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 3, 4, 512 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 5, INT_MAX, 32 * TC_MiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
