@@ -2,6 +2,7 @@
 #include "drive.h"
 
 #include "base/base.h"
+#include "base/lock.h"
 
 #include <sched.h>
 #include <time.h>
@@ -18,19 +19,11 @@ static int spin_polls;
 
 void tc_set_spin(int polls) { __atomic_store_n(&spin_polls, polls, __ATOMIC_RELAXED); }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 TC_COLD void tc_poll_pause(int *polls) {
   int spin = __atomic_load_n(&spin_polls, __ATOMIC_RELAXED);
   if (*polls < spin) { /* a peer's store is a few hundred nanoseconds away: no system call */
     ++*polls;
-    for (int i = 0; i < 4; i++) cpu_relax();
+    for (int i = 0; i < 4; i++) tc_cpu_relax();
     return;
   }
   if (tc_cfg.wait_yield && ++*polls > spin + 1000) {

@@ -23,14 +23,6 @@ static void sleep_while_held(tc_lock_t *l) {
 static void wake_one(tc_lock_t *l) { (void)l; }
 #endif
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* Critical sections are a few hundred instructions: a short spin usually outlasts one, and
  * costs less than two system calls. */
 #define SPINS 100
@@ -42,7 +34,7 @@ void tc_lock_contended(tc_lock_t *l) {
         __atomic_compare_exchange_n(&l->state, &free_, 1, false, __ATOMIC_ACQUIRE,
                                     __ATOMIC_RELAXED))
       return;
-    cpu_relax();
+    tc_cpu_relax();
   }
   /* Mark it contended; whoever releases it then wakes a sleeper. Taking it this way leaves it
    * marked 2 even if no one else sleeps: one needless wake call at most. */

@@ -17,6 +17,15 @@ typedef struct tc_lock {
   { 0 }
 
 void tc_lock_contended(tc_lock_t *l);
+/* One pause of a spin: the processor's hint that this is a wait loop (it yields the pipeline to
+ * a sibling hyperthread and saves power); nothing elsewhere. */
+static inline void tc_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 void tc_lock_wake(tc_lock_t *l);
 
 static inline void tc_lock(tc_lock_t *l) {

@@ -191,9 +191,12 @@ static void free_seg(tc_node_seg_t *s) {
 static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
   size_t area = agree_area(c);
   if (!area) {
-    snprintf(why, len, tc_set.shm ? "TCOLL_SHM_BYTES is below %d on some rank" : "TCOLL_SHM=0",
-             MIN_AREA);
-    if (tc_set.shm && tc_set.shm_bytes >= MIN_AREA) snprintf(why, len, "TCOLL_SHM=0 on some rank");
+    if (!tc_set.shm)
+      snprintf(why, len, "TCOLL_SHM=0");
+    else if (tc_set.shm_bytes < MIN_AREA)
+      snprintf(why, len, "TCOLL_SHM_BYTES=%zu, below %d", tc_set.shm_bytes, MIN_AREA);
+    else
+      snprintf(why, len, "another rank has TCOLL_SHM=0 or TCOLL_SHM_BYTES below %d", MIN_AREA);
     return NULL;
   }
   tc_node_seg_t *s = calloc(1, sizeof *s);
