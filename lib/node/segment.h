@@ -59,11 +59,10 @@ void tc_node_release(tcoll_comm_t *comm);
 static inline char *tc_node_line(const tc_node_seg_t *s, int rank, int line) {
   return s->areas[rank] + (size_t)line * TC_NODE_LINE;
 }
-/* A line's word: the first 8 bytes; the 56 after it may carry a payload published with it. */
+/* A line's word: its first 8 bytes (what the rest holds is the protocol's: ../mpi/shm_small.c). */
 static inline uint64_t *tc_node_word(const tc_node_seg_t *s, int rank, int line) {
   return (uint64_t *)tc_node_line(s, rank, line);
 }
-#define TC_NODE_LINE_PAYLOAD (TC_NODE_LINE - 8)
 static inline char *tc_node_slot(const tc_node_seg_t *s, int rank, int k) {
   return s->areas[rank] + TC_NODE_HEADER + (size_t)k * s->slot_bytes;
 }
