@@ -142,8 +142,8 @@ static void reply(const unsigned char *nonce, int dest, int status, const char *
   snprintf(h->err, sizeof h->err, "%s", err ? err : "");
   int32_t *r = (int32_t *)(h + 1);
   for (int i = 0; i < h->n; i++) r[i] = ranks[i];
-  MPI_Send(h, (int)bytes, MPI_BYTE, dest, TAG_REPLY + (int)(nonce_hash(nonce) % TAG_REPLY_SPAN),
-           boot);
+  PMPI_Send(h, (int)bytes, MPI_BYTE, dest, TAG_REPLY + (int)(nonce_hash(nonce) % TAG_REPLY_SPAN),
+            boot);
   free(h);
 }
 
@@ -272,11 +272,11 @@ static bool srv_step(void) {
   pthread_mutex_lock(&srv_mu);
   if (boot != MPI_COMM_NULL) {
     if (srv_req == MPI_REQUEST_NULL)
-      MPI_Irecv(&srv_msg, (int)sizeof srv_msg, MPI_BYTE, MPI_ANY_SOURCE, TAG_REGISTER, boot,
-                &srv_req);
+      PMPI_Irecv(&srv_msg, (int)sizeof srv_msg, MPI_BYTE, MPI_ANY_SOURCE, TAG_REGISTER, boot,
+                 &srv_req);
     int flag = 0;
     MPI_Status st;
-    if (srv_req != MPI_REQUEST_NULL && MPI_Test(&srv_req, &flag, &st) == MPI_SUCCESS && flag) {
+    if (srv_req != MPI_REQUEST_NULL && PMPI_Test(&srv_req, &flag, &st) == MPI_SUCCESS && flag) {
       reg_msg_t m = srv_msg;
       handle(&m, st.MPI_SOURCE);
       got = true;
@@ -344,9 +344,9 @@ static int srv_ensure_thread(void) {
 /* ------------------------------------------------------------------ lifetime */
 
 int tc_bootstrap_init(void) {
-  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &boot);
+  int rc = PMPI_Comm_dup(MPI_COMM_WORLD, &boot);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_dup(MPI_COMM_WORLD) for the bootstrap");
-  MPI_Comm_set_errhandler(boot, MPI_ERRORS_RETURN);
+  PMPI_Comm_set_errhandler(boot, MPI_ERRORS_RETURN);
   return TCOLL_SUCCESS;
 }
 
@@ -359,8 +359,8 @@ void tc_bootstrap_fini(void) {
   pthread_mutex_lock(&srv_mu);
   srv_running = false;
   if (srv_req != MPI_REQUEST_NULL) {
-    MPI_Cancel(&srv_req);
-    MPI_Wait(&srv_req, MPI_STATUS_IGNORE);
+    PMPI_Cancel(&srv_req);
+    PMPI_Wait(&srv_req, MPI_STATUS_IGNORE);
   }
   while (ids) {
     boot_id_t *b = ids;
@@ -370,8 +370,8 @@ void tc_bootstrap_fini(void) {
     free(b);
   }
   int fin = 0;
-  MPI_Finalized(&fin);
-  if (boot != MPI_COMM_NULL && !fin) MPI_Comm_free(&boot);
+  PMPI_Finalized(&fin);
+  if (boot != MPI_COMM_NULL && !fin) PMPI_Comm_free(&boot);
   boot = MPI_COMM_NULL;
   pthread_mutex_unlock(&srv_mu);
 }
@@ -435,24 +435,25 @@ static int build_comm(const int32_t *world_of, int nranks, const unsigned char *
   int *ranks = malloc((size_t)nranks * sizeof *ranks);
   if (!ranks) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate %d ranks", nranks);
   for (int i = 0; i < nranks; i++) ranks[i] = world_of[i];
-  MPI_Comm_group(boot, &wg);
-  int rc = MPI_Group_incl(wg, nranks, ranks, &g);
+  PMPI_Comm_group(boot, &wg);
+  int rc = PMPI_Group_incl(wg, nranks, ranks, &g);
   free(ranks);
-  MPI_Group_free(&wg);
+  PMPI_Group_free(&wg);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Group_incl");
   MPI_Comm newc = MPI_COMM_NULL;
-  rc = MPI_Comm_create_group(boot, g, TAG_GROUP + (int)(nonce_hash(nonce) % TAG_GROUP_SPAN), &newc);
-  MPI_Group_free(&g);
+  rc =
+      PMPI_Comm_create_group(boot, g, TAG_GROUP + (int)(nonce_hash(nonce) % TAG_GROUP_SPAN), &newc);
+  PMPI_Group_free(&g);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_create_group");
   int me = -1;
-  MPI_Comm_rank(newc, &me);
+  PMPI_Comm_rank(newc, &me);
   if (me != rank) {
-    MPI_Comm_free(&newc);
+    PMPI_Comm_free(&newc);
     return tc_error(TCOLL_ERR_INTERNAL, "the new communicator gives rank %d, expected %d", me,
                     rank);
   }
   rc = tc_comm_wrap(newc, TC_COMM_USER, out);
-  if (rc) MPI_Comm_free(&newc);
+  if (rc) PMPI_Comm_free(&newc);
   return rc;
 }
 
@@ -481,7 +482,7 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
     rc = INVALID("comm is NULL (expected where to store the communicator)");
   }
   if (rc) {
-    MPI_Send(&m, (int)sizeof m, MPI_BYTE, info.creator, TAG_REGISTER, boot);
+    PMPI_Send(&m, (int)sizeof m, MPI_BYTE, info.creator, TAG_REGISTER, boot);
     if (info.creator == tc_g.world_rank && !srv_running) {
       char keep[1024]; /* no bootstrap thread: answer the others before returning */
       snprintf(keep, sizeof keep, "%s", tcoll_last_error());
@@ -497,10 +498,10 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
   reply_hdr_t *h = calloc(1, cap);
   if (!h) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the rendezvous reply");
   MPI_Request req;
-  rc = MPI_Irecv(h, (int)cap, MPI_BYTE, info.creator,
-                 TAG_REPLY + (int)(nonce_hash(info.nonce) % TAG_REPLY_SPAN), boot, &req);
+  rc = PMPI_Irecv(h, (int)cap, MPI_BYTE, info.creator,
+                  TAG_REPLY + (int)(nonce_hash(info.nonce) % TAG_REPLY_SPAN), boot, &req);
   if (rc == MPI_SUCCESS)
-    rc = MPI_Send(&m, (int)sizeof m, MPI_BYTE, info.creator, TAG_REGISTER, boot);
+    rc = PMPI_Send(&m, (int)sizeof m, MPI_BYTE, info.creator, TAG_REGISTER, boot);
   if (rc != MPI_SUCCESS) {
     free(h);
     return tc_mpi_error(rc, "sending the registration to the rendezvous root");
@@ -512,7 +513,7 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
     if (serve && srv_step()) idle = 0;
     tc_drive_all(); /* the other members may wait for this rank's steps before they register */
     int flag = 0;
-    if (!answered && (rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+    if (!answered && (rc = PMPI_Test(&req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
       free(h);
       return tc_mpi_error(rc, "waiting for the rendezvous root");
     }
@@ -523,8 +524,8 @@ int tcoll_comm_init_rank(tcoll_comm_t **comm, int nranks, const void *id, size_t
       continue;
     }
     if (deadline > 0 && tc_now() > deadline) {
-      MPI_Cancel(&req);
-      MPI_Wait(&req, MPI_STATUS_IGNORE);
+      PMPI_Cancel(&req);
+      PMPI_Wait(&req, MPI_STATUS_IGNORE);
       free(h);
       return tc_error(TCOLL_ERR_TIMEOUT,
                       "no answer from the rendezvous root (world rank %d) within %g s (is it "

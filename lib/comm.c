@@ -56,23 +56,23 @@ void tc_comm_set_create(void (*create)(tcoll_comm_t *)) { create_hook = create; 
 int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   tcoll_comm_t *c = calloc(1, sizeof *c);
   if (!c) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a communicator");
-  int rc = MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(mpi, &c->ctrl);
+  int rc = PMPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = PMPI_Comm_dup(mpi, &c->ctrl);
   if (rc == MPI_SUCCESS) {
-    rc = MPI_Comm_dup(mpi, &c->sched);
-    if (rc != MPI_SUCCESS) MPI_Comm_free(&c->ctrl);
+    rc = PMPI_Comm_dup(mpi, &c->sched);
+    if (rc != MPI_SUCCESS) PMPI_Comm_free(&c->ctrl);
   }
   if (rc != MPI_SUCCESS) {
     free(c);
     return tc_mpi_error(rc, "setting up a communicator");
   }
-  MPI_Comm_set_errhandler(c->ctrl, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(c->sched, MPI_ERRORS_RETURN);
+  PMPI_Comm_set_errhandler(c->ctrl, MPI_ERRORS_RETURN);
+  PMPI_Comm_set_errhandler(c->sched, MPI_ERRORS_RETURN);
   c->magic = TC_COMM_MAGIC;
   c->kind = kind;
   c->mpi = mpi;
-  MPI_Comm_rank(mpi, &c->rank);
-  MPI_Comm_size(mpi, &c->size);
+  PMPI_Comm_rank(mpi, &c->rank);
+  PMPI_Comm_size(mpi, &c->size);
   c->refcount = 1;
   tc_comms_lock();
   rc = tc_ptrmap_put(&comms_live, (uintptr_t)c, c);
@@ -83,8 +83,8 @@ int tc_comm_wrap(MPI_Comm mpi, tc_comm_kind_t kind, tcoll_comm_t **out) {
   }
   tc_comms_unlock();
   if (rc) {
-    MPI_Comm_free(&c->ctrl);
-    MPI_Comm_free(&c->sched);
+    PMPI_Comm_free(&c->ctrl);
+    PMPI_Comm_free(&c->sched);
     free(c);
     return tc_error(rc, "cannot record a new communicator");
   }
@@ -160,9 +160,9 @@ void tc_comm_destroy(tcoll_comm_t *c) {
   if (drain_hook) drain_hook(c);
   if (release_hook) release_hook(c);
   unlink_comm(c);
-  MPI_Comm_free(&c->ctrl);
-  MPI_Comm_free(&c->sched);
-  MPI_Comm_free(&c->mpi);
+  PMPI_Comm_free(&c->ctrl);
+  PMPI_Comm_free(&c->sched);
+  PMPI_Comm_free(&c->mpi);
   free(c->key_ranks);
   free(c->key_tag);
   c->magic = 0;
@@ -207,7 +207,7 @@ int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out) {
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
                     "comm is MPI_COMM_NULL (expected a valid communicator)");
   int inter = 0;
-  rc = MPI_Comm_test_inter(comm, &inter);
+  rc = PMPI_Comm_test_inter(comm, &inter);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_test_inter");
   if (inter)
     return tc_error(TCOLL_ERR_INVALID_ARGUMENT,
@@ -215,10 +215,10 @@ int tcoll_comm_from_mpi(MPI_Comm comm, tcoll_comm_t **out) {
   MPI_Comm dup;
   rc = tc_rendezvous(comm);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Ibarrier (before MPI_Comm_dup)");
-  rc = MPI_Comm_dup(comm, &dup);
+  rc = PMPI_Comm_dup(comm, &dup);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_dup");
   rc = tc_comm_wrap(dup, TC_COMM_USER, out);
-  if (rc) MPI_Comm_free(&dup);
+  if (rc) PMPI_Comm_free(&dup);
   return rc;
 }
 
@@ -244,12 +244,12 @@ int tcoll_comm_split(tcoll_comm_t *parent, int color, int key, tcoll_comm_t **ou
   MPI_Comm newc;
   rc = tc_rendezvous(p->ctrl);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Ibarrier (before MPI_Comm_split)");
-  rc = MPI_Comm_split(p->mpi, color < 0 ? MPI_UNDEFINED : color, key, &newc);
+  rc = PMPI_Comm_split(p->mpi, color < 0 ? MPI_UNDEFINED : color, key, &newc);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_split");
   *out = NULL;
   if (newc == MPI_COMM_NULL) return TCOLL_SUCCESS;
   rc = tc_comm_wrap(newc, TC_COMM_USER, out);
-  if (rc) MPI_Comm_free(&newc);
+  if (rc) PMPI_Comm_free(&newc);
   return rc;
 }
 
@@ -272,7 +272,7 @@ int tcoll_comm_set_name(tcoll_comm_t *comm, const char *name) {
   if (rc)
     return tc_error(
         rc, "name \"%s\" is already used by another communicator (expected a unique name)", name);
-  MPI_Comm_set_name(c->mpi, c->name);
+  PMPI_Comm_set_name(c->mpi, c->name);
   return TCOLL_SUCCESS;
 }
 

@@ -87,9 +87,9 @@ static int group_rendezvous(tcoll_comm_t *p, const int *ranks, int n, int tag) {
   while (me < n && ranks[me] != p->rank) me++;
   for (int k = 1; k < n; k *= 2) {
     MPI_Request req[2];
-    int rc = MPI_Irecv(NULL, 0, MPI_BYTE, ranks[(me - k + n) % n], tag, p->ctrl, &req[0]);
+    int rc = PMPI_Irecv(NULL, 0, MPI_BYTE, ranks[(me - k + n) % n], tag, p->ctrl, &req[0]);
     if (rc == MPI_SUCCESS)
-      rc = MPI_Isend(NULL, 0, MPI_BYTE, ranks[(me + k) % n], tag, p->ctrl, &req[1]);
+      rc = PMPI_Isend(NULL, 0, MPI_BYTE, ranks[(me + k) % n], tag, p->ctrl, &req[1]);
     else
       req[1] = MPI_REQUEST_NULL;
     for (int i = 0; i < 2; i++) {
@@ -115,14 +115,14 @@ static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *t
   int rc = group_rendezvous(p, ranks, n, group_tag(ranks, n, tag));
   if (rc != MPI_SUCCESS)
     return tc_mpi_error(rc, "the members' rendezvous before MPI_Comm_create_group");
-  rc = MPI_Comm_group(p->ctrl, &pg);
+  rc = PMPI_Comm_group(p->ctrl, &pg);
   if (rc == MPI_SUCCESS) {
-    rc = MPI_Group_incl(pg, n, ranks, &g);
-    MPI_Group_free(&pg);
+    rc = PMPI_Group_incl(pg, n, ranks, &g);
+    PMPI_Group_free(&pg);
   }
   if (rc == MPI_SUCCESS) {
-    rc = MPI_Comm_create_group(p->ctrl, g, group_tag(ranks, n, tag), &newc);
-    MPI_Group_free(&g);
+    rc = PMPI_Comm_create_group(p->ctrl, g, group_tag(ranks, n, tag), &newc);
+    PMPI_Group_free(&g);
   }
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_create_group");
   tcoll_comm_t *c;
@@ -131,7 +131,7 @@ static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *t
   if (!key_ranks || !key_tag) {
     free(key_ranks);
     free(key_tag);
-    MPI_Comm_free(&newc);
+    PMPI_Comm_free(&newc);
     return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate the cache key");
   }
   memcpy(key_ranks, ranks, (size_t)n * sizeof *ranks);
@@ -139,7 +139,7 @@ static int create_cached(tcoll_comm_t *p, const int *ranks, int n, const char *t
   if (rc) {
     free(key_ranks);
     free(key_tag);
-    MPI_Comm_free(&newc);
+    PMPI_Comm_free(&newc);
     return rc;
   }
   c->key_parent = p;

@@ -36,7 +36,7 @@ TC_COLD void tc_poll_pause(int *polls) {
 
 int tc_wait_driving(MPI_Request *req, double deadline) {
   for (int polls = 0;;) {
-    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    int done = 0, rc = PMPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done || (deadline > 0 && tc_now() >= deadline)) return rc;
     tc_drive_all();
     tc_poll_pause(&polls);
@@ -45,6 +45,6 @@ int tc_wait_driving(MPI_Request *req, double deadline) {
 
 int tc_rendezvous(MPI_Comm comm) {
   MPI_Request req;
-  int rc = MPI_Ibarrier(comm, &req);
+  int rc = PMPI_Ibarrier(comm, &req);
   return rc != MPI_SUCCESS ? rc : tc_wait_driving(&req, 0.0);
 }

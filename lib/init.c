@@ -83,7 +83,7 @@ static int on_mpi_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
     tc_warn("MPI_Finalize was called before tcoll_finalize; tcoll shuts down now");
     teardown();
     __atomic_store_n(&tc_g.init_count, 0, __ATOMIC_RELEASE);
-    MPI_Comm_free_keyval(&finalize_keyval); /* freed once this attribute is deleted */
+    PMPI_Comm_free_keyval(&finalize_keyval); /* freed once this attribute is deleted */
   }
   pthread_mutex_unlock(&init_mu);
   return MPI_SUCCESS;
@@ -91,17 +91,17 @@ static int on_mpi_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
 
 static int start_mpi(int *argc, char ***argv) {
   int inited = 0, fin = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&fin);
+  PMPI_Initialized(&inited);
+  PMPI_Finalized(&fin);
   if (fin)
     return tc_error(TCOLL_ERR_STATE,
                     "MPI is already finalized (tcoll cannot start after MPI_Finalize)");
   if (inited) {
     tc_g.mpi_owned = mpi_started_here;
-    MPI_Query_thread(&tc_g.thread_level);
+    PMPI_Query_thread(&tc_g.thread_level);
     return TCOLL_SUCCESS;
   }
-  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &tc_g.thread_level);
+  int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &tc_g.thread_level);
   if (rc != MPI_SUCCESS) return tc_error(TCOLL_ERR_MPI, "MPI_Init_thread failed (code %d)", rc);
   tc_g.mpi_owned = mpi_started_here = 1;
   return TCOLL_SUCCESS;
@@ -116,8 +116,8 @@ static void log_devices(void) {
 }
 
 static int start_library(void) {
-  MPI_Comm_rank(MPI_COMM_WORLD, &tc_g.world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &tc_g.world_size);
+  PMPI_Comm_rank(MPI_COMM_WORLD, &tc_g.world_rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &tc_g.world_size);
   int rc = tc_algo_check_tables();
   if (!rc) rc = tc_config_load();
   if (rc) return rc;
@@ -140,13 +140,13 @@ static int start_library(void) {
   tc_set_drive(tc_sched_drive_all);
   if ((rc = tc_bootstrap_init())) return rc;
   MPI_Comm dup;
-  rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  rc = PMPI_Comm_dup(MPI_COMM_WORLD, &dup);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
   if ((rc = tc_comm_wrap(dup, TC_COMM_WORLD, &tc_g.world))) return rc;
   snprintf(tc_g.world->name, sizeof tc_g.world->name, "world");
   if (finalize_keyval == MPI_KEYVAL_INVALID)
-    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_mpi_finalize, &finalize_keyval, NULL);
-  MPI_Comm_set_attr(MPI_COMM_SELF, finalize_keyval, NULL);
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_mpi_finalize, &finalize_keyval, NULL);
+  PMPI_Comm_set_attr(MPI_COMM_SELF, finalize_keyval, NULL);
   return tc_progress_start();
 }
 
@@ -182,15 +182,15 @@ int tcoll_finalize(void) {
     return TCOLL_SUCCESS;
   }
   int fin = 0;
-  MPI_Finalized(&fin);
+  PMPI_Finalized(&fin);
   if (!fin) {
-    MPI_Comm_delete_attr(MPI_COMM_SELF, finalize_keyval);
-    MPI_Comm_free_keyval(&finalize_keyval); /* made again by the next tcoll_init */
+    PMPI_Comm_delete_attr(MPI_COMM_SELF, finalize_keyval);
+    PMPI_Comm_free_keyval(&finalize_keyval); /* made again by the next tcoll_init */
     teardown();
   }
   int rc = TCOLL_SUCCESS;
   if (tc_g.mpi_owned && !fin) {
-    if (MPI_Finalize() != MPI_SUCCESS) rc = tc_error(TCOLL_ERR_MPI, "MPI_Finalize failed");
+    if (PMPI_Finalize() != MPI_SUCCESS) rc = tc_error(TCOLL_ERR_MPI, "MPI_Finalize failed");
   }
   tc_g.mpi_owned = 0;
   pthread_mutex_unlock(&init_mu);

@@ -90,14 +90,14 @@ int tcoll_mesh_create(tcoll_comm_t *parent, int ndim, const int *dims, tcoll_mes
   }
   for (int d = 0; d < ndim; d++) {
     MPI_Comm c;
-    rc = MPI_Comm_split(p->mpi, slice_color(m, d), m->coords[d], &c);
+    rc = PMPI_Comm_split(p->mpi, slice_color(m, d), m->coords[d], &c);
     if (rc != MPI_SUCCESS) {
       rc = tc_mpi_error(rc, "MPI_Comm_split");
       break;
     }
     rc = tc_comm_wrap(c, TC_COMM_MESH, &m->slices[d]);
     if (rc) {
-      MPI_Comm_free(&c);
+      PMPI_Comm_free(&c);
       break;
     }
   }

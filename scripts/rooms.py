@@ -4,7 +4,8 @@ file may include) and scripts/check-calls (what an object may call).
 Rooms, lowest first. A file may include, and an object may call, its own room and the rooms
 below it; lib/init.c sits on top of everything. lib/cuda is the CUDA backend: only init (which
 hands it to the device room) reaches it. The gradient module is narrower still: besides the
-public API it uses base/ and one internal header, work/composite.h (and what that includes)."""
+public API it uses base/ and one internal header, work/composite.h (and what that includes). The
+drop-in layer (lib/pmpi, libtcoll-mpi.so) includes the public header and mpi/layer.h only."""
 import os
 
 BELOW = {
@@ -20,7 +21,12 @@ BELOW = {
     "local": {"base", "device", "core", "mpiglue", "sched", "node", "work", "mpi"},
     "grad": {"base", "device", "core", "mpiglue", "sched", "node", "work", "mpi"},
     "init": {"base", "device", "cuda", "core", "mpiglue", "sched", "node", "work", "mpi", "local", "grad"},
+    # the drop-in layer, a library of its own on top: the public API and PMPI_HEADER only
+    "pmpi": {"mpi"},
 }
+
+# The drop-in layer's one internal header (relative to lib/): the table's verdict.
+PMPI_HEADER = "mpi/layer.h"
 
 # The gradient module's one internal header (relative to lib/), besides base/.
 GRAD_HEADER = "work/composite.h"

@@ -4,8 +4,11 @@
 # tcoll-mpiexec at 2 ranks (each example checks its own results).
 #   installed.sh pkg-config|cmake BUILD_DIR SOURCE_DIR MPICC [MPIFORT]
 # pkg-config: heat.c with `mpicc ... $(pkg-config --cflags --libs tcoll)`, relax.f90 with
-# `mpifort ... $(pkg-config --cflags --libs tcoll-fortran)`. cmake: test/cmake-consumer
-# (find_package(tcoll CONFIG), tcoll::tcoll and tcoll::fortran) with CMAKE_PREFIX_PATH. Without
+# `mpifort ... $(pkg-config --cflags --libs tcoll-fortran)`, and the plain MPI program cg.c linked
+# with the drop-in layer (`pkg-config --libs tcoll-mpi`) and, built without it, run with
+# `tcoll-mpiexec --preload`: both must route (TCOLL_DEBUG=INFO's counts). cmake:
+# test/cmake-consumer (find_package(tcoll CONFIG), tcoll::tcoll, tcoll::mpi and tcoll::fortran)
+# with CMAKE_PREFIX_PATH. Without
 # a MPIFORT (tcoll built without its Fortran module) only the C example is built. Skipped (77)
 # where pkg-config or cmake is not installed.
 set -euo pipefail
@@ -25,6 +28,12 @@ run() { # program [args]: at 2 ranks, and it must run against the installed libr
   say "running $launch -n 2 $*"
   "$launch" -n 2 "$@"
 }
+routes() { # [--preload] program: at 2 ranks through the layer, whose counts must show routed calls
+  say "running $launch $* (TCOLL_DEBUG=INFO)"
+  local out
+  out=$(TCOLL_DEBUG=INFO "$launch" "${@:1:$#-1}" -n 2 "${@: -1}" 2>&1) || { echo "$out"; exit 1; }
+  grep -q 'MPI_Allreduce: [1-9][0-9]* routed' <<<"$out" || { say "FAIL: nothing routed"; echo "$out" | tail; exit 1; }
+}
 
 case "$how" in
 pkg-config)
@@ -41,6 +50,12 @@ pkg-config)
       -o "$work/relax"
     run "$work/relax"
   fi
+  say "$mpicc cg.c \$(pkg-config --libs tcoll-mpi) -lm"
+  # shellcheck disable=SC2046
+  "$mpicc" "$src/examples/cg.c" $(pkg-config --libs tcoll-mpi) -lm -Wl,-rpath,"$libdir" -o "$work/cg-linked"
+  routes "$work/cg-linked"
+  "$mpicc" "$src/examples/cg.c" -lm -o "$work/cg"
+  routes --preload "$work/cg"
   ;;
 cmake)
   fortran=OFF
@@ -51,6 +66,7 @@ cmake)
     { cat "$work/cmake.log"; exit 1; }
   cmake --build "$work/cmake" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
   run "$work/cmake/heat"
+  routes "$work/cmake/cg"
   [ "$fortran" = ON ] && run "$work/cmake/relax"
   ;;
 *) echo "usage: installed.sh pkg-config|cmake BUILD_DIR SOURCE_DIR MPICC [MPIFORT]" >&2; exit 2 ;;

@@ -1,5 +1,8 @@
-/* PMPI wrappers: each counts one call, then calls the real MPI function. The executable's
- * definitions take precedence over libmpi's for libtcoll's calls too. Where MPI has the MPI-4
+/* Profiling-interface wrappers: each counts one call, then calls the real MPI function. libtcoll
+ * calls MPI's PMPI_* names (so that the drop-in layer, libtcoll-mpi.so, never sees tcoll's own
+ * calls): the wrappers define those, and the executable's definitions take precedence over
+ * libmpi's for libtcoll's calls; the next definition (libmpi's) is found with dlsym(RTLD_NEXT).
+ * The test's own MPI_* calls are not counted. Where MPI has the MPI-4
  * large-count calls (MPICH 4), tcoll makes a count above TCOLL_MAX_COUNT one call of the _c
  * form: those are counted as well.
  *
@@ -12,6 +15,8 @@
 #include "mpi_count.h"
 
 #include "harness.h"
+
+#include "forward.h"
 
 #include <mpi.h>
 
@@ -60,201 +65,202 @@ long t_mpi_window_calls_of(const t_mpi_window_t *w, t_mpi_fn_t fn) {
   return t_mpi_calls_of(fn) - w->of[fn];
 }
 
-int MPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c,
-                   MPI_Request *q) {
+int PMPI_Iallreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c,
+                    MPI_Request *q) {
   count(T_MPI_IALLREDUCE, c);
-  return PMPI_Iallreduce(s, r, n, d, op, c, q);
+  FORWARD(PMPI_Iallreduce, s, r, n, d, op, c, q);
 }
-int MPI_Ireduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c,
-                MPI_Request *q) {
+int PMPI_Ireduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c,
+                 MPI_Request *q) {
   count(T_MPI_IREDUCE, c);
-  return PMPI_Ireduce(s, r, n, d, op, root, c, q);
+  FORWARD(PMPI_Ireduce, s, r, n, d, op, root, c, q);
 }
-int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c,
-                              MPI_Request *q) {
+int PMPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c,
+                               MPI_Request *q) {
   count(T_MPI_IREDUCE_SCATTER_BLOCK, c);
-  return PMPI_Ireduce_scatter_block(s, r, n, d, op, c, q);
+  FORWARD(PMPI_Ireduce_scatter_block, s, r, n, d, op, c, q);
 }
-int MPI_Ibcast(void *b, int n, MPI_Datatype d, int root, MPI_Comm c, MPI_Request *q) {
+int PMPI_Ibcast(void *b, int n, MPI_Datatype d, int root, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IBCAST, c);
-  return PMPI_Ibcast(b, n, d, root, c, q);
+  FORWARD(PMPI_Ibcast, b, n, d, root, c, q);
 }
-int MPI_Iallgather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd,
-                   MPI_Comm c, MPI_Request *q) {
+int PMPI_Iallgather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd,
+                    MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLGATHER, c);
-  return PMPI_Iallgather(s, sn, sd, r, rn, rd, c, q);
+  FORWARD(PMPI_Iallgather, s, sn, sd, r, rn, rd, c, q);
 }
-int MPI_Igather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, int root,
-                MPI_Comm c, MPI_Request *q) {
-  count(T_MPI_IGATHER, c);
-  return PMPI_Igather(s, sn, sd, r, rn, rd, root, c, q);
-}
-int MPI_Iscatter(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, int root,
+int PMPI_Igather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd, int root,
                  MPI_Comm c, MPI_Request *q) {
+  count(T_MPI_IGATHER, c);
+  FORWARD(PMPI_Igather, s, sn, sd, r, rn, rd, root, c, q);
+}
+int PMPI_Iscatter(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd,
+                  int root, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_ISCATTER, c);
-  return PMPI_Iscatter(s, sn, sd, r, rn, rd, root, c, q);
+  FORWARD(PMPI_Iscatter, s, sn, sd, r, rn, rd, root, c, q);
 }
-int MPI_Ialltoallv(const void *s, const int sc[], const int sdp[], MPI_Datatype sd, void *r,
-                   const int rc[], const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
+int PMPI_Ialltoallv(const void *s, const int sc[], const int sdp[], MPI_Datatype sd, void *r,
+                    const int rc[], const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLTOALLV, c);
-  return PMPI_Ialltoallv(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
+  FORWARD(PMPI_Ialltoallv, s, sc, sdp, sd, r, rc, rdp, rd, c, q);
 }
-int MPI_Ialltoallw(const void *s, const int sc[], const int sdp[], const MPI_Datatype sd[], void *r,
-                   const int rc[], const int rdp[], const MPI_Datatype rd[], MPI_Comm c,
-                   MPI_Request *q) {
+int PMPI_Ialltoallw(const void *s, const int sc[], const int sdp[], const MPI_Datatype sd[],
+                    void *r, const int rc[], const int rdp[], const MPI_Datatype rd[], MPI_Comm c,
+                    MPI_Request *q) {
   count(T_MPI_IALLTOALLW, c);
-  return PMPI_Ialltoallw(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
+  FORWARD(PMPI_Ialltoallw, s, sc, sdp, sd, r, rc, rdp, rd, c, q);
 }
-int MPI_Iallgatherv(const void *s, int sn, MPI_Datatype sd, void *r, const int rn[],
-                    const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
+int PMPI_Iallgatherv(const void *s, int sn, MPI_Datatype sd, void *r, const int rn[],
+                     const int rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLGATHERV, c);
-  return PMPI_Iallgatherv(s, sn, sd, r, rn, rdp, rd, c, q);
+  FORWARD(PMPI_Iallgatherv, s, sn, sd, r, rn, rdp, rd, c, q);
 }
-int MPI_Ialltoall(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd,
-                  MPI_Comm c, MPI_Request *q) {
+int PMPI_Ialltoall(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd,
+                   MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLTOALL, c);
-  return PMPI_Ialltoall(s, sn, sd, r, rn, rd, c, q);
+  FORWARD(PMPI_Ialltoall, s, sn, sd, r, rn, rd, c, q);
 }
-int MPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c, MPI_Request *q) {
+int PMPI_Isend(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_ISEND, c);
-  return PMPI_Isend(b, n, d, dst, tag, c, q);
+  FORWARD(PMPI_Isend, b, n, d, dst, tag, c, q);
 }
-int MPI_Irecv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Request *q) {
+int PMPI_Irecv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Request *q) {
   if (src == MPI_ANY_SOURCE) { /* the bootstrap service's */
     __atomic_store_n(&service, c, __ATOMIC_RELAXED);
     __atomic_store_n(&service_known, 1, __ATOMIC_RELEASE);
   }
   count(T_MPI_IRECV, c);
-  return PMPI_Irecv(b, n, d, src, tag, c, q);
+  FORWARD(PMPI_Irecv, b, n, d, src, tag, c, q);
 }
-int MPI_Send(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c) {
+int PMPI_Send(const void *b, int n, MPI_Datatype d, int dst, int tag, MPI_Comm c) {
   count(T_MPI_SEND, c);
-  return PMPI_Send(b, n, d, dst, tag, c);
+  FORWARD(PMPI_Send, b, n, d, dst, tag, c);
 }
-int MPI_Recv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Status *st) {
+int PMPI_Recv(void *b, int n, MPI_Datatype d, int src, int tag, MPI_Comm c, MPI_Status *st) {
   count(T_MPI_RECV, c);
-  return PMPI_Recv(b, n, d, src, tag, c, st);
+  FORWARD(PMPI_Recv, b, n, d, src, tag, c, st);
 }
-int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c) {
+int PMPI_Allreduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c) {
   count(T_MPI_ALLREDUCE, c);
-  return PMPI_Allreduce(s, r, n, d, op, c);
+  FORWARD(PMPI_Allreduce, s, r, n, d, op, c);
 }
-int MPI_Allgather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd,
-                  MPI_Comm c) {
+int PMPI_Allgather(const void *s, int sn, MPI_Datatype sd, void *r, int rn, MPI_Datatype rd,
+                   MPI_Comm c) {
   count(T_MPI_ALLGATHER, c);
-  return PMPI_Allgather(s, sn, sd, r, rn, rd, c);
+  FORWARD(PMPI_Allgather, s, sn, sd, r, rn, rd, c);
 }
-int MPI_Reduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c) {
+int PMPI_Reduce(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, int root, MPI_Comm c) {
   count(T_MPI_REDUCE, c);
-  return PMPI_Reduce(s, r, n, d, op, root, c);
+  FORWARD(PMPI_Reduce, s, r, n, d, op, root, c);
 }
-int MPI_Reduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op, MPI_Comm c) {
+int PMPI_Reduce_scatter_block(const void *s, void *r, int n, MPI_Datatype d, MPI_Op op,
+                              MPI_Comm c) {
   count(T_MPI_REDUCE_SCATTER_BLOCK, c);
-  return PMPI_Reduce_scatter_block(s, r, n, d, op, c);
+  FORWARD(PMPI_Reduce_scatter_block, s, r, n, d, op, c);
 }
-int MPI_Bcast(void *b, int n, MPI_Datatype d, int root, MPI_Comm c) {
+int PMPI_Bcast(void *b, int n, MPI_Datatype d, int root, MPI_Comm c) {
   count(T_MPI_BCAST, c);
-  return PMPI_Bcast(b, n, d, root, c);
+  FORWARD(PMPI_Bcast, b, n, d, root, c);
 }
-int MPI_Barrier(MPI_Comm c) {
+int PMPI_Barrier(MPI_Comm c) {
   count(T_MPI_BARRIER, c);
-  return PMPI_Barrier(c);
+  FORWARD(PMPI_Barrier, c);
 }
-int MPI_Comm_dup(MPI_Comm c, MPI_Comm *n) {
+int PMPI_Comm_dup(MPI_Comm c, MPI_Comm *n) {
   count(T_MPI_COMM_DUP, c);
-  return PMPI_Comm_dup(c, n);
+  FORWARD(PMPI_Comm_dup, c, n);
 }
-int MPI_Comm_split(MPI_Comm c, int color, int key, MPI_Comm *n) {
+int PMPI_Comm_split(MPI_Comm c, int color, int key, MPI_Comm *n) {
   count(T_MPI_COMM_SPLIT, c);
-  return PMPI_Comm_split(c, color, key, n);
+  FORWARD(PMPI_Comm_split, c, color, key, n);
 }
-int MPI_Comm_create_group(MPI_Comm c, MPI_Group g, int tag, MPI_Comm *n) {
+int PMPI_Comm_create_group(MPI_Comm c, MPI_Group g, int tag, MPI_Comm *n) {
   count(T_MPI_COMM_CREATE_GROUP, c);
-  return PMPI_Comm_create_group(c, g, tag, n);
+  FORWARD(PMPI_Comm_create_group, c, g, tag, n);
 }
 
 #if MPI_VERSION >= 4
-int MPI_Iallreduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, MPI_Comm c,
-                     MPI_Request *q) {
+int PMPI_Iallreduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, MPI_Comm c,
+                      MPI_Request *q) {
   count(T_MPI_IALLREDUCE, c);
-  return PMPI_Iallreduce_c(s, r, n, d, op, c, q);
+  FORWARD(PMPI_Iallreduce_c, s, r, n, d, op, c, q);
 }
-int MPI_Ireduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, int root,
-                  MPI_Comm c, MPI_Request *q) {
+int PMPI_Ireduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, int root,
+                   MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IREDUCE, c);
-  return PMPI_Ireduce_c(s, r, n, d, op, root, c, q);
+  FORWARD(PMPI_Ireduce_c, s, r, n, d, op, root, c, q);
 }
-int MPI_Ireduce_scatter_block_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op,
-                                MPI_Comm c, MPI_Request *q) {
+int PMPI_Ireduce_scatter_block_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op,
+                                 MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IREDUCE_SCATTER_BLOCK, c);
-  return PMPI_Ireduce_scatter_block_c(s, r, n, d, op, c, q);
+  FORWARD(PMPI_Ireduce_scatter_block_c, s, r, n, d, op, c, q);
 }
-int MPI_Ibcast_c(void *b, MPI_Count n, MPI_Datatype d, int root, MPI_Comm c, MPI_Request *q) {
+int PMPI_Ibcast_c(void *b, MPI_Count n, MPI_Datatype d, int root, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IBCAST, c);
-  return PMPI_Ibcast_c(b, n, d, root, c, q);
+  FORWARD(PMPI_Ibcast_c, b, n, d, root, c, q);
 }
-int MPI_Iallgather_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
-                     MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
+int PMPI_Iallgather_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
+                      MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLGATHER, c);
-  return PMPI_Iallgather_c(s, sn, sd, r, rn, rd, c, q);
+  FORWARD(PMPI_Iallgather_c, s, sn, sd, r, rn, rd, c, q);
 }
-int MPI_Iallgatherv_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, const MPI_Count rn[],
-                      const MPI_Aint rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
+int PMPI_Iallgatherv_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, const MPI_Count rn[],
+                       const MPI_Aint rdp[], MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLGATHERV, c);
-  return PMPI_Iallgatherv_c(s, sn, sd, r, rn, rdp, rd, c, q);
+  FORWARD(PMPI_Iallgatherv_c, s, sn, sd, r, rn, rdp, rd, c, q);
 }
-int MPI_Igather_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
-                  MPI_Datatype rd, int root, MPI_Comm c, MPI_Request *q) {
-  count(T_MPI_IGATHER, c);
-  return PMPI_Igather_c(s, sn, sd, r, rn, rd, root, c, q);
-}
-int MPI_Iscatter_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
+int PMPI_Igather_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
                    MPI_Datatype rd, int root, MPI_Comm c, MPI_Request *q) {
+  count(T_MPI_IGATHER, c);
+  FORWARD(PMPI_Igather_c, s, sn, sd, r, rn, rd, root, c, q);
+}
+int PMPI_Iscatter_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
+                    MPI_Datatype rd, int root, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_ISCATTER, c);
-  return PMPI_Iscatter_c(s, sn, sd, r, rn, rd, root, c, q);
+  FORWARD(PMPI_Iscatter_c, s, sn, sd, r, rn, rd, root, c, q);
 }
-int MPI_Ialltoall_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
-                    MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
+int PMPI_Ialltoall_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
+                     MPI_Datatype rd, MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLTOALL, c);
-  return PMPI_Ialltoall_c(s, sn, sd, r, rn, rd, c, q);
+  FORWARD(PMPI_Ialltoall_c, s, sn, sd, r, rn, rd, c, q);
 }
-int MPI_Ialltoallv_c(const void *s, const MPI_Count sc[], const MPI_Aint sdp[], MPI_Datatype sd,
-                     void *r, const MPI_Count rc[], const MPI_Aint rdp[], MPI_Datatype rd,
-                     MPI_Comm c, MPI_Request *q) {
+int PMPI_Ialltoallv_c(const void *s, const MPI_Count sc[], const MPI_Aint sdp[], MPI_Datatype sd,
+                      void *r, const MPI_Count rc[], const MPI_Aint rdp[], MPI_Datatype rd,
+                      MPI_Comm c, MPI_Request *q) {
   count(T_MPI_IALLTOALLV, c);
-  return PMPI_Ialltoallv_c(s, sc, sdp, sd, r, rc, rdp, rd, c, q);
+  FORWARD(PMPI_Ialltoallv_c, s, sc, sdp, sd, r, rc, rdp, rd, c, q);
 }
-int MPI_Isend_c(const void *b, MPI_Count n, MPI_Datatype d, int dst, int tag, MPI_Comm c,
-                MPI_Request *q) {
+int PMPI_Isend_c(const void *b, MPI_Count n, MPI_Datatype d, int dst, int tag, MPI_Comm c,
+                 MPI_Request *q) {
   count(T_MPI_ISEND, c);
-  return PMPI_Isend_c(b, n, d, dst, tag, c, q);
+  FORWARD(PMPI_Isend_c, b, n, d, dst, tag, c, q);
 }
-int MPI_Irecv_c(void *b, MPI_Count n, MPI_Datatype d, int src, int tag, MPI_Comm c,
-                MPI_Request *q) {
+int PMPI_Irecv_c(void *b, MPI_Count n, MPI_Datatype d, int src, int tag, MPI_Comm c,
+                 MPI_Request *q) {
   count(T_MPI_IRECV, c);
-  return PMPI_Irecv_c(b, n, d, src, tag, c, q);
+  FORWARD(PMPI_Irecv_c, b, n, d, src, tag, c, q);
 }
-int MPI_Allreduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, MPI_Comm c) {
+int PMPI_Allreduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, MPI_Comm c) {
   count(T_MPI_ALLREDUCE, c);
-  return PMPI_Allreduce_c(s, r, n, d, op, c);
+  FORWARD(PMPI_Allreduce_c, s, r, n, d, op, c);
 }
-int MPI_Reduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, int root,
-                 MPI_Comm c) {
+int PMPI_Reduce_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op, int root,
+                  MPI_Comm c) {
   count(T_MPI_REDUCE, c);
-  return PMPI_Reduce_c(s, r, n, d, op, root, c);
+  FORWARD(PMPI_Reduce_c, s, r, n, d, op, root, c);
 }
-int MPI_Reduce_scatter_block_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op,
-                               MPI_Comm c) {
+int PMPI_Reduce_scatter_block_c(const void *s, void *r, MPI_Count n, MPI_Datatype d, MPI_Op op,
+                                MPI_Comm c) {
   count(T_MPI_REDUCE_SCATTER_BLOCK, c);
-  return PMPI_Reduce_scatter_block_c(s, r, n, d, op, c);
+  FORWARD(PMPI_Reduce_scatter_block_c, s, r, n, d, op, c);
 }
-int MPI_Allgather_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
-                    MPI_Datatype rd, MPI_Comm c) {
+int PMPI_Allgather_c(const void *s, MPI_Count sn, MPI_Datatype sd, void *r, MPI_Count rn,
+                     MPI_Datatype rd, MPI_Comm c) {
   count(T_MPI_ALLGATHER, c);
-  return PMPI_Allgather_c(s, sn, sd, r, rn, rd, c);
+  FORWARD(PMPI_Allgather_c, s, sn, sd, r, rn, rd, c);
 }
-int MPI_Bcast_c(void *b, MPI_Count n, MPI_Datatype d, int root, MPI_Comm c) {
+int PMPI_Bcast_c(void *b, MPI_Count n, MPI_Datatype d, int root, MPI_Comm c) {
   count(T_MPI_BCAST, c);
-  return PMPI_Bcast_c(b, n, d, root, c);
+  FORWARD(PMPI_Bcast_c, b, n, d, root, c);
 }
 #endif

@@ -13,6 +13,7 @@
  * deep. Values are exact (move_util.h closed forms). */
 #include "algo_util.h"
 #include "move_util.h"
+#include "forward.h"
 
 #include <limits.h>
 #include <sys/mman.h>
@@ -34,10 +35,10 @@ static void set_limit(int64_t n) {
 
 /* ---- watching what reaches MPI ----
  *
- * The test program defines the MPI entry points tcoll posts with (and the datatype constructors
- * it builds with); the dynamic linker binds libtcoll's calls to them, and they forward to the
- * PMPI layer. Each one counts the call, so that tests can see which path an op took, and checks
- * its counts: an int count never exceeds the limit in force, and an MPI-4 _c call (MPICH) is
+ * The test program defines the PMPI entry points tcoll posts with (and the datatype constructors
+ * it builds with); the dynamic linker binds libtcoll's calls to them, and they forward to MPI's
+ * own (forward.h). Each one counts the call, so that tests can see which path an op took, and
+ * checks its counts: an int count never exceeds the limit in force, and an MPI-4 _c call (MPICH) is
  * made only for a count above it (within the limit the int form is the call to make). */
 #if MPI_VERSION >= 4
 #define LARGE_COUNT 1 /* this MPI has the _c calls: a count above the limit goes in one of them */
@@ -124,99 +125,99 @@ static bool count_int(int w, const char *fn, int64_t n) {
   return failing(w);
 }
 
-int MPI_Iallreduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                   MPI_Request *req) {
+int PMPI_Iallreduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                    MPI_Request *req) {
   if (count_int(W_ALLREDUCE, "MPI_Iallreduce", n)) return MPI_ERR_COUNT;
-  return PMPI_Iallreduce(sb, rb, n, dt, op, comm, req);
+  FORWARD(PMPI_Iallreduce, sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Ireduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, int root,
-                MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ireduce(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op, int root,
+                 MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_REDUCE, "MPI_Ireduce", n)) return MPI_ERR_COUNT;
-  return PMPI_Ireduce(sb, rb, n, dt, op, root, comm, req);
+  FORWARD(PMPI_Ireduce, sb, rb, n, dt, op, root, comm, req);
 }
 
-int MPI_Ireduce_scatter_block(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op,
-                              MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ireduce_scatter_block(const void *sb, void *rb, int n, MPI_Datatype dt, MPI_Op op,
+                               MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_REDUCE_SCATTER_BLOCK, "MPI_Ireduce_scatter_block", n)) return MPI_ERR_COUNT;
-  return PMPI_Ireduce_scatter_block(sb, rb, n, dt, op, comm, req);
+  FORWARD(PMPI_Ireduce_scatter_block, sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Iallgather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
-                   MPI_Comm comm, MPI_Request *req) {
+int PMPI_Iallgather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                    MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_ALLGATHER, "MPI_Iallgather", sc)) return MPI_ERR_COUNT;
   note("MPI_Iallgather", rc);
-  return PMPI_Iallgather(sb, sc, st, rb, rc, rt, comm, req);
+  FORWARD(PMPI_Iallgather, sb, sc, st, rb, rc, rt, comm, req);
 }
 
-int MPI_Iallgatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rc[],
-                    const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+int PMPI_Iallgatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rc[],
+                     const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_ALLGATHERV, "MPI_Iallgatherv", sb == MPI_IN_PLACE ? 0 : sc)) return MPI_ERR_COUNT;
   note_array("MPI_Iallgatherv", rc, comm);
-  return PMPI_Iallgatherv(sb, sc, st, rb, rc, rd, rt, comm, req);
+  FORWARD(PMPI_Iallgatherv, sb, sc, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_BCAST, "MPI_Ibcast", count)) return MPI_ERR_COUNT;
-  return PMPI_Ibcast(buf, count, dt, root, comm, req);
+  FORWARD(PMPI_Ibcast, buf, count, dt, root, comm, req);
 }
 
-int MPI_Igather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
-                int root, MPI_Comm comm, MPI_Request *req) {
+int PMPI_Igather(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                 int root, MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_GATHER, "MPI_Igather", sc)) return MPI_ERR_COUNT;
   note("MPI_Igather", rc);
-  return PMPI_Igather(sb, sc, st, rb, rc, rt, root, comm, req);
+  FORWARD(PMPI_Igather, sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
-int MPI_Iscatter(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
-                 int root, MPI_Comm comm, MPI_Request *req) {
+int PMPI_Iscatter(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                  int root, MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_SCATTER, "MPI_Iscatter", sc)) return MPI_ERR_COUNT;
   note("MPI_Iscatter", rc);
-  return PMPI_Iscatter(sb, sc, st, rb, rc, rt, root, comm, req);
+  FORWARD(PMPI_Iscatter, sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
-int MPI_Ialltoall(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
-                  MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ialltoall(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt,
+                   MPI_Comm comm, MPI_Request *req) {
   if (count_int(W_ALLTOALL, "MPI_Ialltoall", sc)) return MPI_ERR_COUNT;
   note("MPI_Ialltoall", rc);
-  return PMPI_Ialltoall(sb, sc, st, rb, rc, rt, comm, req);
+  FORWARD(PMPI_Ialltoall, sb, sc, st, rb, rc, rt, comm, req);
 }
 
-int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb,
-                   const int rc[], const int rd[], MPI_Datatype rt, MPI_Comm comm,
-                   MPI_Request *req) {
+int PMPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb,
+                    const int rc[], const int rd[], MPI_Datatype rt, MPI_Comm comm,
+                    MPI_Request *req) {
   bump(&watch.calls[W_ALLTOALLV]);
   note_array("MPI_Ialltoallv", sc, comm);
   note_array("MPI_Ialltoallv", rc, comm);
   if (failing(W_ALLTOALLV)) return MPI_ERR_COUNT;
-  return PMPI_Ialltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
+  FORWARD(PMPI_Ialltoallv, sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Datatype st[],
-                   void *rb, const int rc[], const int rd[], const MPI_Datatype rt[], MPI_Comm comm,
-                   MPI_Request *req) {
+int PMPI_Ialltoallw(const void *sb, const int sc[], const int sd[], const MPI_Datatype st[],
+                    void *rb, const int rc[], const int rd[], const MPI_Datatype rt[],
+                    MPI_Comm comm, MPI_Request *req) {
   bump(&watch.calls[W_ALLTOALLW]);
   note_array("MPI_Ialltoallw", sc, comm);
   note_array("MPI_Ialltoallw", rc, comm);
   if (failing(W_ALLTOALLW)) return MPI_ERR_COUNT;
-  return PMPI_Ialltoallw(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
+  FORWARD(PMPI_Ialltoallw, sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Isend(const void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
-              MPI_Request *req) {
+int PMPI_Isend(const void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+               MPI_Request *req) {
   if (count_int(W_SEND, "MPI_Isend", n)) return MPI_ERR_COUNT;
-  return PMPI_Isend(buf, n, dt, peer, tag, comm, req);
+  FORWARD(PMPI_Isend, buf, n, dt, peer, tag, comm, req);
 }
 
-int MPI_Irecv(void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
-              MPI_Request *req) {
+int PMPI_Irecv(void *buf, int n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+               MPI_Request *req) {
   if (count_int(W_RECV, "MPI_Irecv", n)) return MPI_ERR_COUNT;
-  return PMPI_Irecv(buf, n, dt, peer, tag, comm, req);
+  FORWARD(PMPI_Irecv, buf, n, dt, peer, tag, comm, req);
 }
 
-int MPI_Reduce_local(const void *in, void *acc, int n, MPI_Datatype dt, MPI_Op op) {
+int PMPI_Reduce_local(const void *in, void *acc, int n, MPI_Datatype dt, MPI_Op op) {
   if (count_int(W_REDUCE_LOCAL, "MPI_Reduce_local", n)) return MPI_ERR_COUNT;
-  return PMPI_Reduce_local(in, acc, n, dt, op);
+  FORWARD(PMPI_Reduce_local, in, acc, n, dt, op);
 }
 
 #if LARGE_COUNT
@@ -238,113 +239,114 @@ static MPI_Count largest_of(const MPI_Count *v, MPI_Comm comm) {
 
 static MPI_Count max2(MPI_Count a, MPI_Count b) { return a > b ? a : b; }
 
-int MPI_Iallreduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op,
-                     MPI_Comm comm, MPI_Request *req) {
+int PMPI_Iallreduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op,
+                      MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLREDUCE, n)) return MPI_ERR_COUNT;
-  return PMPI_Iallreduce_c(sb, rb, n, dt, op, comm, req);
+  FORWARD(PMPI_Iallreduce_c, sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Ireduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, int root,
-                  MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ireduce_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op, int root,
+                   MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_REDUCE, n)) return MPI_ERR_COUNT;
-  return PMPI_Ireduce_c(sb, rb, n, dt, op, root, comm, req);
+  FORWARD(PMPI_Ireduce_c, sb, rb, n, dt, op, root, comm, req);
 }
 
-int MPI_Ireduce_scatter_block_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op,
-                                MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ireduce_scatter_block_c(const void *sb, void *rb, MPI_Count n, MPI_Datatype dt, MPI_Op op,
+                                 MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_REDUCE_SCATTER_BLOCK, n)) return MPI_ERR_COUNT;
-  return PMPI_Ireduce_scatter_block_c(sb, rb, n, dt, op, comm, req);
+  FORWARD(PMPI_Ireduce_scatter_block_c, sb, rb, n, dt, op, comm, req);
 }
 
-int MPI_Ibcast_c(void *buf, MPI_Count n, MPI_Datatype dt, int root, MPI_Comm comm,
-                 MPI_Request *req) {
+int PMPI_Ibcast_c(void *buf, MPI_Count n, MPI_Datatype dt, int root, MPI_Comm comm,
+                  MPI_Request *req) {
   if (note_c(W_BCAST, n)) return MPI_ERR_COUNT;
-  return PMPI_Ibcast_c(buf, n, dt, root, comm, req);
+  FORWARD(PMPI_Ibcast_c, buf, n, dt, root, comm, req);
 }
 
-int MPI_Iallgather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
-                     MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+int PMPI_Iallgather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+                      MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLGATHER, max2(sc, rc))) return MPI_ERR_COUNT;
-  return PMPI_Iallgather_c(sb, sc, st, rb, rc, rt, comm, req);
+  FORWARD(PMPI_Iallgather_c, sb, sc, st, rb, rc, rt, comm, req);
 }
 
-int MPI_Iallgatherv_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, const MPI_Count rc[],
-                      const MPI_Aint rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+int PMPI_Iallgatherv_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb,
+                       const MPI_Count rc[], const MPI_Aint rd[], MPI_Datatype rt, MPI_Comm comm,
+                       MPI_Request *req) {
   if (note_c(W_ALLGATHERV, largest_of(rc, comm))) return MPI_ERR_COUNT;
-  return PMPI_Iallgatherv_c(sb, sc, st, rb, rc, rd, rt, comm, req);
+  FORWARD(PMPI_Iallgatherv_c, sb, sc, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Igather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
-                  MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request *req) {
-  if (note_c(W_GATHER, max2(sc, rc))) return MPI_ERR_COUNT;
-  return PMPI_Igather_c(sb, sc, st, rb, rc, rt, root, comm, req);
-}
-
-int MPI_Iscatter_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+int PMPI_Igather_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
                    MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request *req) {
+  if (note_c(W_GATHER, max2(sc, rc))) return MPI_ERR_COUNT;
+  FORWARD(PMPI_Igather_c, sb, sc, st, rb, rc, rt, root, comm, req);
+}
+
+int PMPI_Iscatter_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+                    MPI_Datatype rt, int root, MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_SCATTER, max2(sc, rc))) return MPI_ERR_COUNT;
-  return PMPI_Iscatter_c(sb, sc, st, rb, rc, rt, root, comm, req);
+  FORWARD(PMPI_Iscatter_c, sb, sc, st, rb, rc, rt, root, comm, req);
 }
 
-int MPI_Ialltoall_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
-                    MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ialltoall_c(const void *sb, MPI_Count sc, MPI_Datatype st, void *rb, MPI_Count rc,
+                     MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLTOALL, max2(sc, rc))) return MPI_ERR_COUNT;
-  return PMPI_Ialltoall_c(sb, sc, st, rb, rc, rt, comm, req);
+  FORWARD(PMPI_Ialltoall_c, sb, sc, st, rb, rc, rt, comm, req);
 }
 
-int MPI_Ialltoallv_c(const void *sb, const MPI_Count sc[], const MPI_Aint sd[], MPI_Datatype st,
-                     void *rb, const MPI_Count rc[], const MPI_Aint rd[], MPI_Datatype rt,
-                     MPI_Comm comm, MPI_Request *req) {
+int PMPI_Ialltoallv_c(const void *sb, const MPI_Count sc[], const MPI_Aint sd[], MPI_Datatype st,
+                      void *rb, const MPI_Count rc[], const MPI_Aint rd[], MPI_Datatype rt,
+                      MPI_Comm comm, MPI_Request *req) {
   if (note_c(W_ALLTOALLV, max2(largest_of(sc, comm), largest_of(rc, comm)))) return MPI_ERR_COUNT;
-  return PMPI_Ialltoallv_c(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
+  FORWARD(PMPI_Ialltoallv_c, sb, sc, sd, st, rb, rc, rd, rt, comm, req);
 }
 
-int MPI_Isend_c(const void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
-                MPI_Request *req) {
+int PMPI_Isend_c(const void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+                 MPI_Request *req) {
   if (note_c(W_SEND, n)) return MPI_ERR_COUNT;
-  return PMPI_Isend_c(buf, n, dt, peer, tag, comm, req);
+  FORWARD(PMPI_Isend_c, buf, n, dt, peer, tag, comm, req);
 }
 
-int MPI_Irecv_c(void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
-                MPI_Request *req) {
+int PMPI_Irecv_c(void *buf, MPI_Count n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
+                 MPI_Request *req) {
   if (note_c(W_RECV, n)) return MPI_ERR_COUNT;
-  return PMPI_Irecv_c(buf, n, dt, peer, tag, comm, req);
+  FORWARD(PMPI_Irecv_c, buf, n, dt, peer, tag, comm, req);
 }
 
-int MPI_Reduce_local_c(const void *in, void *acc, MPI_Count n, MPI_Datatype dt, MPI_Op op) {
+int PMPI_Reduce_local_c(const void *in, void *acc, MPI_Count n, MPI_Datatype dt, MPI_Op op) {
   if (note_c(W_REDUCE_LOCAL, n)) return MPI_ERR_COUNT;
-  return PMPI_Reduce_local_c(in, acc, n, dt, op);
+  FORWARD(PMPI_Reduce_local_c, in, acc, n, dt, op);
 }
 #endif
 
-int MPI_Type_contiguous(int count, MPI_Datatype old, MPI_Datatype *t) {
+int PMPI_Type_contiguous(int count, MPI_Datatype old, MPI_Datatype *t) {
   bump(&watch.type_ctors);
   note("MPI_Type_contiguous", count);
-  return PMPI_Type_contiguous(count, old, t);
+  FORWARD(PMPI_Type_contiguous, count, old, t);
 }
 
-int MPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype old,
-                            MPI_Datatype *t) {
+int PMPI_Type_create_hvector(int count, int blen, MPI_Aint stride, MPI_Datatype old,
+                             MPI_Datatype *t) {
   bump(&watch.type_ctors);
   note("MPI_Type_create_hvector", count);
   note("MPI_Type_create_hvector (block length)", blen);
-  return PMPI_Type_create_hvector(count, blen, stride, old, t);
+  FORWARD(PMPI_Type_create_hvector, count, blen, stride, old, t);
 }
 
-int MPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs[],
-                             MPI_Datatype old, MPI_Datatype *t) {
+int PMPI_Type_create_hindexed(int count, const int blens[], const MPI_Aint displs[],
+                              MPI_Datatype old, MPI_Datatype *t) {
   bump(&watch.type_ctors);
   note("MPI_Type_create_hindexed", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_hindexed (block length)", blens[i]);
-  return PMPI_Type_create_hindexed(count, blens, displs, old, t);
+  FORWARD(PMPI_Type_create_hindexed, count, blens, displs, old, t);
 }
 
-int MPI_Type_create_struct(int count, const int blens[], const MPI_Aint displs[],
-                           const MPI_Datatype types[], MPI_Datatype *t) {
+int PMPI_Type_create_struct(int count, const int blens[], const MPI_Aint displs[],
+                            const MPI_Datatype types[], MPI_Datatype *t) {
   bump(&watch.type_ctors);
   note("MPI_Type_create_struct", count);
   for (int i = 0; i < count; i++) note("MPI_Type_create_struct (block length)", blens[i]);
-  return PMPI_Type_create_struct(count, blens, displs, types, t);
+  FORWARD(PMPI_Type_create_struct, count, blens, displs, types, t);
 }
 
 START_TEST(limit_in_force) {

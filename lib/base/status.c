@@ -51,7 +51,7 @@ const char *tc_last_message(void) { return last_message; }
 int tc_mpi_error(int mpi_rc, const char *what) {
   char mpimsg[MPI_MAX_ERROR_STRING] = "";
   int len = 0;
-  if (MPI_Error_string(mpi_rc, mpimsg, &len) != MPI_SUCCESS)
+  if (PMPI_Error_string(mpi_rc, mpimsg, &len) != MPI_SUCCESS)
     snprintf(mpimsg, sizeof mpimsg, "MPI error code %d", mpi_rc);
   return tc_error(TCOLL_ERR_MPI, "%s failed: %s", what, mpimsg);
 }

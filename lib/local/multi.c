@@ -87,7 +87,7 @@ static int check_lists(mop_t *m, int n_in, int n_out, bool has_out, void *const 
     if ((rc = tc_comm_resolve(comms[i], nm, &c))) return rc;
     if (i == 0) continue;
     int res = MPI_UNEQUAL;
-    MPI_Comm_compare(m->c->mpi, c->mpi, &res);
+    PMPI_Comm_compare(m->c->mpi, c->mpi, &res);
     if (res != MPI_IDENT && res != MPI_CONGRUENT)
       return INVALID(
           "comms[%d] does not have the same members as comms[0], in the same order (expected one "

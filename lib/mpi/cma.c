@@ -231,7 +231,7 @@ static int probe_peers(tcoll_comm_t *c, char *why, size_t len) {
     mine.word = probe_word;
     char host[MPI_MAX_PROCESSOR_NAME];
     int hl = 0;
-    if (MPI_Get_processor_name(host, &hl) == MPI_SUCCESS)
+    if (PMPI_Get_processor_name(host, &hl) == MPI_SUCCESS)
       snprintf(mine.host, sizeof mine.host, "%.*s", hl, host);
     if (tc_mpi_allgather(&mine, (int64_t)sizeof mine, MPI_BYTE, all, (int64_t)sizeof mine, MPI_BYTE,
                          c->ctrl, true) != MPI_SUCCESS)

@@ -121,14 +121,14 @@ static bool fits(const int64_t *v, int n, int64_t limit) {
 
 /* Per-peer datatype: count units starting disp units into the buffer. */
 static int peer_type(tcoll_dtype_t d, int64_t unit, int64_t count, int64_t disp, MPI_Datatype *t) {
-  if (count == 0) return MPI_Type_dup(MPI_BYTE, t);
+  if (count == 0) return PMPI_Type_dup(MPI_BYTE, t);
   tc_mpi_type_t block;
   int rc = tc_mpi_contig(d, count * unit, &block);
   if (rc) return rc;
   int one = 1;
   MPI_Aint bytes = (MPI_Aint)(disp * unit) * (MPI_Aint)tc_dtype_size(d);
-  rc = MPI_Type_create_hindexed(1, &one, &bytes, block.type, t);
-  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(t);
+  rc = PMPI_Type_create_hindexed(1, &one, &bytes, block.type, t);
+  if (rc == MPI_SUCCESS) rc = PMPI_Type_commit(t);
   tc_mpi_type_put(&block);
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "building an all-to-all datatype");
 }
@@ -161,16 +161,16 @@ static int post_alltoallw(tc_work_t *w, const void *sbuf, const int64_t *sc, con
   if (!rc) rc = tc_work_reserve(w, 1);
   if (!rc)
     rc = tc_post_ok(w,
-                    MPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes,
-                                   w->comm->mpi, tc_work_req(w)),
+                    PMPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes,
+                                    w->comm->mpi, tc_work_req(w)),
                     "MPI_Ialltoallw");
   if (!rc) { /* all 2 * size built and in use: freed when the work is recycled */
     types[2 * size] = MPI_DATATYPE_NULL;
     if (tc_work_hold(w, types, TC_HELD_MPI_TYPES) == TCOLL_SUCCESS) return rc;
   }
   for (int p = 0; p < built; p++) { /* freeing types in use by a posted call is allowed by MPI */
-    MPI_Type_free(&stypes[p]);
-    MPI_Type_free(&rtypes[p]);
+    PMPI_Type_free(&stypes[p]);
+    PMPI_Type_free(&rtypes[p]);
   }
   free(types);
   return rc;
@@ -218,8 +218,8 @@ static int post_alltoallv_int(tc_work_t *w, const void *sbuf, const int64_t *sc,
   if (!rc) rc = unit == 1 ? tc_mpi_span(d, 1, &unit_type) : tc_mpi_contig(d, unit, &unit_type.dt);
   if (rc) return rc;
   if (unit != 1) unit_type.count = 1;
-  rc = MPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls,
-                      unit_type.dt.type, w->comm->mpi, tc_work_req(w));
+  rc = PMPI_Ialltoallv(sbuf, scounts, sdispls, unit_type.dt.type, rbuf, rcounts, rdispls,
+                       unit_type.dt.type, w->comm->mpi, tc_work_req(w));
   rc = tc_post_ok(w, rc, "MPI_Ialltoallv");
   tc_mpi_span_put(&unit_type);
   return rc;

@@ -14,74 +14,74 @@
 int tc_mpi_iallreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op,
                       MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Iallreduce_c(sbuf, rbuf, n, dt, op, comm, req);
+  if (LARGE(n)) return PMPI_Iallreduce_c(sbuf, rbuf, n, dt, op, comm, req);
 #endif
-  return MPI_Iallreduce(sbuf, rbuf, (int)n, dt, op, comm, req);
+  return PMPI_Iallreduce(sbuf, rbuf, (int)n, dt, op, comm, req);
 }
 
 int tc_mpi_ireduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root,
                    MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Ireduce_c(sbuf, rbuf, n, dt, op, root, comm, req);
+  if (LARGE(n)) return PMPI_Ireduce_c(sbuf, rbuf, n, dt, op, root, comm, req);
 #endif
-  return MPI_Ireduce(sbuf, rbuf, (int)n, dt, op, root, comm, req);
+  return PMPI_Ireduce(sbuf, rbuf, (int)n, dt, op, root, comm, req);
 }
 
 int tc_mpi_ireduce_scatter_block(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt,
                                  MPI_Op op, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Ireduce_scatter_block_c(sbuf, rbuf, n, dt, op, comm, req);
+  if (LARGE(n)) return PMPI_Ireduce_scatter_block_c(sbuf, rbuf, n, dt, op, comm, req);
 #endif
-  return MPI_Ireduce_scatter_block(sbuf, rbuf, (int)n, dt, op, comm, req);
+  return PMPI_Ireduce_scatter_block(sbuf, rbuf, (int)n, dt, op, comm, req);
 }
 
 int tc_mpi_ibcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm,
                   MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Ibcast_c(buf, n, dt, root, comm, req);
+  if (LARGE(n)) return PMPI_Ibcast_c(buf, n, dt, root, comm, req);
 #endif
-  return MPI_Ibcast(buf, (int)n, dt, root, comm, req);
+  return PMPI_Ibcast(buf, (int)n, dt, root, comm, req);
 }
 
 int tc_mpi_iallgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
                       MPI_Datatype rdt, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(tc_mpi_max2(sn, rn))) return MPI_Iallgather_c(sbuf, sn, sdt, rbuf, rn, rdt, comm, req);
+  if (LARGE(tc_mpi_max2(sn, rn))) return PMPI_Iallgather_c(sbuf, sn, sdt, rbuf, rn, rdt, comm, req);
 #endif
-  return MPI_Iallgather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, comm, req);
+  return PMPI_Iallgather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, comm, req);
 }
 
 int tc_mpi_igather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
                    MPI_Datatype rdt, int root, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(tc_mpi_max2(sn, rn)))
-    return MPI_Igather_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
+    return PMPI_Igather_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
 #endif
-  return MPI_Igather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, root, comm, req);
+  return PMPI_Igather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, root, comm, req);
 }
 
 int tc_mpi_iscatter(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
                     MPI_Datatype rdt, int root, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
   if (LARGE(tc_mpi_max2(sn, rn)))
-    return MPI_Iscatter_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
+    return PMPI_Iscatter_c(sbuf, sn, sdt, rbuf, rn, rdt, root, comm, req);
 #endif
-  return MPI_Iscatter(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, root, comm, req);
+  return PMPI_Iscatter(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, root, comm, req);
 }
 
 int tc_mpi_ialltoall(const void *sbuf, int64_t n, MPI_Datatype dt, void *rbuf, MPI_Comm comm,
                      MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Ialltoall_c(sbuf, n, dt, rbuf, n, dt, comm, req);
+  if (LARGE(n)) return PMPI_Ialltoall_c(sbuf, n, dt, rbuf, n, dt, comm, req);
 #endif
-  return MPI_Ialltoall(sbuf, (int)n, dt, rbuf, (int)n, dt, comm, req);
+  return PMPI_Ialltoall(sbuf, (int)n, dt, rbuf, (int)n, dt, comm, req);
 }
 
 int tc_mpi_iallgatherv_c(const void *sbuf, MPI_Count sn, MPI_Datatype dt, void *rbuf,
                          const MPI_Count *rcounts, const MPI_Aint *rdispls, MPI_Comm comm,
                          MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  return MPI_Iallgatherv_c(sbuf, sn, dt, rbuf, rcounts, rdispls, dt, comm, req);
+  return PMPI_Iallgatherv_c(sbuf, sn, dt, rbuf, rcounts, rdispls, dt, comm, req);
 #else
   TC_UNUSED(sbuf), TC_UNUSED(sn), TC_UNUSED(dt), TC_UNUSED(rbuf), TC_UNUSED(rcounts),
       TC_UNUSED(rdispls);
@@ -94,7 +94,7 @@ int tc_mpi_ialltoallv_c(const void *sbuf, const MPI_Count *scounts, const MPI_Ai
                         void *rbuf, const MPI_Count *rcounts, const MPI_Aint *rdispls,
                         MPI_Datatype dt, MPI_Comm comm, MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  return MPI_Ialltoallv_c(sbuf, scounts, sdispls, dt, rbuf, rcounts, rdispls, dt, comm, req);
+  return PMPI_Ialltoallv_c(sbuf, scounts, sdispls, dt, rbuf, rcounts, rdispls, dt, comm, req);
 #else
   TC_UNUSED(sbuf), TC_UNUSED(scounts), TC_UNUSED(sdispls), TC_UNUSED(rbuf), TC_UNUSED(rcounts);
   TC_UNUSED(rdispls), TC_UNUSED(dt), TC_UNUSED(comm), TC_UNUSED(req);
@@ -107,26 +107,26 @@ int tc_mpi_ialltoallv_c(const void *sbuf, const MPI_Count *scounts, const MPI_Ai
 int tc_mpi_isend(const void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
                  MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Isend_c(buf, n, dt, peer, tag, comm, req);
+  if (LARGE(n)) return PMPI_Isend_c(buf, n, dt, peer, tag, comm, req);
 #endif
-  return MPI_Isend(buf, (int)n, dt, peer, tag, comm, req);
+  return PMPI_Isend(buf, (int)n, dt, peer, tag, comm, req);
 }
 
 int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
                  MPI_Request *req) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Irecv_c(buf, n, dt, peer, tag, comm, req);
+  if (LARGE(n)) return PMPI_Irecv_c(buf, n, dt, peer, tag, comm, req);
 #endif
-  return MPI_Irecv(buf, (int)n, dt, peer, tag, comm, req);
+  return PMPI_Irecv(buf, (int)n, dt, peer, tag, comm, req);
 }
 
 /* ------------------------------------------------------------------ local */
 
 static int reduce_local1(const void *in, void *acc, int64_t n, MPI_Datatype dt, MPI_Op op) {
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Reduce_local_c(in, acc, n, dt, op);
+  if (LARGE(n)) return PMPI_Reduce_local_c(in, acc, n, dt, op);
 #endif
-  return MPI_Reduce_local(in, acc, (int)n, dt, op);
+  return PMPI_Reduce_local(in, acc, (int)n, dt, op);
 }
 
 int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
@@ -156,9 +156,9 @@ int tc_mpi_allreduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, M
   MPI_Request req;
   if (drive) return drive_until(tc_mpi_iallreduce(sbuf, rbuf, n, dt, op, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Allreduce_c(sbuf, rbuf, n, dt, op, comm);
+  if (LARGE(n)) return PMPI_Allreduce_c(sbuf, rbuf, n, dt, op, comm);
 #endif
-  return MPI_Allreduce(sbuf, rbuf, (int)n, dt, op, comm);
+  return PMPI_Allreduce(sbuf, rbuf, (int)n, dt, op, comm);
 }
 
 int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_Op op, int root,
@@ -166,18 +166,18 @@ int tc_mpi_reduce(const void *sbuf, void *rbuf, int64_t n, MPI_Datatype dt, MPI_
   MPI_Request req;
   if (drive) return drive_until(tc_mpi_ireduce(sbuf, rbuf, n, dt, op, root, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Reduce_c(sbuf, rbuf, n, dt, op, root, comm);
+  if (LARGE(n)) return PMPI_Reduce_c(sbuf, rbuf, n, dt, op, root, comm);
 #endif
-  return MPI_Reduce(sbuf, rbuf, (int)n, dt, op, root, comm);
+  return PMPI_Reduce(sbuf, rbuf, (int)n, dt, op, root, comm);
 }
 
 int tc_mpi_bcast(void *buf, int64_t n, MPI_Datatype dt, int root, MPI_Comm comm, bool drive) {
   MPI_Request req;
   if (drive) return drive_until(tc_mpi_ibcast(buf, n, dt, root, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(n)) return MPI_Bcast_c(buf, n, dt, root, comm);
+  if (LARGE(n)) return PMPI_Bcast_c(buf, n, dt, root, comm);
 #endif
-  return MPI_Bcast(buf, (int)n, dt, root, comm);
+  return PMPI_Bcast(buf, (int)n, dt, root, comm);
 }
 
 int tc_mpi_allgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf, int64_t rn,
@@ -185,7 +185,7 @@ int tc_mpi_allgather(const void *sbuf, int64_t sn, MPI_Datatype sdt, void *rbuf,
   MPI_Request req;
   if (drive) return drive_until(tc_mpi_iallgather(sbuf, sn, sdt, rbuf, rn, rdt, comm, &req), &req);
 #if TC_MPI_LARGE_COUNT
-  if (LARGE(tc_mpi_max2(sn, rn))) return MPI_Allgather_c(sbuf, sn, sdt, rbuf, rn, rdt, comm);
+  if (LARGE(tc_mpi_max2(sn, rn))) return PMPI_Allgather_c(sbuf, sn, sdt, rbuf, rn, rdt, comm);
 #endif
-  return MPI_Allgather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, comm);
+  return PMPI_Allgather(sbuf, (int)sn, sdt, rbuf, (int)rn, rdt, comm);
 }

@@ -19,30 +19,30 @@ static void world_errors(MPI_Comm *comm, int *code, ...) {
   if (completing) return; /* tcoll's caller gets the code back */
   char msg[MPI_MAX_ERROR_STRING] = "";
   int len = 0;
-  MPI_Error_string(*code, msg, &len);
+  PMPI_Error_string(*code, msg, &len);
   fprintf(stderr, "[tcoll %d] MPI error on MPI_COMM_WORLD: %s (MPI_ERRORS_ARE_FATAL)\n",
           tc_g.world_rank, msg);
-  MPI_Abort(*comm, *code);
+  PMPI_Abort(*comm, *code);
 }
 
 void tc_mpi_errors_init(void) {
   MPI_Errhandler current;
-  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &current) != MPI_SUCCESS) return;
+  if (PMPI_Comm_get_errhandler(MPI_COMM_WORLD, &current) != MPI_SUCCESS) return;
   bool is_default = current == MPI_ERRORS_ARE_FATAL;
-  MPI_Errhandler_free(&current);
+  PMPI_Errhandler_free(&current);
   if (!is_default || installed != MPI_ERRHANDLER_NULL) return;
-  if (MPI_Comm_create_errhandler(world_errors, &installed) == MPI_SUCCESS)
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, installed);
+  if (PMPI_Comm_create_errhandler(world_errors, &installed) == MPI_SUCCESS)
+    PMPI_Comm_set_errhandler(MPI_COMM_WORLD, installed);
 }
 
 void tc_mpi_errors_fini(void) {
   if (installed == MPI_ERRHANDLER_NULL) return;
   MPI_Errhandler current;
-  if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &current) == MPI_SUCCESS) {
-    if (current == installed) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
-    MPI_Errhandler_free(&current);
+  if (PMPI_Comm_get_errhandler(MPI_COMM_WORLD, &current) == MPI_SUCCESS) {
+    if (current == installed) PMPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    PMPI_Errhandler_free(&current);
   }
-  MPI_Errhandler_free(&installed);
+  PMPI_Errhandler_free(&installed);
 }
 
 /* MPI_ERR_IN_STATUS says little: the first failed request's own code says what happened. */
@@ -60,7 +60,7 @@ static int first_error(int rc, int n, const MPI_Status *st) {
 static int wait_one(MPI_Request *req) {
   MPI_Status st;
   completing++;
-  int rc = MPI_Wait(req, &st);
+  int rc = PMPI_Wait(req, &st);
   completing--;
   return rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : rc;
 }
@@ -68,7 +68,7 @@ static int wait_one(MPI_Request *req) {
 static int test_one(MPI_Request *req, int *flag) {
   MPI_Status st;
   completing++;
-  int rc = MPI_Test(req, flag, &st);
+  int rc = PMPI_Test(req, flag, &st);
   completing--;
   return rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : rc;
 }
@@ -101,7 +101,7 @@ int tc_mpi_waitall(int n, MPI_Request *reqs) {
   MPI_Status small[SMALL], *st = n <= SMALL ? small : malloc((size_t)n * sizeof *st);
   if (!st) return wait_each(n, reqs);
   completing++;
-  int rc = MPI_Waitall(n, reqs, st);
+  int rc = PMPI_Waitall(n, reqs, st);
   completing--;
   rc = first_error(rc, n, st);
   if (st != small) free(st);
@@ -113,7 +113,7 @@ int tc_mpi_testall(int n, MPI_Request *reqs, int *flag) {
   MPI_Status small[SMALL], *st = n <= SMALL ? small : malloc((size_t)n * sizeof *st);
   if (!st) return test_each(n, reqs, flag);
   completing++;
-  int rc = MPI_Testall(n, reqs, flag, st);
+  int rc = PMPI_Testall(n, reqs, flag, st);
   completing--;
   rc = first_error(rc, n, st);
   if (st != small) free(st);

@@ -11,11 +11,11 @@
 #if TC_MPI_LARGE_COUNT
 typedef MPI_Count op_len_t;
 typedef MPI_User_function_c op_fn_t;
-static int op_create(op_fn_t *fn, MPI_Op *op) { return MPI_Op_create_c(fn, 1, op); }
+static int op_create(op_fn_t *fn, MPI_Op *op) { return PMPI_Op_create_c(fn, 1, op); }
 #else
 typedef int op_len_t;
 typedef MPI_User_function op_fn_t;
-static int op_create(op_fn_t *fn, MPI_Op *op) { return MPI_Op_create(fn, 1, op); }
+static int op_create(op_fn_t *fn, MPI_Op *op) { return PMPI_Op_create(fn, 1, op); }
 #endif
 
 /* ------------------------------------------------------------------ float16 / bfloat16 */
@@ -97,7 +97,7 @@ static bool mpi_wraps(MPI_Op op, MPI_Datatype dt, size_t es, long a, long b, lon
     memcpy(x + i * es, es == 1 ? (void *)&(int8_t){(int8_t)a} : (void *)&(int16_t){(int16_t)a}, es);
     memcpy(y + i * es, es == 1 ? (void *)&(int8_t){(int8_t)b} : (void *)&(int16_t){(int16_t)b}, es);
   }
-  if (MPI_Reduce_local(x, y, 64, dt, op) != MPI_SUCCESS) return true; /* nothing to mend then */
+  if (PMPI_Reduce_local(x, y, 64, dt, op) != MPI_SUCCESS) return true; /* nothing to mend then */
   long got = es == 1 ? (long)*(int8_t *)y : (long)*(int16_t *)y;
   return got == want;
 }
@@ -177,33 +177,33 @@ MPI_Op tc_mpi_op(const tc_redop_t *op, tcoll_dtype_t d) {
  * calls still pass a count of 1), instead of recursing without end. */
 static int repeat(MPI_Datatype unit, MPI_Aint step, int64_t count, int64_t L, MPI_Datatype *out) {
   if (L < 2) L = 2;
-  if (count <= L) return MPI_Type_create_hvector((int)count, 1, step, unit, out);
+  if (count <= L) return PMPI_Type_create_hvector((int)count, 1, step, unit, out);
   MPI_Datatype big, many, rest = MPI_DATATYPE_NULL;
   int64_t q = count / L, r = count % L;
-  int rc = MPI_Type_create_hvector((int)L, 1, step, unit, &big);
+  int rc = PMPI_Type_create_hvector((int)L, 1, step, unit, &big);
   if (rc) return rc;
   rc = repeat(big, step * (MPI_Aint)L, q, L, &many);
-  MPI_Type_free(&big);
+  PMPI_Type_free(&big);
   if (rc) return rc;
   if (r == 0) {
     *out = many;
     return MPI_SUCCESS;
   }
-  rc = MPI_Type_create_hvector((int)r, 1, step, unit, &rest);
+  rc = PMPI_Type_create_hvector((int)r, 1, step, unit, &rest);
   if (!rc) {
     int lens[2] = {1, 1};
     MPI_Aint disp[2] = {0, step * (MPI_Aint)(q * L)};
     MPI_Datatype types[2] = {many, rest};
-    rc = MPI_Type_create_struct(2, lens, disp, types, out);
-    MPI_Type_free(&rest);
+    rc = PMPI_Type_create_struct(2, lens, disp, types, out);
+    PMPI_Type_free(&rest);
   }
-  MPI_Type_free(&many);
+  PMPI_Type_free(&many);
   return rc;
 }
 
 static int build_contig(tcoll_dtype_t d, int64_t n, int64_t L, MPI_Datatype *out) {
   MPI_Aint es = (MPI_Aint)tc_dtype_size(d);
-  if (n <= L) return MPI_Type_contiguous((int)n, tc_mpi_dtype(d), out);
+  if (n <= L) return PMPI_Type_contiguous((int)n, tc_mpi_dtype(d), out);
   return repeat(tc_mpi_dtype(d), es, n, L, out);
 }
 
@@ -214,10 +214,10 @@ static int build_vector(tcoll_dtype_t d, int64_t nblocks, int64_t block, int64_t
   int rc = build_contig(d, block, L, &blk);
   if (rc) return rc;
   rc = repeat(blk, stride * es, nblocks, L, &vec);
-  MPI_Type_free(&blk);
+  PMPI_Type_free(&blk);
   if (rc) return rc;
-  rc = MPI_Type_create_resized(vec, 0, extent * es, out);
-  MPI_Type_free(&vec);
+  rc = PMPI_Type_create_resized(vec, 0, extent * es, out);
+  PMPI_Type_free(&vec);
   return rc;
 }
 
@@ -256,7 +256,7 @@ static bool key_eq(const key_t *x, const key_t *y) {
 static int build(const key_t *k, MPI_Datatype *t) {
   int rc = k->kind == 0 ? build_contig(k->d, k->a, k->L, t)
                         : build_vector(k->d, k->a, k->b, k->c, k->e, k->L, t);
-  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(t);
+  if (rc == MPI_SUCCESS) rc = PMPI_Type_commit(t);
   return rc == MPI_SUCCESS ? TCOLL_SUCCESS : tc_mpi_error(rc, "building a derived datatype");
 }
 
@@ -273,7 +273,7 @@ static int type_get(const key_t *k, tc_mpi_type_t *t) {
   }
   bool can_cache = !sl->used || sl->refs == 0;
   if (can_cache && sl->used) { /* evict: freeing a type in use by posted calls is safe in MPI */
-    MPI_Type_free(&sl->type);
+    PMPI_Type_free(&sl->type);
     sl->used = false;
   }
   int rc = build(k, &t->type);
@@ -305,7 +305,7 @@ int tc_mpi_vector(tcoll_dtype_t d, int64_t nblocks, int64_t block, int64_t strid
 void tc_mpi_type_put(tc_mpi_type_t *t) {
   if (t->type == MPI_DATATYPE_NULL) return;
   if (t->slot < 0) {
-    MPI_Type_free(&t->type);
+    PMPI_Type_free(&t->type);
   } else {
     pthread_mutex_lock(&cache_mu);
     cache[t->slot].refs--;
@@ -332,10 +332,10 @@ void tc_mpi_span_put(tc_mpi_span_t *s) {
 /* ------------------------------------------------------------------ lifetime */
 
 int tc_mpi_glue_init(void) {
-  int rc = MPI_Type_contiguous(2, MPI_BYTE, &mpi_f16);
-  if (!rc) rc = MPI_Type_commit(&mpi_f16);
-  if (!rc) rc = MPI_Type_contiguous(2, MPI_BYTE, &mpi_bf16);
-  if (!rc) rc = MPI_Type_commit(&mpi_bf16);
+  int rc = PMPI_Type_contiguous(2, MPI_BYTE, &mpi_f16);
+  if (!rc) rc = PMPI_Type_commit(&mpi_f16);
+  if (!rc) rc = PMPI_Type_contiguous(2, MPI_BYTE, &mpi_bf16);
+  if (!rc) rc = PMPI_Type_commit(&mpi_bf16);
   op_fn_t *fns[4] = {half_sum, half_prod, half_min, half_max};
   for (int i = 0; i < 4 && !rc; i++) rc = op_create(fns[i], &op_half[i]);
   if (!rc) rc = mend_small_int_ops();
@@ -346,15 +346,15 @@ int tc_mpi_glue_init(void) {
 void tc_mpi_glue_fini(void) {
   pthread_mutex_lock(&cache_mu);
   for (int s = 0; s < CACHE_SLOTS; s++) {
-    if (cache[s].used) MPI_Type_free(&cache[s].type);
+    if (cache[s].used) PMPI_Type_free(&cache[s].type);
     cache[s].used = false;
     cache[s].refs = 0;
   }
   pthread_mutex_unlock(&cache_mu);
   for (int i = 0; i < 4; i++)
-    if (op_half[i] != MPI_OP_NULL) MPI_Op_free(&op_half[i]);
+    if (op_half[i] != MPI_OP_NULL) PMPI_Op_free(&op_half[i]);
   for (int i = 0; i < 2; i++)
-    if (op_wrap[i] != MPI_OP_NULL) MPI_Op_free(&op_wrap[i]);
-  if (mpi_f16 != MPI_DATATYPE_NULL) MPI_Type_free(&mpi_f16);
-  if (mpi_bf16 != MPI_DATATYPE_NULL) MPI_Type_free(&mpi_bf16);
+    if (op_wrap[i] != MPI_OP_NULL) PMPI_Op_free(&op_wrap[i]);
+  if (mpi_f16 != MPI_DATATYPE_NULL) PMPI_Type_free(&mpi_f16);
+  if (mpi_bf16 != MPI_DATATYPE_NULL) PMPI_Type_free(&mpi_bf16);
 }

@@ -10,7 +10,7 @@ void tc_mpi_impl_init(void) {
   char ver[MPI_MAX_LIBRARY_VERSION_STRING] = "";
   int len = 0;
   impl = TC_MPI_OTHER;
-  if (MPI_Get_library_version(ver, &len) != MPI_SUCCESS) return;
+  if (PMPI_Get_library_version(ver, &len) != MPI_SUCCESS) return;
   if (strstr(ver, "Open MPI"))
     impl = TC_MPI_OPEN_MPI;
   else if (strstr(ver, "MPICH") || strstr(ver, "Intel(R) MPI") || strstr(ver, "MVAPICH"))

@@ -153,7 +153,7 @@ static bool map_areas(tc_node_seg_t *s) {
     MPI_Aint sz = 0;
     int unit = 0;
     void *base = NULL;
-    if (MPI_Win_shared_query(s->win, r, &sz, &unit, &base) != MPI_SUCCESS || !base ||
+    if (PMPI_Win_shared_query(s->win, r, &sz, &unit, &base) != MPI_SUCCESS || !base ||
         (size_t)sz < s->area + TC_NODE_LINE)
       return false;
     uintptr_t a = ((uintptr_t)base + TC_NODE_LINE - 1) & ~(uintptr_t)(TC_NODE_LINE - 1);
@@ -165,13 +165,13 @@ static bool map_areas(tc_node_seg_t *s) {
 /* Allocates the window over s->node (every rank of it takes part); false if MPI refused. */
 static bool allocate(tc_node_seg_t *s, char *why, size_t len) {
   MPI_Info info = MPI_INFO_NULL;
-  if (MPI_Info_create(&info) == MPI_SUCCESS)
-    MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each piece its owner's pages */
+  if (PMPI_Info_create(&info) == MPI_SUCCESS)
+    PMPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each piece its owner's pages */
   void *base = NULL;
   /* one cache line more: Open MPI's pieces start past a header, off the line */
-  int rc =
-      MPI_Win_allocate_shared((MPI_Aint)(s->area + TC_NODE_LINE), 1, info, s->node, &base, &s->win);
-  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  int rc = PMPI_Win_allocate_shared((MPI_Aint)(s->area + TC_NODE_LINE), 1, info, s->node, &base,
+                                    &s->win);
+  if (info != MPI_INFO_NULL) PMPI_Info_free(&info);
   if (rc == MPI_SUCCESS) return true;
   s->win = MPI_WIN_NULL;
   snprintf(why, len, "MPI_Win_allocate_shared of %zu bytes failed", s->area);
@@ -180,8 +180,8 @@ static bool allocate(tc_node_seg_t *s, char *why, size_t len) {
 
 static void free_seg(tc_node_seg_t *s) {
   if (!s) return;
-  if (s->win != MPI_WIN_NULL) MPI_Win_free(&s->win);
-  if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
+  if (s->win != MPI_WIN_NULL) PMPI_Win_free(&s->win);
+  if (s->node != MPI_COMM_NULL) PMPI_Comm_free(&s->node);
   free(s->areas);
   free(s);
 }
@@ -223,9 +223,9 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
   /* One node: the split keeps every rank, in comm's order. */
   int n = 0;
   ok = tc_rendezvous(c->ctrl) == MPI_SUCCESS &&
-       MPI_Comm_split_type(c->ctrl, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &s->node) ==
+       PMPI_Comm_split_type(c->ctrl, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &s->node) ==
            MPI_SUCCESS &&
-       MPI_Comm_size(s->node, &n) == MPI_SUCCESS && n == c->size;
+       PMPI_Comm_size(s->node, &n) == MPI_SUCCESS && n == c->size;
   if (!ok) snprintf(why, len, "its ranks are not all on one node (%d of %d here)", n, c->size);
   if (ok) ok = room_for((size_t)c->size * area, why, len);
   if (!agree(c, ok)) {
@@ -278,7 +278,7 @@ void tc_node_release(tcoll_comm_t *c) {
   c->node = NULL;
   c->shm = 0;
   int fin = 0;
-  MPI_Finalized(&fin);
+  PMPI_Finalized(&fin);
   if (fin) { /* MPI freed its windows already */
     free(s->areas);
     free(s);

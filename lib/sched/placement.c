@@ -23,7 +23,7 @@ void tc_placement_init(void) {
   ompi_major = 0;
   char ver[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
-  if (MPI_Get_library_version(ver, &len) == MPI_SUCCESS) {
+  if (PMPI_Get_library_version(ver, &len) == MPI_SUCCESS) {
     const char *v = strstr(ver, "Open MPI v");
     if (v) ompi_major = atoi(v + strlen("Open MPI v"));
   }

@@ -71,12 +71,12 @@ static int delete_sched_comm(MPI_Comm comm, int kv, void *attr, void *extra) {
 static int sched_comm_of(tcoll_comm_t *comm, tc_sched_comm_t **out) {
   int rc;
   if (keyval == MPI_KEYVAL_INVALID) {
-    rc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_sched_comm, &keyval, NULL);
+    rc = PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_sched_comm, &keyval, NULL);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_create_keyval");
   }
   void *val = NULL;
   int flag = 0;
-  rc = MPI_Comm_get_attr(comm->mpi, keyval, &val, &flag);
+  rc = PMPI_Comm_get_attr(comm->mpi, keyval, &val, &flag);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Comm_get_attr");
   if (flag) {
     *out = val;
@@ -85,10 +85,10 @@ static int sched_comm_of(tcoll_comm_t *comm, tc_sched_comm_t **out) {
   tc_sched_comm_t *sc = calloc(1, sizeof *sc);
   if (!sc) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a schedule communicator");
   int *ub = NULL;
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
   sc->tag_works = (flag && ub ? *ub : 32767) / TAG_SPAN;
   sc->mpi = comm->sched;
-  rc = MPI_Comm_set_attr(comm->mpi, keyval, sc);
+  rc = PMPI_Comm_set_attr(comm->mpi, keyval, sc);
   if (rc != MPI_SUCCESS) {
     free(sc);
     return tc_mpi_error(rc, "MPI_Comm_set_attr");
@@ -384,7 +384,7 @@ static void fail(tc_sched_t *s, int status, const char *fmt, ...) {
 static void fail_mpi(tc_sched_t *s, int mpi_rc, const char *call) {
   char msg[MPI_MAX_ERROR_STRING] = "";
   int len = 0;
-  MPI_Error_string(mpi_rc, msg, &len);
+  PMPI_Error_string(mpi_rc, msg, &len);
   fail(s, TCOLL_ERR_MPI, "%s failed: %.200s", call, msg);
 }
 
@@ -425,7 +425,8 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
   case TC_COLL_ALLGATHERV:
     if (st->large)
       return tc_mpi_iallgatherv_c(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, comm, &st->req);
-    return MPI_Iallgatherv(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, c->dt, comm, &st->req);
+    return PMPI_Iallgatherv(c->sbuf, 0, c->dt, c->rbuf, c->counts, c->displs, c->dt, comm,
+                            &st->req);
   case TC_COLL_ALLTOALL: return tc_mpi_ialltoall(c->sbuf, c->count, c->dt, c->rbuf, comm, &st->req);
   case TC_COLL_ALLREDUCE:
     return tc_mpi_iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
@@ -771,8 +772,8 @@ void tc_sched_cleanup(void) {
   pthread_mutex_lock(&eng_mu);
   if (keyval != MPI_KEYVAL_INVALID) {
     int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin) MPI_Comm_free_keyval(&keyval);
+    PMPI_Finalized(&fin);
+    if (!fin) PMPI_Comm_free_keyval(&keyval);
     keyval = MPI_KEYVAL_INVALID;
   }
   pthread_mutex_unlock(&eng_mu);

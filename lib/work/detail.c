@@ -173,7 +173,7 @@ static void sweep_parked(void) {
   for (parked_t **pp = &parked; *pp;) {
     parked_t *q = *pp;
     int done = 0;
-    if (MPI_Test(&q->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
+    if (PMPI_Test(&q->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
     if (!done) {
       pp = &q->next;
       continue;
@@ -236,8 +236,8 @@ static int refuse_timed_out(const tc_work_t *w) {
 /* The fingerprints of every rank, gathered into mem (size + 1 of them: this rank's first). */
 static int exchange(const tc_work_t *w, fingerprint_t *mem) {
   MPI_Request req;
-  int rc = MPI_Iallgather(mem, (int)sizeof *mem, MPI_BYTE, mem + 1, (int)sizeof *mem, MPI_BYTE,
-                          w->comm->ctrl, &req);
+  int rc = PMPI_Iallgather(mem, (int)sizeof *mem, MPI_BYTE, mem + 1, (int)sizeof *mem, MPI_BYTE,
+                           w->comm->ctrl, &req);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, "MPI_Iallgather (DETAIL check)");
   return finish_exchange(w, &req, "the DETAIL check", mem);
 }
@@ -283,7 +283,7 @@ static int all_agree(const tc_work_t *w, const fingerprint_t *mine, bool *agree)
   v[1] = ~h;
   v[2] = mine->status != 0;
   MPI_Request req;
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, w->comm->ctrl, &req);
+  int rc = PMPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, w->comm->ctrl, &req);
   if (rc != MPI_SUCCESS)
     rc = tc_mpi_error(rc, "MPI_Iallreduce (DETAIL check)");
   else if ((rc = finish_exchange(w, &req, "the DETAIL check", v)) == TCOLL_ERR_TIMEOUT)
@@ -328,7 +328,7 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
           *mine = mem + 5 * size, *any_bad = mine + 3;
   memcpy(sent, isplit, (size_t)size * sizeof *sent);
   MPI_Request req;
-  rc = MPI_Ialltoall(sent, 1, MPI_INT64_T, sends, 1, MPI_INT64_T, w->comm->ctrl, &req);
+  rc = PMPI_Ialltoall(sent, 1, MPI_INT64_T, sends, 1, MPI_INT64_T, w->comm->ctrl, &req);
   if (rc == MPI_SUCCESS)
     rc = finish_exchange(w, &req, "the DETAIL split check", mem);
   else
@@ -345,7 +345,7 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
   }
   *any_bad = mine[0] >= 0; /* one number first; the details only if someone disagrees */
   if (!rc) {
-    rc = MPI_Iallreduce(MPI_IN_PLACE, any_bad, 1, MPI_INT64_T, MPI_MAX, w->comm->ctrl, &req);
+    rc = PMPI_Iallreduce(MPI_IN_PLACE, any_bad, 1, MPI_INT64_T, MPI_MAX, w->comm->ctrl, &req);
     rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check", mem)
                            : tc_mpi_error(rc, "MPI_Iallreduce (DETAIL split check)");
   }
@@ -354,7 +354,7 @@ int tc_detail_check_splits(tc_work_t *w, const int64_t *isplit, const int64_t *o
     return TCOLL_SUCCESS;
   }
   if (!rc) {
-    rc = MPI_Iallgather(mine, 3, MPI_INT64_T, bad, 3, MPI_INT64_T, w->comm->ctrl, &req);
+    rc = PMPI_Iallgather(mine, 3, MPI_INT64_T, bad, 3, MPI_INT64_T, w->comm->ctrl, &req);
     rc = rc == MPI_SUCCESS ? finish_exchange(w, &req, "the DETAIL split check", mem)
                            : tc_mpi_error(rc, "MPI_Iallgather (DETAIL split check)");
   }

@@ -26,7 +26,7 @@ int tc_timeout_diagnose(bool loud) {
   if (tc_cfg.abort_on_timeout) {
     tc_warn("TCOLL_ON_TIMEOUT=abort: aborting the job");
     grace_before_abort();
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    PMPI_Abort(MPI_COMM_WORLD, 1);
   }
   return TCOLL_ERR_TIMEOUT;
 }

@@ -400,7 +400,7 @@ static void release_held_slow(tc_work_t *w) {
     else if (w->held[i].kind == TC_HELD_MPI_TYPE)
       tc_mpi_type_put(&w->held[i].type);
     else if (w->held[i].kind == TC_HELD_MPI_TYPES) {
-      for (MPI_Datatype *t = w->held[i].p; *t != MPI_DATATYPE_NULL; t++) MPI_Type_free(t);
+      for (MPI_Datatype *t = w->held[i].p; *t != MPI_DATATYPE_NULL; t++) PMPI_Type_free(t);
       free(w->held[i].p);
     } else
       tc_pinned_put(w->held[i].p);

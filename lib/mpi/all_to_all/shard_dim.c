@@ -61,8 +61,8 @@ static int post_alltoallv(tc_work_t *w, const void *sbuf, void *rbuf, tc_mpi_typ
   }
   if (!rc)
     rc = tc_post_ok(w,
-                    MPI_Ialltoallv(sbuf, v, v + size, st->type, rbuf, v + 2 * size, v + 3 * size,
-                                   rt->type, w->comm->mpi, tc_work_req(w)),
+                    PMPI_Ialltoallv(sbuf, v, v + size, st->type, rbuf, v + 2 * size, v + 3 * size,
+                                    rt->type, w->comm->mpi, tc_work_req(w)),
                     "MPI_Ialltoallv");
   tc_mpi_type_put(st);
   tc_mpi_type_put(rt);

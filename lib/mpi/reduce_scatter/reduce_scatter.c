@@ -74,8 +74,8 @@ static int post_slabs(tc_work_t *w, const void *sbuf, void *rbuf, const tcoll_te
   rc = tc_work_reserve(w, 1);
   if (!rc)
     rc = tc_post_ok(w,
-                    MPI_Ialltoallv(sbuf, cd, cd + size, st.type, s->recv, cd + 2 * size,
-                                   cd + 3 * size, rt.type, w->comm->mpi, tc_work_req(w)),
+                    PMPI_Ialltoallv(sbuf, cd, cd + size, st.type, s->recv, cd + 2 * size,
+                                    cd + 3 * size, rt.type, w->comm->mpi, tc_work_req(w)),
                     "MPI_Ialltoallv");
   tc_mpi_type_put(&st);
   tc_mpi_type_put(&rt);

@@ -1,0 +1,32 @@
+/* The drop-in layer's one internal header (lib/pmpi, libtcoll-mpi.so): what tcoll's table would
+ * run a call with, so that the layer routes to tcoll only the calls where tcoll's algorithm beats
+ * the MPI call, and passes the others to PMPI_* untouched. Includes only the public header: the
+ * layer sees nothing else of the library. Not installed; not a public API. */
+#ifndef TC_MPI_LAYER_H
+#define TC_MPI_LAYER_H
+
+#include "tcoll.h"
+
+#include <stdint.h>
+
+/* The collectives the layer can route (the ops of tcoll's tables). */
+typedef enum {
+  TCOLL_LAYER_ALL_REDUCE,
+  TCOLL_LAYER_REDUCE_SCATTER,
+  TCOLL_LAYER_ALL_GATHER,
+  TCOLL_LAYER_BROADCAST,
+  TCOLL_LAYER_ALL_TO_ALL,
+  TCOLL_LAYER_REDUCE,
+  TCOLL_LAYER_NUM_OPS
+} tcoll_layer_op_t;
+
+/* The algorithm (its tcoll_last_algorithm() name) that tcoll's table, or TCOLL_ALGO, picks for a
+ * call of op on comm with host buffers, or NULL where it picks the literal MPI mapping. count:
+ * elements of dtype in all_reduce's, reduce's and broadcast's vector, reduce_scatter's input,
+ * all_gather's own block; all_to_all's choice reads no size. redop: -1 for ops without one. The
+ * same on every rank for the same arguments; it may make a collective call on comm (a probe the
+ * first time an algorithm asks): every rank of comm must ask. */
+TCOLL_API const char *tcoll_layer_verdict(tcoll_layer_op_t op, tcoll_comm_t *comm, int64_t count,
+                                          tcoll_dtype_t dtype, int redop);
+
+#endif

@@ -1,0 +1,416 @@
+/* The collective entry points: each plans its call (routed to tcoll where every condition
+ * holds) or passes it to PMPI_* untouched. A plan reads only what MPI requires to match across
+ * ranks (count, type signature, op, root, communicator), so every rank plans alike:
+ *   - the layer is on (and for nonblocking calls the progress thread runs);
+ *   - the communicator has its twin (made at its first blocking call: twins.c);
+ *   - a count above 0, a type signature of one predefined type (types.c), a predefined op that
+ *     tcoll applies to that type, a valid root;
+ *   - tcoll's table picks one of its own algorithms for the call (tcoll_layer_verdict): where it
+ *     would post the same MPI call, the call goes to PMPI unchanged.
+ * Buffers of a non-contiguous type, and in-place inputs that overlap the output, go through a
+ * packed copy (the call's scratch); every other buffer is handed to tcoll as it is. */
+#include "layer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static tcoll_tensor_t vec(void *data, tcoll_dtype_t dtype, int64_t n) {
+  int64_t shape[1] = {n};
+  return tcoll_tensor_make(data, dtype, 1, shape, TCOLL_HOST);
+}
+
+/* The layer is on and comm has a twin. blocking: every rank is here, the twin may be made. */
+static bool begin(lay_call_t *c, lay_fn_t fn, tcoll_layer_op_t op, MPI_Comm comm, bool blocking) {
+  if (!lay_on || (!blocking && !lay_nonblocking)) return false;
+  c->twin = lay_twin(comm, blocking);
+  if (!c->twin) return false;
+  c->fn = fn, c->op = op, c->comm = comm;
+  c->scratch = c->unpack_to = NULL;
+  c->pack_from = c->copy = NULL;
+  c->persistent = false;
+  c->root = 0, c->redop = -1;
+  return true;
+}
+
+/* Scratch of the call: bytes, owned by the call from here on. */
+static char *scratch(lay_call_t *c, size_t bytes) {
+  c->scratch = malloc(bytes ? bytes : 1);
+  return c->scratch;
+}
+
+/* Where count elements of type t at buf lie for tcoll: at buf, or in dst, packed there when the
+ * call is posted (lay_post). */
+static void *input_at(lay_call_t *c, const void *buf, int count, MPI_Datatype t,
+                      const lay_type_t *lt, char *dst) {
+  if (lt->contiguous) return (char *)buf + lt->lb;
+  c->pack_from = buf, c->pack_count = count, c->pack_type = t;
+  return dst;
+}
+
+/* Where tcoll writes what belongs in count elements of type t at buf: there, or into dst and
+ * unpacked at completion. */
+static void *output_at(lay_call_t *c, void *buf, int count, MPI_Datatype t, const lay_type_t *lt,
+                       char *dst) {
+  if (lt->contiguous) return (char *)buf + lt->lb;
+  c->unpack_to = buf, c->unpack_count = count, c->unpack_type = t;
+  return dst;
+}
+
+/* A reduction's type and op as tcoll's; n: elements of count datatypes. */
+static bool reduction(MPI_Datatype dt, int count, MPI_Op op, lay_type_t *lt, int *redop,
+                      int64_t *n) {
+  if (count <= 0 || !lay_type_of(dt, lt) || !lt->reducible) return false;
+  *redop = lay_redop_of(op, lt->dtype);
+  *n = (int64_t)count * lt->per_type;
+  return *redop >= 0;
+}
+
+/* A movement's type as bytes: n bytes of count datatypes. */
+static bool movement(MPI_Datatype dt, int count, lay_type_t *lt, int64_t *n) {
+  if (count <= 0 || !lay_type_of(dt, lt)) return false;
+  *n = (int64_t)count * lt->per_type * (int64_t)lt->elem;
+  return true;
+}
+
+static bool valid_root(const lay_call_t *c, int root) {
+  return root >= 0 && root < tcoll_comm_size(c->twin);
+}
+
+/* ------------------------------------------------------------------ plans */
+
+/* all_reduce, and reduce with root >= 0 (off the root, the input is the registered buffer). */
+static bool plan_reduction(lay_call_t *c, const void *s, void *r, int count, MPI_Datatype dt,
+                           MPI_Op op, int root) {
+  lay_type_t lt;
+  int64_t n;
+  if (!reduction(dt, count, op, &lt, &c->redop, &n)) return false;
+  if (root >= 0 && !valid_root(c, root)) return false;
+  c->algo = tcoll_layer_verdict(c->op, c->twin, n, lt.dtype, c->redop);
+  if (!c->algo) return false;
+  c->root = root < 0 ? 0 : root;
+  bool out_here = root < 0 || tcoll_comm_rank(c->twin) == root;
+  bool in_place = s == MPI_IN_PLACE && out_here;
+  size_t bytes = (size_t)n * lt.elem;
+  char *tmp = lt.contiguous ? NULL : scratch(c, 2 * bytes);
+  if (!lt.contiguous && !tmp) return false;
+  void *in, *out;
+  if (in_place) {
+    in = input_at(c, r, count, dt, &lt, tmp);
+    out = output_at(c, r, count, dt, &lt, tmp);
+  } else {
+    in = input_at(c, s, count, dt, &lt, tmp);
+    out = out_here ? output_at(c, r, count, dt, &lt, tmp + bytes) : in;
+  }
+  c->in = vec(in, lt.dtype, n);
+  c->out = vec(out, lt.dtype, n);
+  return true;
+}
+
+static bool plan_bcast(lay_call_t *c, void *buf, int count, MPI_Datatype dt, int root) {
+  lay_type_t lt;
+  int64_t n;
+  if (!movement(dt, count, &lt, &n) || !valid_root(c, root)) return false;
+  c->algo = tcoll_layer_verdict(c->op, c->twin, n, TCOLL_UINT8, -1);
+  if (!c->algo) return false;
+  c->root = root;
+  char *tmp = lt.contiguous ? NULL : scratch(c, (size_t)n);
+  if (!lt.contiguous && !tmp) return false;
+  void *at = buf;
+  if (tcoll_comm_rank(c->twin) == root)
+    at = input_at(c, buf, count, dt, &lt, tmp);
+  else
+    at = output_at(c, buf, count, dt, &lt, tmp);
+  c->in = c->out = vec(at, TCOLL_UINT8, n);
+  return true;
+}
+
+static bool plan_allgather(lay_call_t *c, const void *s, int scount, MPI_Datatype stype, void *r,
+                           int rcount, MPI_Datatype rtype) {
+  lay_type_t rt, st;
+  int64_t n, sn;
+  if (!movement(rtype, rcount, &rt, &n)) return false;
+  bool in_place = s == MPI_IN_PLACE;
+  if (!in_place && (!movement(stype, scount, &st, &sn) || sn != n)) return false;
+  c->algo = tcoll_layer_verdict(c->op, c->twin, n, TCOLL_UINT8, -1);
+  if (!c->algo) return false;
+  int p = tcoll_comm_size(c->twin), me = tcoll_comm_rank(c->twin);
+  bool copy_in = in_place || !st.contiguous; /* in place: the block lies inside the output */
+  size_t in_bytes = copy_in ? (size_t)n : 0, out_bytes = rt.contiguous ? 0 : (size_t)n * p;
+  char *tmp = in_bytes + out_bytes ? scratch(c, in_bytes + out_bytes) : NULL;
+  if (in_bytes + out_bytes && !tmp) return false;
+  void *in;
+  if (in_place) {
+    MPI_Aint lb, extent;
+    PMPI_Type_get_extent(rtype, &lb, &extent);
+    const char *mine = (const char *)r + (MPI_Aint)me * rcount * extent;
+    lay_type_t packed = rt;
+    packed.contiguous = false; /* always copied out of the output */
+    in = input_at(c, mine, rcount, rtype, &packed, tmp);
+  } else {
+    in = input_at(c, s, scount, stype, &st, tmp);
+  }
+  void *out = output_at(c, r, rcount * p, rtype, &rt, tmp + in_bytes);
+  c->in = vec(in, TCOLL_UINT8, n);
+  c->out = vec(out, TCOLL_UINT8, n * p);
+  return true;
+}
+
+static bool plan_alltoall(lay_call_t *c, const void *s, int scount, MPI_Datatype stype, void *r,
+                          int rcount, MPI_Datatype rtype) {
+  lay_type_t rt, st;
+  int64_t n, sn;
+  if (s == MPI_IN_PLACE || !movement(rtype, rcount, &rt, &n) ||
+      !movement(stype, scount, &st, &sn) || sn != n)
+    return false;
+  c->algo = tcoll_layer_verdict(c->op, c->twin, n, TCOLL_UINT8, -1);
+  if (!c->algo) return false;
+  int p = tcoll_comm_size(c->twin);
+  size_t total = (size_t)n * p;
+  size_t in_bytes = st.contiguous ? 0 : total, out_bytes = rt.contiguous ? 0 : total;
+  char *tmp = in_bytes + out_bytes ? scratch(c, in_bytes + out_bytes) : NULL;
+  if (in_bytes + out_bytes && !tmp) return false;
+  void *in = input_at(c, s, scount * p, stype, &st, tmp);
+  void *out = output_at(c, r, rcount * p, rtype, &rt, tmp + in_bytes);
+  c->in = vec(in, TCOLL_UINT8, (int64_t)total);
+  c->out = vec(out, TCOLL_UINT8, (int64_t)total);
+  return true;
+}
+
+/* reduce_scatter with rcount elements to every rank. */
+static bool plan_reduce_scatter(lay_call_t *c, const void *s, void *r, int rcount, MPI_Datatype dt,
+                                MPI_Op op) {
+  lay_type_t lt;
+  int64_t n;
+  int p = tcoll_comm_size(c->twin);
+  if (!reduction(dt, rcount, op, &lt, &c->redop, &n)) return false;
+  c->algo = tcoll_layer_verdict(c->op, c->twin, n * p, lt.dtype, c->redop);
+  if (!c->algo) return false;
+  bool in_place = s == MPI_IN_PLACE; /* the input is r, the output its first block */
+  size_t block = (size_t)n * lt.elem;
+  size_t in_bytes = in_place || !lt.contiguous ? block * p : 0;
+  size_t out_bytes = lt.contiguous ? 0 : block;
+  char *tmp = in_bytes + out_bytes ? scratch(c, in_bytes + out_bytes) : NULL;
+  if (in_bytes + out_bytes && !tmp) return false;
+  lay_type_t copied = lt;
+  copied.contiguous = !in_place && lt.contiguous;
+  void *in = input_at(c, in_place ? r : s, rcount * p, dt, &copied, tmp);
+  void *out = output_at(c, r, rcount, dt, &lt, tmp + in_bytes);
+  c->in = vec(in, lt.dtype, n * p);
+  c->out = vec(out, lt.dtype, n);
+  return true;
+}
+
+/* Equal counts make reduce_scatter the block form; unequal ones pass through. */
+static int equal_counts(const lay_call_t *c, const int *counts) {
+  int p = tcoll_comm_size(c->twin);
+  for (int i = 1; i < p; i++)
+    if (counts[i] != counts[0]) return -1;
+  return counts[0];
+}
+
+/* ------------------------------------------------------------------ entry points */
+
+static int run(lay_call_t *c, MPI_Request *request) {
+  return request ? lay_run_nonblocking(c, request) : lay_run_blocking(c);
+}
+
+#define PASS(fn, call)   \
+  do {                   \
+    lay_count(fn, NULL); \
+    return call;         \
+  } while (0)
+
+LAY_EXPORT int MPI_Allreduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
+                             MPI_Comm comm) {
+  lay_call_t c;
+  if (begin(&c, LAY_ALLREDUCE, TCOLL_LAYER_ALL_REDUCE, comm, true) &&
+      plan_reduction(&c, s, r, count, dt, op, -1))
+    return run(&c, NULL);
+  PASS(LAY_ALLREDUCE, lay_next.Allreduce(s, r, count, dt, op, comm));
+}
+
+LAY_EXPORT int MPI_Iallreduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
+                              MPI_Comm comm, MPI_Request *request) {
+  lay_call_t c;
+  if (begin(&c, LAY_IALLREDUCE, TCOLL_LAYER_ALL_REDUCE, comm, false) &&
+      plan_reduction(&c, s, r, count, dt, op, -1))
+    return run(&c, request);
+  PASS(LAY_IALLREDUCE, lay_next.Iallreduce(s, r, count, dt, op, comm, request));
+}
+
+LAY_EXPORT int MPI_Reduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op, int root,
+                          MPI_Comm comm) {
+  lay_call_t c;
+  if (begin(&c, LAY_REDUCE, TCOLL_LAYER_REDUCE, comm, true) &&
+      plan_reduction(&c, s, r, count, dt, op, root))
+    return run(&c, NULL);
+  PASS(LAY_REDUCE, lay_next.Reduce(s, r, count, dt, op, root, comm));
+}
+
+LAY_EXPORT int MPI_Ireduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op, int root,
+                           MPI_Comm comm, MPI_Request *request) {
+  lay_call_t c;
+  if (begin(&c, LAY_IREDUCE, TCOLL_LAYER_REDUCE, comm, false) &&
+      plan_reduction(&c, s, r, count, dt, op, root))
+    return run(&c, request);
+  PASS(LAY_IREDUCE, lay_next.Ireduce(s, r, count, dt, op, root, comm, request));
+}
+
+LAY_EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm) {
+  lay_call_t c;
+  if (begin(&c, LAY_BCAST, TCOLL_LAYER_BROADCAST, comm, true) &&
+      plan_bcast(&c, buf, count, dt, root))
+    return run(&c, NULL);
+  PASS(LAY_BCAST, lay_next.Bcast(buf, count, dt, root, comm));
+}
+
+LAY_EXPORT int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
+                          MPI_Request *request) {
+  lay_call_t c;
+  if (begin(&c, LAY_IBCAST, TCOLL_LAYER_BROADCAST, comm, false) &&
+      plan_bcast(&c, buf, count, dt, root))
+    return run(&c, request);
+  PASS(LAY_IBCAST, lay_next.Ibcast(buf, count, dt, root, comm, request));
+}
+
+LAY_EXPORT int MPI_Allgather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
+                             MPI_Datatype rtype, MPI_Comm comm) {
+  lay_call_t c;
+  if (begin(&c, LAY_ALLGATHER, TCOLL_LAYER_ALL_GATHER, comm, true) &&
+      plan_allgather(&c, s, scount, stype, r, rcount, rtype))
+    return run(&c, NULL);
+  PASS(LAY_ALLGATHER, lay_next.Allgather(s, scount, stype, r, rcount, rtype, comm));
+}
+
+LAY_EXPORT int MPI_Iallgather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
+                              MPI_Datatype rtype, MPI_Comm comm, MPI_Request *request) {
+  lay_call_t c;
+  if (begin(&c, LAY_IALLGATHER, TCOLL_LAYER_ALL_GATHER, comm, false) &&
+      plan_allgather(&c, s, scount, stype, r, rcount, rtype))
+    return run(&c, request);
+  PASS(LAY_IALLGATHER, lay_next.Iallgather(s, scount, stype, r, rcount, rtype, comm, request));
+}
+
+LAY_EXPORT int MPI_Alltoall(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
+                            MPI_Datatype rtype, MPI_Comm comm) {
+  lay_call_t c;
+  if (begin(&c, LAY_ALLTOALL, TCOLL_LAYER_ALL_TO_ALL, comm, true) &&
+      plan_alltoall(&c, s, scount, stype, r, rcount, rtype))
+    return run(&c, NULL);
+  PASS(LAY_ALLTOALL, lay_next.Alltoall(s, scount, stype, r, rcount, rtype, comm));
+}
+
+LAY_EXPORT int MPI_Ialltoall(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
+                             MPI_Datatype rtype, MPI_Comm comm, MPI_Request *request) {
+  lay_call_t c;
+  if (begin(&c, LAY_IALLTOALL, TCOLL_LAYER_ALL_TO_ALL, comm, false) &&
+      plan_alltoall(&c, s, scount, stype, r, rcount, rtype))
+    return run(&c, request);
+  PASS(LAY_IALLTOALL, lay_next.Ialltoall(s, scount, stype, r, rcount, rtype, comm, request));
+}
+
+LAY_EXPORT int MPI_Reduce_scatter_block(const void *s, void *r, int rcount, MPI_Datatype dt,
+                                        MPI_Op op, MPI_Comm comm) {
+  lay_call_t c;
+  if (begin(&c, LAY_REDUCE_SCATTER_BLOCK, TCOLL_LAYER_REDUCE_SCATTER, comm, true) &&
+      plan_reduce_scatter(&c, s, r, rcount, dt, op))
+    return run(&c, NULL);
+  PASS(LAY_REDUCE_SCATTER_BLOCK, lay_next.Reduce_scatter_block(s, r, rcount, dt, op, comm));
+}
+
+LAY_EXPORT int MPI_Ireduce_scatter_block(const void *s, void *r, int rcount, MPI_Datatype dt,
+                                         MPI_Op op, MPI_Comm comm, MPI_Request *request) {
+  lay_call_t c;
+  if (begin(&c, LAY_IREDUCE_SCATTER_BLOCK, TCOLL_LAYER_REDUCE_SCATTER, comm, false) &&
+      plan_reduce_scatter(&c, s, r, rcount, dt, op))
+    return run(&c, request);
+  PASS(LAY_IREDUCE_SCATTER_BLOCK,
+       lay_next.Ireduce_scatter_block(s, r, rcount, dt, op, comm, request));
+}
+
+LAY_EXPORT int MPI_Reduce_scatter(const void *s, void *r, const int counts[], MPI_Datatype dt,
+                                  MPI_Op op, MPI_Comm comm) {
+  lay_call_t c;
+  if (begin(&c, LAY_REDUCE_SCATTER, TCOLL_LAYER_REDUCE_SCATTER, comm, true) && counts &&
+      equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, s, r, counts[0], dt, op))
+    return run(&c, NULL);
+  PASS(LAY_REDUCE_SCATTER, lay_next.Reduce_scatter(s, r, counts, dt, op, comm));
+}
+
+LAY_EXPORT int MPI_Ireduce_scatter(const void *s, void *r, const int counts[], MPI_Datatype dt,
+                                   MPI_Op op, MPI_Comm comm, MPI_Request *request) {
+  lay_call_t c;
+  if (begin(&c, LAY_IREDUCE_SCATTER, TCOLL_LAYER_REDUCE_SCATTER, comm, false) && counts &&
+      equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, s, r, counts[0], dt, op))
+    return run(&c, request);
+  PASS(LAY_IREDUCE_SCATTER, lay_next.Ireduce_scatter(s, r, counts, dt, op, comm, request));
+}
+
+/* ------------------------------------------------------------------ persistent forms (MPI-4) */
+
+#if MPI_VERSION >= 4
+/* A persistent call is routed only on a communicator that already has its twin (as a nonblocking
+ * one: its initialization makes no collective call of the layer's). A routed one is counted at
+ * each start, a passed one at its initialization. */
+#define PERSISTENT(fn, op, plan, pass)              \
+  do {                                              \
+    lay_call_t c;                                   \
+    if (begin(&c, fn, op, comm, false) && (plan)) { \
+      c.persistent = true;                          \
+      return lay_run_persistent(&c, request);       \
+    }                                               \
+    PASS(fn, pass);                                 \
+  } while (0)
+
+LAY_EXPORT int MPI_Allreduce_init(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
+                                  MPI_Comm comm, MPI_Info info, MPI_Request *request) {
+  PERSISTENT(LAY_ALLREDUCE_INIT, TCOLL_LAYER_ALL_REDUCE,
+             plan_reduction(&c, s, r, count, dt, op, -1),
+             lay_next.Allreduce_init(s, r, count, dt, op, comm, info, request));
+}
+
+LAY_EXPORT int MPI_Reduce_init(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
+                               int root, MPI_Comm comm, MPI_Info info, MPI_Request *request) {
+  PERSISTENT(LAY_REDUCE_INIT, TCOLL_LAYER_REDUCE, plan_reduction(&c, s, r, count, dt, op, root),
+             lay_next.Reduce_init(s, r, count, dt, op, root, comm, info, request));
+}
+
+LAY_EXPORT int MPI_Bcast_init(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
+                              MPI_Info info, MPI_Request *request) {
+  PERSISTENT(LAY_BCAST_INIT, TCOLL_LAYER_BROADCAST, plan_bcast(&c, buf, count, dt, root),
+             lay_next.Bcast_init(buf, count, dt, root, comm, info, request));
+}
+
+LAY_EXPORT int MPI_Allgather_init(const void *s, int scount, MPI_Datatype stype, void *r,
+                                  int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
+                                  MPI_Request *request) {
+  PERSISTENT(LAY_ALLGATHER_INIT, TCOLL_LAYER_ALL_GATHER,
+             plan_allgather(&c, s, scount, stype, r, rcount, rtype),
+             lay_next.Allgather_init(s, scount, stype, r, rcount, rtype, comm, info, request));
+}
+
+LAY_EXPORT int MPI_Alltoall_init(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
+                                 MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
+                                 MPI_Request *request) {
+  PERSISTENT(LAY_ALLTOALL_INIT, TCOLL_LAYER_ALL_TO_ALL,
+             plan_alltoall(&c, s, scount, stype, r, rcount, rtype),
+             lay_next.Alltoall_init(s, scount, stype, r, rcount, rtype, comm, info, request));
+}
+
+LAY_EXPORT int MPI_Reduce_scatter_block_init(const void *s, void *r, int rcount, MPI_Datatype dt,
+                                             MPI_Op op, MPI_Comm comm, MPI_Info info,
+                                             MPI_Request *request) {
+  PERSISTENT(LAY_REDUCE_SCATTER_BLOCK_INIT, TCOLL_LAYER_REDUCE_SCATTER,
+             plan_reduce_scatter(&c, s, r, rcount, dt, op),
+             lay_next.Reduce_scatter_block_init(s, r, rcount, dt, op, comm, info, request));
+}
+
+LAY_EXPORT int MPI_Reduce_scatter_init(const void *s, void *r, const int counts[], MPI_Datatype dt,
+                                       MPI_Op op, MPI_Comm comm, MPI_Info info,
+                                       MPI_Request *request) {
+  PERSISTENT(
+      LAY_REDUCE_SCATTER_INIT, TCOLL_LAYER_REDUCE_SCATTER,
+      counts && equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, s, r, counts[0], dt, op),
+      lay_next.Reduce_scatter_init(s, r, counts, dt, op, comm, info, request));
+}
+#endif

@@ -1,0 +1,68 @@
+/* The layer's routed calls in flight (requests.c), shared by the completion calls (waits.c) and
+ * the persistent calls (persistent.c). Not part of the layer's interface (layer.h). */
+#ifndef TC_PMPI_PENDING_H
+#define TC_PMPI_PENDING_H
+
+#include "layer.h"
+
+#include <pthread.h>
+
+/* How the program's request learns that its call completed. A receive the layer satisfies with
+ * its own send (Open MPI; persistent calls everywhere), or on MPICH a generalized request whose
+ * poll function completes it: MPICH 4.0's MPI_Wait does not see a receive that another thread's
+ * send to this process completed (it waits forever; a test loop sees it), so there the progress
+ * thread only marks a call done and the waiting thread's poll function completes the request. */
+#if defined(MPICH_VERSION)
+#define LAY_GREQUESTS 1
+#else
+#define LAY_GREQUESTS 0
+#endif
+
+typedef struct entry {
+  struct entry *next;
+  lay_call_t call;
+  MPI_Request req;  /* the request the program holds (MPI_REQUEST_NULL once it freed it) */
+  MPI_Request greq; /* the generalized request (grequest entries) */
+  int tag;
+  bool grequest; /* completed through greq; stays listed until MPI frees it */
+  bool claimed;  /* a thread is driving it: others leave it alone */
+  bool done;     /* grequest entries: tcoll completed it with rc */
+  bool told;     /* grequest entries: MPI_Grequest_complete called */
+  bool freed;    /* the program freed its request */
+  int rc;
+  uint64_t posted_ns; /* when it was listed (CLOCK_MONOTONIC) */
+} entry_t;
+
+/* Every entry, under lay_mu (the head is also read unlocked: lay_any_pending). */
+extern pthread_mutex_t lay_mu;
+extern entry_t *lay_pending;
+/* The private duplicate of MPI_COMM_SELF of the layer's receives. */
+extern MPI_Comm lay_self_comm;
+
+/* Whether any routed call is listed (not done yet, or a grequest entry not yet completed in MPI):
+ * one load on every completion call of the program. */
+static inline bool lay_any_pending(void) {
+  return __atomic_load_n(&lay_pending, __ATOMIC_ACQUIRE) != NULL;
+}
+/* A tag for a receive of the layer's, unique among those pending (it wraps after MPI_TAG_UB). */
+int lay_take_tag(void);
+/* Under lay_mu: whether this thread is the one to call MPI_Grequest_complete on a done entry. */
+bool lay_take_telling(entry_t *e);
+/* Lists a new entry (its request made) and wakes the progress thread. */
+void lay_enlist(entry_t *e);
+/* The program's request for e (a receive, or a grequest on MPICH for a nonpersistent call). */
+int lay_make_request(entry_t *e);
+
+/* The program waits for req: if it is a routed call, drives it to its end in this thread (a
+ * grequest entry is completed in MPI here). Returns tcoll's result (TCOLL_SUCCESS where req is
+ * not a routed call) and its communicator. */
+int lay_finish_own(MPI_Request req, MPI_Comm *comm);
+/* Advances each of the program's requests that is a routed call once. */
+void lay_advance_own(int n, const MPI_Request *reqs);
+/* Whether every non-null request of the array is a routed call. */
+bool lay_all_own(int n, const MPI_Request *reqs);
+
+/* A persistent request freed by the program: its plan goes (completed first if active). */
+void lay_persistent_free(MPI_Request req);
+
+#endif

@@ -1,0 +1,373 @@
+/* Routed nonblocking calls as real MPI requests: the entries of the calls in flight, how the
+ * program's request learns of a call's completion (pending.h), the progress thread.
+ *
+ * The program's request completes when tcoll completes the call, whichever thread sees it, so
+ * every completion call accepts it, in any array, mixed with the program's point-to-point
+ * requests, also where it bypasses the layer (MPICH's mpi_f08 calls PMPI_Wait itself). (A plain
+ * generalized request, MPI_Grequest_start, never completes inside MPI_Waitall on either MPI.) The
+ * collective has to progress while the program blocks anywhere in MPI (rank 0 posts, then
+ * receives a message rank 1 sends only after its own wait): a progress thread tests pending
+ * calls, and the layer's completion calls (waits.c) drive the program's own requests at once. A
+ * failed collective reaches the program as an error of its wait: through the communicator's error
+ * handler where it waits through the layer; as MPI_ERR_TRUNCATE (a receive entry: one byte sent
+ * to the empty receive) or the generalized request's MPI_ERR_OTHER where it bypasses it. */
+#include "pending.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+pthread_mutex_t lay_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+entry_t *lay_pending;
+MPI_Comm lay_self_comm = MPI_COMM_NULL;
+static int next_tag, tag_limit = 32767;
+static pthread_t thread;
+static bool thread_running, stopping;
+static bool sleeping; /* the progress thread waits on `wake` (under lay_mu) */
+#define IDLE_NS (2 * 1000 * 1000)
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The progress thread leaves a call alone this long after its post: a program that waits at once
+ * completes it in its own thread, undisturbed (on 2 cores, a thread testing the same call at the
+ * same time made a 64 KiB MPI_Iallreduce + MPI_Wait 2.4x the blocking one). */
+#define GRACE_NS (50 * 1000)
+
+int lay_take_tag(void) {
+  pthread_mutex_lock(&lay_mu);
+  int tag = next_tag;
+  next_tag = next_tag >= tag_limit ? 0 : next_tag + 1;
+  pthread_mutex_unlock(&lay_mu);
+  return tag;
+}
+
+static void lay_unlink_entry(entry_t *e) {
+  entry_t **at = &lay_pending;
+  while (*at != e) at = &(*at)->next;
+  __atomic_store_n(at, e->next, __ATOMIC_RELEASE); /* any_pending reads the head unlocked */
+}
+
+bool lay_take_telling(entry_t *e) {
+  bool tell = e->grequest && e->done && !e->told;
+  if (tell) e->told = true;
+  return tell;
+}
+
+/* Ends a claimed entry whose collective finished with rc: unpacks, then tells MPI. A receive
+ * entry: the layer's send completes it, and the entry goes. A grequest entry: marked done; the
+ * waiting thread's poll function completes it (here only where the program freed its request,
+ * so that no thread waits on it), and MPI's free function unlinks it. */
+static void lay_complete(entry_t *e, int rc) {
+  lay_finish(&e->call, rc == TCOLL_SUCCESS);
+  if (!e->grequest) {
+    char byte = 0;
+    PMPI_Send(&byte, rc == TCOLL_SUCCESS ? 0 : 1, MPI_BYTE, 0, e->tag, lay_self_comm);
+  }
+  pthread_mutex_lock(&lay_mu);
+  e->done = true, e->rc = rc, e->claimed = false;
+  bool tell = e->freed && lay_take_telling(e);
+  if (!e->grequest) lay_unlink_entry(e);
+  pthread_mutex_unlock(&lay_mu);
+  if (!e->grequest)
+    free(e);
+  else if (tell)
+    PMPI_Grequest_complete(e->greq);
+}
+
+#if LAY_GREQUESTS
+static int greq_query(void *state, MPI_Status *status) {
+  entry_t *e = state;
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  return e->rc == TCOLL_SUCCESS ? MPI_SUCCESS : MPI_ERR_OTHER;
+}
+
+static int greq_free(void *state) {
+  pthread_mutex_lock(&lay_mu);
+  lay_unlink_entry(state);
+  pthread_mutex_unlock(&lay_mu);
+  free(state);
+  return MPI_SUCCESS;
+}
+
+static int greq_cancel(void *state, int complete_) { /* cancelling a collective is erroneous */
+  (void)state, (void)complete_;
+  return MPI_SUCCESS;
+}
+
+/* Called by MPI in the thread that waits or tests: completes the request once tcoll is done. */
+static int greq_poll(void *state, MPI_Status *status) {
+  (void)status;
+  entry_t *e = state;
+  pthread_mutex_lock(&lay_mu);
+  bool tell = lay_take_telling(e);
+  pthread_mutex_unlock(&lay_mu);
+  if (tell) PMPI_Grequest_complete(e->greq);
+  return MPI_SUCCESS;
+}
+
+static int greq_wait(int n, void **states, double timeout, MPI_Status *status) {
+  (void)timeout;
+  for (int i = 0; i < n; i++) greq_poll(states[i], status);
+  return MPI_SUCCESS;
+}
+#endif
+
+int lay_make_request(entry_t *e) {
+#if LAY_GREQUESTS
+  if (!e->call.persistent) {
+    e->grequest = true;
+    int rc =
+        PMPIX_Grequest_start(greq_query, greq_free, greq_cancel, greq_poll, greq_wait, e, &e->greq);
+    e->req = e->greq;
+    return rc;
+  }
+#endif
+  e->tag = lay_take_tag();
+  return PMPI_Irecv(NULL, 0, MPI_BYTE, 0, e->tag, lay_self_comm, &e->req);
+}
+
+static void lay_unclaim(entry_t *e) {
+  pthread_mutex_lock(&lay_mu);
+  e->claimed = false;
+  pthread_mutex_unlock(&lay_mu);
+}
+
+/* Claims the first pending entry on twin (any twin where NULL) that no thread drives; *busy:
+ * some are driven elsewhere. */
+static entry_t *claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool *busy) {
+  pthread_mutex_lock(&lay_mu);
+  entry_t *e = lay_pending;
+  *busy = false;
+  for (; e; e = e->next) {
+    if ((twin && e->call.twin != twin) || e->done || e->posted_ns >= posted_before) continue;
+    if (!e->claimed) break;
+    *busy = true;
+  }
+  if (e) e->claimed = true;
+  pthread_mutex_unlock(&lay_mu);
+  return e;
+}
+
+/* Drives a claimed entry to its end in this thread. Returns tcoll's result. */
+static int lay_drive_to_end(entry_t *e) {
+  int rc = tcoll_wait(e->call.key);
+  lay_complete(e, rc);
+  return rc;
+}
+
+/* Advances a claimed entry once; completes it if done. Returns whether it completed. */
+static bool lay_drive_once(entry_t *e, int *rc_out) {
+  int rc = tcoll_test(e->call.key);
+  if (rc == TCOLL_IN_PROGRESS) {
+    lay_unclaim(e);
+    return false;
+  }
+  if (rc_out) *rc_out = rc;
+  lay_complete(e, rc);
+  return true;
+}
+
+void lay_requests_drain(const tcoll_comm_t *twin) {
+  for (;;) {
+    bool busy;
+    entry_t *e = claim_on(twin, UINT64_MAX, &busy);
+    if (e)
+      lay_drive_to_end(e);
+    else if (busy)
+      sched_yield();
+    else
+      return;
+  }
+}
+
+static void nap(long ns) {
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
+}
+
+/* Tests every lay_pending call no other thread drives, completing those done; naps between passes,
+ * sleeps while nothing is lay_pending. */
+
+/* One pass: each call posted more than GRACE_NS ago that no other thread drives is tested once
+ * (completed if done). Returns how many it tested. */
+static int progress_pass(void) {
+  bool busy;
+  entry_t *e, *tested[64];
+  int n = 0, seen = 0;
+  uint64_t young = now_ns() - GRACE_NS;
+  while (n < 64 && (e = claim_on(NULL, young, &busy)) != NULL) {
+    seen++;
+    int rc = tcoll_test(e->call.key);
+    if (rc != TCOLL_IN_PROGRESS)
+      lay_complete(e, rc);
+    else
+      tested[n++] = e; /* stays claimed until the pass ends, so claim_on moves on */
+  }
+  for (int i = 0; i < n; i++) lay_unclaim(tested[i]);
+  return seen;
+}
+
+/* Tests the calls the program is not waiting for; sleeps where there are none. On a machine with
+ * a core per rank and no more, every wake-up of this thread takes a rank's core: it polls every
+ * 20 us only while it drives a call, every 200 us while calls are young or driven by the program,
+ * and sleeps on the condition variable after 2 ms without any (a post wakes it then only). */
+static void *progress(void *arg) {
+  (void)arg;
+  uint64_t idle_since = now_ns();
+  pthread_mutex_lock(&lay_mu);
+  while (!stopping) {
+    bool any = lay_pending != NULL;
+    if (!any && now_ns() - idle_since > IDLE_NS) {
+      sleeping = true;
+      pthread_cond_wait(&wake, &lay_mu);
+      sleeping = false;
+      idle_since = now_ns();
+      continue;
+    }
+    pthread_mutex_unlock(&lay_mu);
+    int driven = any ? progress_pass() : 0;
+    if (any) idle_since = now_ns();
+    nap(driven ? 20 * 1000 : 200 * 1000);
+    pthread_mutex_lock(&lay_mu);
+  }
+  pthread_mutex_unlock(&lay_mu);
+  return NULL;
+}
+
+int lay_requests_init(void) {
+  int rc = PMPI_Comm_dup(MPI_COMM_SELF, &lay_self_comm);
+  if (rc != MPI_SUCCESS) return rc;
+  PMPI_Comm_set_errhandler(lay_self_comm, MPI_ERRORS_RETURN);
+  int *ub, found = 0;
+  if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found) == MPI_SUCCESS && found)
+    tag_limit = *ub;
+  stopping = false;
+  if (pthread_create(&thread, NULL, progress, NULL)) return MPI_ERR_OTHER;
+  thread_running = true;
+  return MPI_SUCCESS;
+}
+
+void lay_requests_stop(void) {
+  if (thread_running) {
+    pthread_mutex_lock(&lay_mu);
+    stopping = true;
+    pthread_cond_signal(&wake);
+    pthread_mutex_unlock(&lay_mu);
+    pthread_join(thread, NULL);
+    thread_running = false;
+  }
+  if (lay_self_comm != MPI_COMM_NULL) PMPI_Comm_free(&lay_self_comm);
+}
+
+void lay_enlist(entry_t *e) {
+  e->posted_ns = now_ns();
+  pthread_mutex_lock(&lay_mu);
+  e->next = lay_pending;
+  __atomic_store_n(&lay_pending, e, __ATOMIC_RELEASE);
+  if (sleeping) pthread_cond_signal(&wake);
+  pthread_mutex_unlock(&lay_mu);
+}
+
+int lay_run_nonblocking(lay_call_t *c, MPI_Request *request) {
+  entry_t *e = calloc(1, sizeof *e);
+  if (!e) return lay_error(c->comm, TCOLL_ERR_NO_MEMORY, lay_fn_name(c->fn));
+  int rc = lay_post(c);
+  if (rc != TCOLL_SUCCESS) {
+    lay_finish(c, false);
+    free(e);
+    return lay_error(c->comm, rc, lay_fn_name(c->fn));
+  }
+  e->call = *c;
+  int mrc = lay_make_request(e);
+  if (mrc != MPI_SUCCESS) { /* the collective is posted on every rank: finish it here */
+    tcoll_wait(e->call.key);
+    lay_finish(&e->call, true);
+    free(e);
+    PMPI_Comm_call_errhandler(c->comm, mrc);
+    return mrc;
+  }
+  *request = e->req;
+  lay_count(c->fn, c->algo);
+  lay_enlist(e);
+  return MPI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ the program's requests */
+
+/* The program waits for one request: if it is a routed call, drive it to its end here (and, for
+ * a grequest entry, complete the request: this is the waiting thread). Returns tcoll's result
+ * (TCOLL_SUCCESS where the request is not ours) and its communicator. */
+int lay_finish_own(MPI_Request req, MPI_Comm *comm) {
+  if (req == MPI_REQUEST_NULL) return TCOLL_SUCCESS; /* freed routed calls hold that value */
+  int rc = TCOLL_SUCCESS;
+  for (;;) {
+    pthread_mutex_lock(&lay_mu);
+    entry_t *e = lay_pending;
+    while (e && e->req != req) e = e->next;
+    if (!e) {
+      pthread_mutex_unlock(&lay_mu);
+      return rc;
+    }
+    *comm = e->call.comm;
+    if (e->done) { /* a grequest entry */
+      bool tell = lay_take_telling(e);
+      MPI_Request greq = e->greq;
+      rc = e->rc;
+      pthread_mutex_unlock(&lay_mu);
+      if (tell) PMPI_Grequest_complete(greq);
+      return rc;
+    }
+    bool mine = !e->claimed;
+    if (mine) e->claimed = true;
+    pthread_mutex_unlock(&lay_mu);
+    if (mine)
+      rc = lay_drive_to_end(e);
+    else /* the progress thread tests it: it completes it or lets go */
+      sched_yield();
+  }
+}
+
+/* Advances each of the program's requests that is a routed call once (completing those done;
+ * a done grequest entry is completed here, in the thread that tests: MPICH does not poll a
+ * generalized request in every test call). */
+void lay_advance_own(int n, const MPI_Request *reqs) {
+  for (int i = 0; i < n; i++) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    pthread_mutex_lock(&lay_mu);
+    entry_t *e = lay_pending;
+    while (e && e->req != reqs[i]) e = e->next;
+    bool mine = e && !e->claimed && !e->done, grequest = e && e->grequest;
+    if (mine) e->claimed = true;
+    pthread_mutex_unlock(&lay_mu);
+    if (mine) lay_drive_once(e, NULL); /* a receive entry it completes is freed */
+    if (!grequest) continue;
+    /* A grequest entry stays listed until MPI frees it, which needs this thread's test first. */
+    pthread_mutex_lock(&lay_mu);
+    bool tell = lay_take_telling(e);
+    MPI_Request greq = e->greq;
+    pthread_mutex_unlock(&lay_mu);
+    if (tell) PMPI_Grequest_complete(greq);
+  }
+}
+
+/* Whether every non-null request of the array is a routed call. */
+bool lay_all_own(int n, const MPI_Request *reqs) {
+  pthread_mutex_lock(&lay_mu);
+  bool all = true;
+  for (int i = 0; i < n && all; i++) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    entry_t *e = lay_pending;
+    while (e && e->req != reqs[i]) e = e->next;
+    all = e != NULL;
+  }
+  pthread_mutex_unlock(&lay_mu);
+  return all;
+}

@@ -1,0 +1,210 @@
+/* The layer's life: the load-time check, MPI_Init / MPI_Init_thread (MPI_THREAD_MULTIPLE for
+ * the progress thread, tcoll started on the program's MPI), MPI_Finalize (routed calls
+ * completed, tcoll finalized before MPI), TCOLL_MPI, and the counts TCOLL_DEBUG=INFO prints. */
+#define _GNU_SOURCE
+#include "layer.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+bool lay_on;
+bool lay_nonblocking;
+
+/* ------------------------------------------------------------------ the MPI it was built for */
+
+#if defined(OPEN_MPI)
+#define BUILT_FOR "Open MPI"
+#define OWN_LIB "libmpi.so.40"
+static const char *const other_libs[] = {"libmpich.so", "libmpi.so.12", "libmpich"};
+#else
+#define BUILT_FOR "MPICH"
+#define OWN_LIB "libmpich.so"
+static const char *const other_libs[] = {"libmpi.so.40", "libopen-pal", "libopen-rte"};
+#endif
+
+static int find_other(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char *base = strrchr(info->dlpi_name, '/');
+  base = base ? base + 1 : info->dlpi_name;
+  for (size_t i = 0; i < sizeof other_libs / sizeof other_libs[0]; i++)
+    if (!strncmp(base, other_libs[i], strlen(other_libs[i]))) {
+      *(const char **)data = info->dlpi_name;
+      return 1;
+    }
+  return 0;
+}
+
+lay_next_t lay_next;
+
+static void find_next(void) {
+#define LAY_FIND(f)                                                \
+  lay_next.f = (__typeof__(&PMPI_##f))dlsym(RTLD_NEXT, "MPI_" #f); \
+  if (!lay_next.f) lay_next.f = PMPI_##f;
+  LAY_DEFINED(LAY_FIND)
+#undef LAY_FIND
+}
+
+/* A program of another MPI than the layer's would call it with handles of another ABI: say so
+ * and stop before its first MPI call, rather than crash inside it. */
+__attribute__((constructor)) static void check_mpi(void) {
+  find_next();
+  const char *other = NULL;
+  dl_iterate_phdr(find_other, &other);
+  if (!other) return;
+  fprintf(stderr,
+          "libtcoll-mpi.so: this layer was built for %s (" OWN_LIB
+          "), but the program also "
+          "loads %s: it uses another MPI. Use the libtcoll-mpi.so built with the program's MPI "
+          "(tcoll's MPI=mpich build for MPICH programs), or run without LD_PRELOAD.\n",
+          BUILT_FOR, other);
+  exit(1);
+}
+
+/* ------------------------------------------------------------------ counts */
+
+static const char *const names[LAY_NUM_FNS] = {
+    [LAY_ALLREDUCE] = "MPI_Allreduce",
+    [LAY_IALLREDUCE] = "MPI_Iallreduce",
+    [LAY_REDUCE] = "MPI_Reduce",
+    [LAY_IREDUCE] = "MPI_Ireduce",
+    [LAY_BCAST] = "MPI_Bcast",
+    [LAY_IBCAST] = "MPI_Ibcast",
+    [LAY_ALLGATHER] = "MPI_Allgather",
+    [LAY_IALLGATHER] = "MPI_Iallgather",
+    [LAY_ALLTOALL] = "MPI_Alltoall",
+    [LAY_IALLTOALL] = "MPI_Ialltoall",
+    [LAY_REDUCE_SCATTER_BLOCK] = "MPI_Reduce_scatter_block",
+    [LAY_IREDUCE_SCATTER_BLOCK] = "MPI_Ireduce_scatter_block",
+    [LAY_REDUCE_SCATTER] = "MPI_Reduce_scatter",
+    [LAY_IREDUCE_SCATTER] = "MPI_Ireduce_scatter",
+    [LAY_ALLREDUCE_INIT] = "MPI_Allreduce_init",
+    [LAY_REDUCE_INIT] = "MPI_Reduce_init",
+    [LAY_BCAST_INIT] = "MPI_Bcast_init",
+    [LAY_ALLGATHER_INIT] = "MPI_Allgather_init",
+    [LAY_ALLTOALL_INIT] = "MPI_Alltoall_init",
+    [LAY_REDUCE_SCATTER_BLOCK_INIT] = "MPI_Reduce_scatter_block_init",
+    [LAY_REDUCE_SCATTER_INIT] = "MPI_Reduce_scatter_init",
+};
+
+/* Routed calls by algorithm: a few names per function (the algorithms of one op). */
+#define ALGOS 6
+static struct {
+  long passed;
+  const char *algo[ALGOS];
+  long routed[ALGOS];
+} counts[LAY_NUM_FNS];
+
+const char *lay_fn_name(lay_fn_t fn) { return names[fn]; }
+
+void lay_count(lay_fn_t fn, const char *algo) {
+  if (!algo) {
+    __atomic_add_fetch(&counts[fn].passed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int i = 0; i < ALGOS; i++) {
+    const char *none = NULL; /* the first call routed by an algorithm takes a free slot */
+    if (!__atomic_load_n(&counts[fn].algo[i], __ATOMIC_ACQUIRE))
+      __atomic_compare_exchange_n(&counts[fn].algo[i], &none, algo, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE);
+    if (!strcmp(__atomic_load_n(&counts[fn].algo[i], __ATOMIC_ACQUIRE), algo)) {
+      __atomic_add_fetch(&counts[fn].routed[i], 1, __ATOMIC_RELAXED);
+      return;
+    }
+  }
+}
+
+static long routed_total(int fn) {
+  long n = 0;
+  for (int i = 0; i < ALGOS; i++) n += __atomic_load_n(&counts[fn].routed[i], __ATOMIC_RELAXED);
+  return n;
+}
+
+/* For tests and tools (found with dlsym): how many calls of the MPI function named so this
+ * process routed to tcoll (routed != 0) or passed to PMPI (routed == 0); -1 for a name the layer
+ * does not define. */
+LAY_EXPORT long tcoll_mpi_layer_calls(const char *mpi_function_name, int routed) {
+  for (int fn = 0; fn < LAY_NUM_FNS; fn++)
+    if (mpi_function_name && !strcmp(names[fn], mpi_function_name))
+      return routed ? routed_total(fn) : __atomic_load_n(&counts[fn].passed, __ATOMIC_RELAXED);
+  return -1;
+}
+
+/* TCOLL_DEBUG=INFO: one line per function this rank called. */
+static void print_counts(void) {
+  tcoll_config_t cfg;
+  if (tcoll_get_config(&cfg) != TCOLL_SUCCESS || cfg.debug < TCOLL_LOG_INFO) return;
+  int rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int fn = 0; fn < LAY_NUM_FNS; fn++) {
+    if (!counts[fn].passed && !routed_total(fn)) continue;
+    char line[512];
+    int at = snprintf(line, sizeof line, "tcoll-mpi [rank %d] %s: %ld routed", rank, names[fn],
+                      routed_total(fn));
+    for (int i = 0; i < ALGOS && counts[fn].algo[i] && at < (int)sizeof line; i++)
+      at += snprintf(line + at, sizeof line - (size_t)at, "%s%s %ld", i ? ", " : " (",
+                     counts[fn].algo[i], counts[fn].routed[i]);
+    if (at < (int)sizeof line)
+      snprintf(line + at, sizeof line - (size_t)at, "%s, %ld passed to MPI",
+               counts[fn].algo[0] ? ")" : "", counts[fn].passed);
+    fprintf(stderr, "%s\n", line);
+  }
+}
+
+/* ------------------------------------------------------------------ init and finalize */
+
+/* TCOLL_MPI: on unless off, 0, no or false. */
+static int setting_on(void) {
+  const char *v = getenv("TCOLL_MPI");
+  if (!v || !*v) return 1;
+  return !(strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0 || strcasecmp(v, "no") == 0 ||
+           strcasecmp(v, "false") == 0);
+}
+
+/* After MPI is up: every rank agrees on TCOLL_MPI, then tcoll starts on the program's MPI. */
+static void start(int provided) {
+  int mine = setting_on(), all = 0;
+  if (PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS || !all)
+    return;
+  int all_multiple = 0, multiple = provided >= MPI_THREAD_MULTIPLE;
+  PMPI_Allreduce(&multiple, &all_multiple, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (tcoll_init(NULL, NULL) != TCOLL_SUCCESS) {
+    fprintf(stderr, "libtcoll-mpi.so: tcoll did not start (%s): every call goes to MPI\n",
+            tcoll_last_error());
+    return;
+  }
+  if (lay_twins_init() != MPI_SUCCESS) return;
+  lay_nonblocking = all_multiple && lay_requests_init() == MPI_SUCCESS;
+  lay_on = true;
+}
+
+LAY_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+  if (!setting_on()) return lay_next.Init_thread(argc, argv, required, provided);
+  int got = MPI_THREAD_SINGLE;
+  int want = required > MPI_THREAD_MULTIPLE ? required : MPI_THREAD_MULTIPLE;
+  int rc = lay_next.Init_thread(argc, argv, want, &got);
+  if (rc != MPI_SUCCESS) return rc;
+  if (provided) *provided = got;
+  start(got);
+  return MPI_SUCCESS;
+}
+
+LAY_EXPORT int MPI_Init(int *argc, char ***argv) {
+  if (!setting_on()) return lay_next.Init(argc, argv);
+  int got;
+  return MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &got);
+}
+
+LAY_EXPORT int MPI_Finalize(void) {
+  if (lay_on) {
+    lay_requests_drain(NULL);
+    lay_requests_stop();
+    print_counts();
+    lay_on = false;
+    tcoll_finalize();
+  }
+  return lay_next.Finalize();
+}
