@@ -163,16 +163,13 @@ static int lay_drive_to_end(entry_t *e) {
   return rc;
 }
 
-/* Advances a claimed entry once; completes it if done. Returns whether it completed. */
-static bool lay_drive_once(entry_t *e, int *rc_out) {
+/* Advances a claimed entry once: completes it if done, else lets it go. */
+static void lay_drive_once(entry_t *e) {
   int rc = tcoll_test(e->call.key);
-  if (rc == TCOLL_IN_PROGRESS) {
+  if (rc == TCOLL_IN_PROGRESS)
     lay_unclaim(e);
-    return false;
-  }
-  if (rc_out) *rc_out = rc;
-  lay_complete(e, rc);
-  return true;
+  else
+    lay_complete(e, rc);
 }
 
 void lay_requests_drain(const tcoll_comm_t *twin) {
@@ -347,7 +344,7 @@ void lay_advance_own(int n, const MPI_Request *reqs) {
     bool mine = e && !e->claimed && !e->done, grequest = e && e->grequest;
     if (mine) e->claimed = true;
     pthread_mutex_unlock(&lay_mu);
-    if (mine) lay_drive_once(e, NULL); /* a receive entry it completes is freed */
+    if (mine) lay_drive_once(e); /* a receive entry it completes is freed */
     if (!grequest) continue;
     /* A grequest entry stays listed until MPI frees it, which needs this thread's test first. */
     pthread_mutex_lock(&lay_mu);
