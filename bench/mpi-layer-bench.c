@@ -4,13 +4,17 @@
  *
  *   mpi-layer-bench [OPS] [MIN MAX]     OPS: comma list of allreduce, iallreduce,
  *                                       reduce_scatter_block, ireduce_scatter_block, bcast,
- *                                       self_allreduce (a call that always passes through:
- *                                       MPI_COMM_SELF), sendrecv (point-to-point, never wrapped)
+ *                                       ibcast, reduce, ireduce, allgather, iallgather,
+ *                                       alltoall, ialltoall, self_allreduce (a call that
+ *                                       always passes through: MPI_COMM_SELF), sendrecv
+ *                                       (point-to-point, never wrapped)
  *
- * Sizes are the vector's bytes (reduce_scatter: the input's), float32 SUM, from MIN to MAX by 4x.
+ * Sizes are the vector's bytes (reduce_scatter: the input's; allgather: the output's; alltoall: a
+ * rank's whole buffer), float32 SUM, root 0, from MIN to MAX by 4x.
  * Each point: a warm-up, then 5 rounds of enough calls for about 20 ms; prints the median time
  * per call in us ("op bytes us"), rank 0 only. */
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +41,24 @@ static void one_call(const point_t *x) {
     MPI_Wait(&req, MPI_STATUS_IGNORE);
   } else if (!strcmp(x->op, "bcast")) {
     MPI_Bcast(x->in, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  } else if (!strcmp(x->op, "ibcast")) {
+    MPI_Ibcast(x->in, n, MPI_FLOAT, 0, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else if (!strcmp(x->op, "reduce")) {
+    MPI_Reduce(x->in, x->out, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+  } else if (!strcmp(x->op, "ireduce")) {
+    MPI_Ireduce(x->in, x->out, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else if (!strcmp(x->op, "allgather")) { /* bytes: the output */
+    MPI_Allgather(x->in, n / x->p, MPI_FLOAT, x->out, n / x->p, MPI_FLOAT, MPI_COMM_WORLD);
+  } else if (!strcmp(x->op, "iallgather")) {
+    MPI_Iallgather(x->in, n / x->p, MPI_FLOAT, x->out, n / x->p, MPI_FLOAT, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else if (!strcmp(x->op, "alltoall")) { /* bytes: a rank's whole buffer */
+    MPI_Alltoall(x->in, n / x->p, MPI_FLOAT, x->out, n / x->p, MPI_FLOAT, MPI_COMM_WORLD);
+  } else if (!strcmp(x->op, "ialltoall")) {
+    MPI_Ialltoall(x->in, n / x->p, MPI_FLOAT, x->out, n / x->p, MPI_FLOAT, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
   } else if (!strcmp(x->op, "self_allreduce")) {
     MPI_Allreduce(x->in, x->out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_SELF);
   } else if (!strcmp(x->op, "sendrecv")) {
@@ -90,8 +112,9 @@ int main(int argc, char **argv) {
   for (char *op = strtok(ops, ","); op; op = strtok(NULL, ",")) {
     for (size_t b = lo; b <= hi; b *= 4) {
       x.op = op;
-      x.bytes = b < sizeof(float) * (size_t)p && strstr(op, "scatter") ? sizeof(float) * p : b;
-      if (strstr(op, "scatter")) x.bytes -= x.bytes % (sizeof(float) * (size_t)p);
+      bool blocks = strstr(op, "scatter") || strstr(op, "gather") || strstr(op, "alltoall");
+      x.bytes = b < sizeof(float) * (size_t)p && blocks ? sizeof(float) * p : b;
+      if (blocks) x.bytes -= x.bytes % (sizeof(float) * (size_t)p);
       double us = median_us(&x);
       if (rank == 0) printf("%s %zu %.3f\n", op, x.bytes, us);
     }

@@ -309,6 +309,7 @@ static void nap(long us) {
 static void *srv_main(void *arg) {
   TC_UNUSED(arg);
   tc_enter("tcoll bootstrap thread");
+  tc_mark_internal_thread();
   long idle = 0;
   for (;;) {
     pthread_mutex_lock(&srv_mu);

@@ -46,6 +46,14 @@
  *                       routed to tcoll at least once (so a run meant to exercise tcoll does).
  *   T_PMPI_CASES=a,b    only the cases whose names contain one of these (to reproduce one).
  *   T_PMPI_VERBOSE=1    rank 0 prints each case's time and, with the layer, its counters.
+ *   T_PMPI_VERDICTS=... one call each of FN of BYTES must be routed or passed: see
+ *                       check_verdicts.
+ *   T_PMPI_THREAD=single  start with MPI_Init (the program asks no thread level; the threads case
+ *                       is skipped), not MPI_Init_thread(MPI_THREAD_MULTIPLE).
+ *   T_PMPI_PROGRESS=x   with the layer: what drives its routed nonblocking calls must be x (hook,
+ *                       thread or none, as tcoll_mpi_layer_progress says); with hook and
+ *                       T_PMPI_THREAD=single, the program must get the level MPI_Init gives
+ *                       without the layer (below MPI_THREAD_MULTIPLE: the layer asks no more).
  * The meson wiring runs it at 1 to 4 ranks as a plain MPI program, then with LD_PRELOAD of
  * libtcoll-mpi.so and T_PMPI_LAYER=1, once with the algorithm table's choices and once more with
  * TCOLL_ALGO forcing tcoll's algorithms (all_reduce:ring, reduce_scatter:ring, ...) and
@@ -1397,6 +1405,26 @@ static void find_layer(void) {
     fail("layer", "an unknown function name does not give -1");
 }
 
+#ifdef T_PMPI_LINKS_TCOLL
+/* Built as test_pmpi_links_tcoll: the program needs libtcoll itself (as one that calls tcoll
+ * beside MPI), which must make the layer take its progress thread, not MPI's progress loop. */
+extern size_t tcoll_pending_count(void);
+size_t (*volatile t_pmpi_tcoll_symbol)(void) = tcoll_pending_count;
+#endif
+
+/* T_PMPI_PROGRESS: the way the layer said it drives routed nonblocking calls; under the hook, a
+ * program that asked for no thread level must not have been given MPI_THREAD_MULTIPLE. */
+static void check_progress_way(bool asked_single) {
+  const char *want = getenv("T_PMPI_PROGRESS");
+  if (!want || !*want || !layer_calls) return;
+  const char *(*way)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "tcoll_mpi_layer_progress");
+  const char *got = way ? way() : "(tcoll_mpi_layer_progress not defined)";
+  if (strcmp(got, want) != 0)
+    fail("progress way", "the layer drives nonblocking calls by %s, expected %s", got, want);
+  if (!strcmp(want, "hook") && asked_single && thread_level >= MPI_THREAD_MULTIPLE)
+    fail("progress way", "MPI_Init gave MPI_THREAD_MULTIPLE under the hook (the layer raised it)");
+}
+
 static void snapshot_layer(long *routed_plus_passed) {
   for (int i = 0; i < N_WRAPPED; i++) {
     long routed = layer_calls ? layer_calls(wrapped_names[i], 1) : 0;
@@ -1442,6 +1470,57 @@ static void check_routed_as_required(void) {
       fail("T_PMPI_ROUTED", "%s is unknown to the layer", name);
     else if (routed == 0)
       fail("T_PMPI_ROUTED", "no %s call was routed to tcoll", name);
+  }
+  free(copy);
+}
+
+/* T_PMPI_VERDICTS=FN:BYTES:routed|passed,...: one call of each (MPI_Allreduce, MPI_Iallreduce,
+ * MPI_Reduce, MPI_Bcast, MPI_Reduce_scatter_block; float SUM of BYTES, reduce_scatter's input) on
+ * MPI_COMM_WORLD must have been routed, or passed to MPI, as named (the layer's rows: small
+ * blocking calls, where MPI's own are faster, pass); its result is checked too. */
+static void one_verdict_call(const char *fn, int n, float *in, float *out) {
+  MPI_Request req;
+  if (!strcmp(fn, "MPI_Allreduce")) {
+    MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  } else if (!strcmp(fn, "MPI_Iallreduce")) {
+    MPI_Iallreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else if (!strcmp(fn, "MPI_Reduce")) {
+    MPI_Reduce(in, out, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+  } else if (!strcmp(fn, "MPI_Bcast")) {
+    MPI_Bcast(world_rank == 0 ? in : out, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  } else if (!strcmp(fn, "MPI_Reduce_scatter_block")) {
+    MPI_Reduce_scatter_block(in, out, n / world_size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+}
+
+static void check_verdicts(void) {
+  const char *list = getenv("T_PMPI_VERDICTS");
+  if (!list || !*list || !layer_calls || world_size < 2) return;
+  char *copy = strdup(list), *save = NULL;
+  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    char fn[64], want[16];
+    long bytes = 0;
+    if (sscanf(item, "%63[^:]:%ld:%15s", fn, &bytes, want) != 3 || bytes < 4) {
+      fail("T_PMPI_VERDICTS", "cannot read \"%s\" (FN:BYTES:routed|passed)", item);
+      continue;
+    }
+    int n = (int)(bytes / 4);
+    float *in = malloc((size_t)n * sizeof *in), *out = malloc((size_t)n * sizeof *out);
+    for (int i = 0; i < n; i++) in[i] = (float)(world_rank + 1), out[i] = -1.0f;
+    bool routing = !strcmp(want, "routed");
+    long before = layer_calls(fn, routing);
+    one_verdict_call(fn, n, in, out);
+    long after = layer_calls(fn, routing);
+    char label[128];
+    snprintf(label, sizeof label, "verdict: %s of %ld B", fn, bytes);
+    if (after != before + 1) fail(label, "was not %s (the layer's rows)", want);
+    float sum = (float)world_size * (float)(world_size + 1) / 2.0f;
+    bool bcast = !strcmp(fn, "MPI_Bcast");
+    float expect = bcast ? 1.0f : sum, got = bcast && world_rank == 0 ? in[0] : out[0];
+    bool has_out = strcmp(fn, "MPI_Reduce") != 0 || world_rank == 0;
+    if (has_out && got != expect) fail(label, "gave %g, expected %g", got, expect);
+    free(in), free(out);
   }
   free(copy);
 }
@@ -1607,10 +1686,17 @@ static bool case_selected(const char *name) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
+  bool single = env_is("T_PMPI_THREAD", "single");
+  if (single) {
+    MPI_Init(&argc, &argv);
+    MPI_Query_thread(&thread_level);
+  } else {
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   find_layer();
+  check_progress_way(single);
   long before[N_WRAPPED];
   snapshot_layer(before);
   bool verbose = env_is("T_PMPI_VERBOSE", "1");
@@ -1624,6 +1710,7 @@ int main(int argc, char **argv) {
   }
   check_layer_saw_every_call(before);
   check_routed_as_required();
+  check_verdicts();
   print_layer_counters();
   /* The verdict goes through the MPI library's own allreduce, not through the code under test. */
   int mine = atomic_load(&failures), worst = 0;

@@ -37,6 +37,10 @@
 void tc_enter(const char *fn);
 #define TC_ENTER(fn) tc_enter(fn)
 const char *tc_current_fn(void);
+/* tcoll's own threads (progress, bootstrap) say so at their start: the drop-in layer's hook in
+ * MPI's progress loop must not enter tcoll from inside their MPI calls. */
+void tc_mark_internal_thread(void);
+bool tc_is_internal_thread(void);
 /* Records "fn: message" as this thread's last error and returns status. */
 int tc_error(int status, const char *fmt, ...) TC_PRINTF(2, 3);
 /* This thread's last error without the "fn: " prefix (to be reported again by another call). */

@@ -33,6 +33,10 @@ const char *tcoll_last_error(void) { return last_error; }
 void tc_enter(const char *fn) { current_fn = fn; }
 const char *tc_current_fn(void) { return current_fn; }
 
+static _Thread_local bool internal_thread;
+void tc_mark_internal_thread(void) { internal_thread = true; }
+bool tc_is_internal_thread(void) { return internal_thread; }
+
 int tc_error(int status, const char *fmt, ...) {
   char msg[TC_ERRMSG_LEN - 64];
   va_list ap;

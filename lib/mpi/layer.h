@@ -7,6 +7,7 @@
 
 #include "tcoll.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The collectives the layer can route (the ops of tcoll's tables). */
@@ -21,12 +22,19 @@ typedef enum {
 } tcoll_layer_op_t;
 
 /* The algorithm (its tcoll_last_algorithm() name) that tcoll's table, or TCOLL_ALGO, picks for a
- * call of op on comm with host buffers, or NULL where it picks the literal MPI mapping. count:
- * elements of dtype in all_reduce's, reduce's and broadcast's vector, reduce_scatter's input,
- * all_gather's own block; all_to_all's choice reads no size. redop: -1 for ops without one. The
- * same on every rank for the same arguments; it may make a collective call on comm (a probe the
- * first time an algorithm asks): every rank of comm must ask. */
-TCOLL_API const char *tcoll_layer_verdict(tcoll_layer_op_t op, tcoll_comm_t *comm, int64_t count,
-                                          tcoll_dtype_t dtype, int redop);
+ * call of op on comm with host buffers, where the layer measured such a call (blocking: the
+ * program's blocking call; else its nonblocking or persistent one) beating MPI's; or NULL: the
+ * call passes to MPI (layer.c's rows; TCOLL_ALGO forcing an algorithm on op routes regardless).
+ * count: elements of dtype in all_reduce's, reduce's and broadcast's vector, reduce_scatter's
+ * input, all_gather's own block, all_to_all's block. redop: -1 for ops without one. The same on
+ * every rank for the same arguments; it may make a collective call on comm (a probe the first time
+ * an algorithm asks): every rank of comm must ask. */
+TCOLL_API const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tcoll_comm_t *comm,
+                                          int64_t count, tcoll_dtype_t dtype, int redop);
+
+/* Whether the calling thread is one of tcoll's own (its progress or bootstrap thread). The layer's
+ * hook in MPI's progress loop runs inside any MPI call, theirs too, and must not enter tcoll
+ * there. */
+TCOLL_API bool tcoll_layer_internal_thread(void);
 
 #endif

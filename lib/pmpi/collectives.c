@@ -1,12 +1,13 @@
 /* The collective entry points: each plans its call (routed to tcoll where every condition
  * holds) or passes it to PMPI_* untouched. A plan reads only what MPI requires to match across
  * ranks (count, type signature, op, root, communicator), so every rank plans alike:
- *   - the layer is on (and for nonblocking calls the progress thread runs);
+ *   - the layer is on (and for nonblocking calls every rank has a way to progress them);
  *   - the communicator has its twin (made at its first blocking call: twins.c);
  *   - a count above 0, a type signature of one predefined type (types.c), a predefined op that
  *     tcoll applies to that type, a valid root;
- *   - tcoll's table picks one of its own algorithms for the call (tcoll_layer_verdict): where it
- *     would post the same MPI call, the call goes to PMPI unchanged.
+ *   - tcoll's table picks one of its own algorithms for the call, and the layer measured such a
+ *     call (blocking, or not) beating MPI's at that size (tcoll_layer_verdict, lib/mpi/layer.c):
+ *     elsewhere the call goes to PMPI unchanged.
  * Buffers of a non-contiguous type, and in-place inputs that overlap the output, go through a
  * packed copy (the call's scratch); every other buffer is handed to tcoll as it is. */
 #include "layer.h"
@@ -24,7 +25,7 @@ static bool begin(lay_call_t *c, lay_fn_t fn, tcoll_layer_op_t op, MPI_Comm comm
   if (!lay_on || (!blocking && !lay_nonblocking)) return false;
   c->twin = lay_twin(comm, blocking);
   if (!c->twin) return false;
-  c->fn = fn, c->op = op, c->comm = comm;
+  c->fn = fn, c->op = op, c->comm = comm, c->blocking = blocking;
   c->scratch = c->unpack_to = NULL;
   c->pack_from = c->copy = NULL;
   c->persistent = false;
@@ -85,7 +86,7 @@ static bool plan_reduction(lay_call_t *c, const void *s, void *r, int count, MPI
   int64_t n;
   if (!reduction(dt, count, op, &lt, &c->redop, &n)) return false;
   if (root >= 0 && !valid_root(c, root)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->twin, n, lt.dtype, c->redop);
+  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, lt.dtype, c->redop);
   if (!c->algo) return false;
   c->root = root < 0 ? 0 : root;
   bool out_here = root < 0 || tcoll_comm_rank(c->twin) == root;
@@ -110,7 +111,7 @@ static bool plan_bcast(lay_call_t *c, void *buf, int count, MPI_Datatype dt, int
   lay_type_t lt;
   int64_t n;
   if (!movement(dt, count, &lt, &n) || !valid_root(c, root)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->twin, n, TCOLL_UINT8, -1);
+  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, TCOLL_UINT8, -1);
   if (!c->algo) return false;
   c->root = root;
   char *tmp = lt.contiguous ? NULL : scratch(c, (size_t)n);
@@ -131,7 +132,7 @@ static bool plan_allgather(lay_call_t *c, const void *s, int scount, MPI_Datatyp
   if (!movement(rtype, rcount, &rt, &n)) return false;
   bool in_place = s == MPI_IN_PLACE;
   if (!in_place && (!movement(stype, scount, &st, &sn) || sn != n)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->twin, n, TCOLL_UINT8, -1);
+  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, TCOLL_UINT8, -1);
   if (!c->algo) return false;
   int p = tcoll_comm_size(c->twin), me = tcoll_comm_rank(c->twin);
   bool copy_in = in_place || !st.contiguous; /* in place: the block lies inside the output */
@@ -162,7 +163,7 @@ static bool plan_alltoall(lay_call_t *c, const void *s, int scount, MPI_Datatype
   if (s == MPI_IN_PLACE || !movement(rtype, rcount, &rt, &n) ||
       !movement(stype, scount, &st, &sn) || sn != n)
     return false;
-  c->algo = tcoll_layer_verdict(c->op, c->twin, n, TCOLL_UINT8, -1);
+  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, TCOLL_UINT8, -1);
   if (!c->algo) return false;
   int p = tcoll_comm_size(c->twin);
   size_t total = (size_t)n * p;
@@ -183,7 +184,7 @@ static bool plan_reduce_scatter(lay_call_t *c, const void *s, void *r, int rcoun
   int64_t n;
   int p = tcoll_comm_size(c->twin);
   if (!reduction(dt, rcount, op, &lt, &c->redop, &n)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->twin, n * p, lt.dtype, c->redop);
+  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n * p, lt.dtype, c->redop);
   if (!c->algo) return false;
   bool in_place = s == MPI_IN_PLACE; /* the input is r, the output its first block */
   size_t block = (size_t)n * lt.elem;

@@ -11,7 +11,9 @@
  *   twins.c        each communicator's tcoll communicator, cached as an attribute
  *   collectives.c  the collective entry points: plan, route or pass
  *   run.c          running a routed call on tcoll (post, finish, a blocking call)
- *   requests.c     routed nonblocking calls as real MPI requests (pending.h); the progress thread
+ *   requests.c     routed nonblocking calls as real MPI requests (pending.h)
+ *   progress.c     what drives them while the program blocks elsewhere in MPI: MPI's own
+ *                  progress loop (Open MPI) or a progress thread
  *   waits.c        the completion calls (MPI_Wait, MPI_Test..., MPI_Request_free)
  *   persistent.c   MPI-4's persistent collectives, MPI_Start, MPI_Startall
  * Uses tcoll's public API and one internal header, lib/mpi/layer.h (the table's verdict). */
@@ -114,8 +116,31 @@ typedef enum {
 /* Whether the layer routes at all: MPI_Init went through it, TCOLL_MPI is on on every rank and
  * tcoll started. Read on every call (relaxed: it changes only in MPI_Init and MPI_Finalize). */
 extern bool lay_on;
-/* Nonblocking calls can be routed: MPI gave MPI_THREAD_MULTIPLE, so the progress thread runs. */
+/* Nonblocking calls can be routed: every rank has a way to progress them (progress.c). */
 extern bool lay_nonblocking;
+
+/* How routed nonblocking calls progress while the program blocks elsewhere in MPI (progress.c):
+ * a callback in MPI's own progress loop (Open MPI's opal_progress_register), which needs no
+ * thread level of its own, or a progress thread, which needs MPI_THREAD_MULTIPLE. */
+typedef enum { LAY_PROGRESS_HOOK = 1, LAY_PROGRESS_THREAD } lay_progress_t;
+/* Before MPI_Init: the way this process will take (TCOLL_MPI_PROGRESS, what the MPI offers). */
+lay_progress_t lay_progress_plan(void);
+/* "hook", "thread", or "none" (nonblocking calls pass through): the way in use. */
+const char *lay_progress_name(void);
+
+/* This thread's depth of calls into tcoll. MPI's progress loop runs the layer's hook inside any
+ * MPI call this thread makes, tcoll's own included, and tcoll must not be entered again from
+ * there (its locks are not recursive): the hook does nothing while it is above zero. Every call of
+ * the layer's into tcoll that may reach MPI goes through LAY_TCOLL. initial-exec: a plain offset
+ * from the thread pointer. */
+extern _Thread_local __attribute__((tls_model("initial-exec"))) int lay_in_tcoll;
+#define LAY_TCOLL(call)               \
+  __extension__({                     \
+    lay_in_tcoll++;                   \
+    __typeof__(call) lay_r_ = (call); \
+    lay_in_tcoll--;                   \
+    lay_r_;                           \
+  })
 /* The MPI function's name ("MPI_Iallreduce"). */
 const char *lay_fn_name(lay_fn_t fn);
 /* Counts one call: routed by algo, or passed through (algo NULL). */
@@ -170,6 +195,7 @@ typedef struct lay_call {
   void *unpack_to; /* non-NULL: out went to scratch and is unpacked here at completion */
   int unpack_count;
   MPI_Datatype unpack_type;
+  bool blocking;   /* the program's call blocks (the verdict compares with MPI's blocking call) */
   bool persistent; /* a persistent call's template: scratch lives until the request is freed */
 } lay_call_t;
 
@@ -178,7 +204,8 @@ typedef struct lay_call {
 int lay_post(lay_call_t *c);
 /* After tcoll completed c (ok: without error): unpacks, frees scratch. */
 void lay_finish(lay_call_t *c, bool ok);
-/* An MPI error code for a tcoll failure, through comm's error handler. */
+/* An MPI error code for a tcoll failure, through comm's error handler (what: the MPI function;
+ * TCOLL_DEBUG=INFO prints it with tcoll's message). */
 int lay_error(MPI_Comm comm, int tcoll_rc, const char *what);
 
 /* Runs a routed blocking call to its end; returns MPI's code. */
@@ -190,7 +217,8 @@ int lay_run_nonblocking(lay_call_t *c, MPI_Request *request);
 int lay_run_persistent(lay_call_t *c, MPI_Request *request);
 /* Completes every routed call pending on twin (before it is freed), or every one (twin NULL). */
 void lay_requests_drain(const tcoll_comm_t *twin);
-int lay_requests_init(void);
+/* After MPI_Init: the layer's private communicator, then the progress (how). */
+int lay_requests_init(lay_progress_t how);
 void lay_requests_stop(void);
 
 #endif

@@ -6,6 +6,7 @@
 #include "layer.h"
 
 #include <pthread.h>
+#include <time.h>
 
 /* How the program's request learns that its call completed. A receive the layer satisfies with
  * its own send (Open MPI; persistent calls everywhere), or on MPICH a generalized request whose
@@ -48,8 +49,29 @@ static inline bool lay_any_pending(void) {
 int lay_take_tag(void);
 /* Under lay_mu: whether this thread is the one to call MPI_Grequest_complete on a done entry. */
 bool lay_take_telling(entry_t *e);
-/* Lists a new entry (its request made) and wakes the progress thread. */
+/* Lists a new entry (its request made) and tells the progress of it (progress.c). */
 void lay_enlist(entry_t *e);
+/* Claims the first pending entry on twin (any twin where NULL), listed before posted_before
+ * (CLOCK_MONOTONIC ns), that no thread drives; *busy: some are driven elsewhere. */
+entry_t *lay_claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool *busy);
+/* Lets a claimed entry go. */
+void lay_unclaim(entry_t *e);
+/* Ends a claimed entry whose collective finished with rc: unpacks, then tells MPI. */
+void lay_complete(entry_t *e, int rc);
+
+static inline uint64_t lay_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* progress.c: under lay_mu, a call was just listed (wakes a sleeping progress thread). */
+void lay_progress_posted(void);
+/* progress.c: a call was listed (not under lay_mu): the hook is registered at the first. */
+void lay_progress_listed(void);
+/* After MPI_Init: starts what drives routed calls while the program blocks elsewhere in MPI. */
+int lay_progress_start(lay_progress_t how);
+void lay_progress_stop(void);
 /* The program's request for e (a receive, or a grequest on MPICH for a nonpersistent call). */
 int lay_make_request(entry_t *e);
 

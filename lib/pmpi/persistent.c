@@ -65,7 +65,7 @@ static int start_persist(persist_t *p, MPI_Request *request) {
   e->req = p->req;
   int mrc = PMPI_Start(request);
   if (mrc != MPI_SUCCESS) { /* the collective is posted on every rank: finish it here */
-    tcoll_wait(e->call.key);
+    LAY_TCOLL(tcoll_wait(e->call.key));
     lay_finish(&e->call, true);
     free(e);
     PMPI_Comm_call_errhandler(p->plan.comm, mrc);

@@ -1,13 +1,15 @@
 /* Routed nonblocking calls as real MPI requests: the entries of the calls in flight, how the
- * program's request learns of a call's completion (pending.h), the progress thread.
+ * program's request learns of a call's completion (pending.h). What drives them while the program
+ * blocks elsewhere in MPI is progress.c's.
  *
  * The program's request completes when tcoll completes the call, whichever thread sees it, so
  * every completion call accepts it, in any array, mixed with the program's point-to-point
  * requests, also where it bypasses the layer (MPICH's mpi_f08 calls PMPI_Wait itself). (A plain
  * generalized request, MPI_Grequest_start, never completes inside MPI_Waitall on either MPI.) The
  * collective has to progress while the program blocks anywhere in MPI (rank 0 posts, then
- * receives a message rank 1 sends only after its own wait): a progress thread tests pending
- * calls, and the layer's completion calls (waits.c) drive the program's own requests at once. A
+ * receives a message rank 1 sends only after its own wait): MPI's progress loop or a progress
+ * thread tests pending calls (progress.c), and the layer's completion calls (waits.c) drive the
+ * program's own requests at once. A
  * failed collective reaches the program as an error of its wait: through the communicator's error
  * handler where it waits through the layer; as MPI_ERR_TRUNCATE (a receive entry: one byte sent
  * to the empty receive) or the generalized request's MPI_ERR_OTHER where it bypasses it. */
@@ -15,28 +17,11 @@
 
 #include <sched.h>
 #include <stdlib.h>
-#include <time.h>
 
 pthread_mutex_t lay_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 entry_t *lay_pending;
 MPI_Comm lay_self_comm = MPI_COMM_NULL;
 static int next_tag, tag_limit = 32767;
-static pthread_t thread;
-static bool thread_running, stopping;
-static bool sleeping; /* the progress thread waits on `wake` (under lay_mu) */
-#define IDLE_NS (2 * 1000 * 1000)
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* The progress thread leaves a call alone this long after its post: a program that waits at once
- * completes it in its own thread, undisturbed (on 2 cores, a thread testing the same call at the
- * same time made a 64 KiB MPI_Iallreduce + MPI_Wait 2.4x the blocking one). */
-#define GRACE_NS (50 * 1000)
 
 int lay_take_tag(void) {
   pthread_mutex_lock(&lay_mu);
@@ -46,7 +31,7 @@ int lay_take_tag(void) {
   return tag;
 }
 
-static void lay_unlink_entry(entry_t *e) {
+static void unlink_entry(entry_t *e) {
   entry_t **at = &lay_pending;
   while (*at != e) at = &(*at)->next;
   __atomic_store_n(at, e->next, __ATOMIC_RELEASE); /* any_pending reads the head unlocked */
@@ -58,11 +43,11 @@ bool lay_take_telling(entry_t *e) {
   return tell;
 }
 
-/* Ends a claimed entry whose collective finished with rc: unpacks, then tells MPI. A receive
+/* A receive
  * entry: the layer's send completes it, and the entry goes. A grequest entry: marked done; the
  * waiting thread's poll function completes it (here only where the program freed its request,
  * so that no thread waits on it), and MPI's free function unlinks it. */
-static void lay_complete(entry_t *e, int rc) {
+void lay_complete(entry_t *e, int rc) {
   lay_finish(&e->call, rc == TCOLL_SUCCESS);
   if (!e->grequest) {
     char byte = 0;
@@ -71,7 +56,7 @@ static void lay_complete(entry_t *e, int rc) {
   pthread_mutex_lock(&lay_mu);
   e->done = true, e->rc = rc, e->claimed = false;
   bool tell = e->freed && lay_take_telling(e);
-  if (!e->grequest) lay_unlink_entry(e);
+  if (!e->grequest) unlink_entry(e);
   pthread_mutex_unlock(&lay_mu);
   if (!e->grequest)
     free(e);
@@ -91,7 +76,7 @@ static int greq_query(void *state, MPI_Status *status) {
 
 static int greq_free(void *state) {
   pthread_mutex_lock(&lay_mu);
-  lay_unlink_entry(state);
+  unlink_entry(state);
   pthread_mutex_unlock(&lay_mu);
   free(state);
   return MPI_SUCCESS;
@@ -134,15 +119,13 @@ int lay_make_request(entry_t *e) {
   return PMPI_Irecv(NULL, 0, MPI_BYTE, 0, e->tag, lay_self_comm, &e->req);
 }
 
-static void lay_unclaim(entry_t *e) {
+void lay_unclaim(entry_t *e) {
   pthread_mutex_lock(&lay_mu);
   e->claimed = false;
   pthread_mutex_unlock(&lay_mu);
 }
 
-/* Claims the first pending entry on twin (any twin where NULL) that no thread drives; *busy:
- * some are driven elsewhere. */
-static entry_t *claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool *busy) {
+entry_t *lay_claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool *busy) {
   pthread_mutex_lock(&lay_mu);
   entry_t *e = lay_pending;
   *busy = false;
@@ -157,15 +140,15 @@ static entry_t *claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool 
 }
 
 /* Drives a claimed entry to its end in this thread. Returns tcoll's result. */
-static int lay_drive_to_end(entry_t *e) {
-  int rc = tcoll_wait(e->call.key);
+static int drive_to_end(entry_t *e) {
+  int rc = LAY_TCOLL(tcoll_wait(e->call.key));
   lay_complete(e, rc);
   return rc;
 }
 
 /* Advances a claimed entry once: completes it if done, else lets it go. */
-static void lay_drive_once(entry_t *e) {
-  int rc = tcoll_test(e->call.key);
+static void drive_once(entry_t *e) {
+  int rc = LAY_TCOLL(tcoll_test(e->call.key));
   if (rc == TCOLL_IN_PROGRESS)
     lay_unclaim(e);
   else
@@ -175,9 +158,9 @@ static void lay_drive_once(entry_t *e) {
 void lay_requests_drain(const tcoll_comm_t *twin) {
   for (;;) {
     bool busy;
-    entry_t *e = claim_on(twin, UINT64_MAX, &busy);
+    entry_t *e = lay_claim_on(twin, UINT64_MAX, &busy);
     if (e)
-      lay_drive_to_end(e);
+      drive_to_end(e);
     else if (busy)
       sched_yield();
     else
@@ -185,92 +168,29 @@ void lay_requests_drain(const tcoll_comm_t *twin) {
   }
 }
 
-static void nap(long ns) {
-  struct timespec ts = {0, ns};
-  nanosleep(&ts, NULL);
-}
-
-/* Tests every lay_pending call no other thread drives, completing those done; naps between passes,
- * sleeps while nothing is lay_pending. */
-
-/* One pass: each call posted more than GRACE_NS ago that no other thread drives is tested once
- * (completed if done). Returns how many it tested. */
-static int progress_pass(void) {
-  bool busy;
-  entry_t *e, *tested[64];
-  int n = 0, seen = 0;
-  uint64_t young = now_ns() - GRACE_NS;
-  while (n < 64 && (e = claim_on(NULL, young, &busy)) != NULL) {
-    seen++;
-    int rc = tcoll_test(e->call.key);
-    if (rc != TCOLL_IN_PROGRESS)
-      lay_complete(e, rc);
-    else
-      tested[n++] = e; /* stays claimed until the pass ends, so claim_on moves on */
-  }
-  for (int i = 0; i < n; i++) lay_unclaim(tested[i]);
-  return seen;
-}
-
-/* Tests the calls the program is not waiting for; sleeps where there are none. On a machine with
- * a core per rank and no more, every wake-up of this thread takes a rank's core: it polls every
- * 20 us only while it drives a call, every 200 us while calls are young or driven by the program,
- * and sleeps on the condition variable after 2 ms without any (a post wakes it then only). */
-static void *progress(void *arg) {
-  (void)arg;
-  uint64_t idle_since = now_ns();
-  pthread_mutex_lock(&lay_mu);
-  while (!stopping) {
-    bool any = lay_pending != NULL;
-    if (!any && now_ns() - idle_since > IDLE_NS) {
-      sleeping = true;
-      pthread_cond_wait(&wake, &lay_mu);
-      sleeping = false;
-      idle_since = now_ns();
-      continue;
-    }
-    pthread_mutex_unlock(&lay_mu);
-    int driven = any ? progress_pass() : 0;
-    if (any) idle_since = now_ns();
-    nap(driven ? 20 * 1000 : 200 * 1000);
-    pthread_mutex_lock(&lay_mu);
-  }
-  pthread_mutex_unlock(&lay_mu);
-  return NULL;
-}
-
-int lay_requests_init(void) {
+int lay_requests_init(lay_progress_t how) {
   int rc = PMPI_Comm_dup(MPI_COMM_SELF, &lay_self_comm);
   if (rc != MPI_SUCCESS) return rc;
   PMPI_Comm_set_errhandler(lay_self_comm, MPI_ERRORS_RETURN);
   int *ub, found = 0;
   if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found) == MPI_SUCCESS && found)
     tag_limit = *ub;
-  stopping = false;
-  if (pthread_create(&thread, NULL, progress, NULL)) return MPI_ERR_OTHER;
-  thread_running = true;
-  return MPI_SUCCESS;
+  return lay_progress_start(how);
 }
 
 void lay_requests_stop(void) {
-  if (thread_running) {
-    pthread_mutex_lock(&lay_mu);
-    stopping = true;
-    pthread_cond_signal(&wake);
-    pthread_mutex_unlock(&lay_mu);
-    pthread_join(thread, NULL);
-    thread_running = false;
-  }
+  lay_progress_stop();
   if (lay_self_comm != MPI_COMM_NULL) PMPI_Comm_free(&lay_self_comm);
 }
 
 void lay_enlist(entry_t *e) {
-  e->posted_ns = now_ns();
+  e->posted_ns = lay_now_ns();
   pthread_mutex_lock(&lay_mu);
   e->next = lay_pending;
   __atomic_store_n(&lay_pending, e, __ATOMIC_RELEASE);
-  if (sleeping) pthread_cond_signal(&wake);
+  lay_progress_posted();
   pthread_mutex_unlock(&lay_mu);
+  lay_progress_listed();
 }
 
 int lay_run_nonblocking(lay_call_t *c, MPI_Request *request) {
@@ -285,7 +205,7 @@ int lay_run_nonblocking(lay_call_t *c, MPI_Request *request) {
   e->call = *c;
   int mrc = lay_make_request(e);
   if (mrc != MPI_SUCCESS) { /* the collective is posted on every rank: finish it here */
-    tcoll_wait(e->call.key);
+    LAY_TCOLL(tcoll_wait(e->call.key));
     lay_finish(&e->call, true);
     free(e);
     PMPI_Comm_call_errhandler(c->comm, mrc);
@@ -326,8 +246,8 @@ int lay_finish_own(MPI_Request req, MPI_Comm *comm) {
     if (mine) e->claimed = true;
     pthread_mutex_unlock(&lay_mu);
     if (mine)
-      rc = lay_drive_to_end(e);
-    else /* the progress thread tests it: it completes it or lets go */
+      rc = drive_to_end(e);
+    else /* another thread tests it: it completes it or lets go */
       sched_yield();
   }
 }
@@ -344,7 +264,7 @@ void lay_advance_own(int n, const MPI_Request *reqs) {
     bool mine = e && !e->claimed && !e->done, grequest = e && e->grequest;
     if (mine) e->claimed = true;
     pthread_mutex_unlock(&lay_mu);
-    if (mine) lay_drive_once(e); /* a receive entry it completes is freed */
+    if (mine) drive_once(e); /* a receive entry it completes is freed */
     if (!grequest) continue;
     /* A grequest entry stays listed until MPI frees it, which needs this thread's test first. */
     pthread_mutex_lock(&lay_mu);

@@ -3,11 +3,14 @@
  * through the communicator's error handler. */
 #include "layer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int lay_error(MPI_Comm comm, int tcoll_rc, const char *what) {
-  (void)what;
+  tcoll_config_t cfg; /* an MPI error code says little: with TCOLL_DEBUG=INFO, tcoll's message */
+  if (tcoll_get_config(&cfg) == TCOLL_SUCCESS && cfg.debug >= TCOLL_LOG_INFO)
+    fprintf(stderr, "tcoll-mpi: %s failed in tcoll: %s\n", what, tcoll_last_error());
   int code = tcoll_rc == TCOLL_ERR_INVALID_ARGUMENT ? MPI_ERR_ARG
              : tcoll_rc == TCOLL_ERR_NO_MEMORY      ? MPI_ERR_NO_MEM
                                                     : MPI_ERR_OTHER;
@@ -36,7 +39,7 @@ int lay_post(lay_call_t *c) {
     if (rc != MPI_SUCCESS) return TCOLL_ERR_MPI;
   }
   c->key = c->out.data;
-  int rc = post_once(c);
+  int rc = LAY_TCOLL(post_once(c));
   /* A buffer only read here (reduce's input off the root, broadcast's at the root) may be read by
    * another lay_pending call, which MPI allows: tcoll registers it as this call's output, so it
    * refuses (and starts nothing); the call runs on a copy instead. */
@@ -45,7 +48,7 @@ int lay_post(lay_call_t *c) {
     if (!(c->copy = malloc(bytes ? bytes : 1))) return TCOLL_ERR_NO_MEMORY;
     memcpy(c->copy, c->in.data, bytes);
     c->in.data = c->out.data = c->key = c->copy;
-    rc = post_once(c);
+    rc = LAY_TCOLL(post_once(c));
   }
   return rc;
 }
@@ -65,7 +68,7 @@ void lay_finish(lay_call_t *c, bool ok) {
 
 int lay_run_blocking(lay_call_t *c) {
   int rc = lay_post(c);
-  if (rc == TCOLL_SUCCESS) rc = tcoll_wait(c->key);
+  if (rc == TCOLL_SUCCESS) rc = LAY_TCOLL(tcoll_wait(c->key));
   lay_finish(c, rc == TCOLL_SUCCESS);
   lay_count(c->fn, c->algo);
   return rc == TCOLL_SUCCESS ? MPI_SUCCESS : lay_error(c->comm, rc, lay_fn_name(c->fn));

@@ -1,6 +1,7 @@
-/* The layer's life: the load-time check, MPI_Init / MPI_Init_thread (MPI_THREAD_MULTIPLE for
- * the progress thread, tcoll started on the program's MPI), MPI_Finalize (routed calls
- * completed, tcoll finalized before MPI), TCOLL_MPI, and the counts TCOLL_DEBUG=INFO prints. */
+/* The layer's life: the load-time check, MPI_Init / MPI_Init_thread (MPI_THREAD_MULTIPLE only
+ * where a progress thread drives routed calls, tcoll started on the program's MPI), MPI_Finalize
+ * (routed calls completed, tcoll finalized before MPI), TCOLL_MPI, and the counts TCOLL_DEBUG=INFO
+ * prints. */
 #define _GNU_SOURCE
 #include "layer.h"
 
@@ -123,6 +124,12 @@ static long routed_total(int fn) {
   return n;
 }
 
+/* For tests and tools (found with dlsym): how routed nonblocking calls progress in this process,
+ * "hook" (MPI's progress loop), "thread", or "none" (they pass through). */
+LAY_EXPORT const char *tcoll_mpi_layer_progress(void) {
+  return lay_on ? lay_progress_name() : "none";
+}
+
 /* For tests and tools (found with dlsym): how many calls of the MPI function named so this
  * process routed to tcoll (routed != 0) or passed to PMPI (routed == 0); -1 for a name the layer
  * does not define. */
@@ -152,6 +159,8 @@ static void print_counts(void) {
                counts[fn].algo[0] ? ")" : "", counts[fn].passed);
     fprintf(stderr, "%s\n", line);
   }
+  fprintf(stderr, "tcoll-mpi [rank %d] nonblocking calls progress: %s\n", rank,
+          tcoll_mpi_layer_progress());
 }
 
 /* ------------------------------------------------------------------ init and finalize */
@@ -164,47 +173,61 @@ static int setting_on(void) {
            strcasecmp(v, "false") == 0);
 }
 
-/* After MPI is up: every rank agrees on TCOLL_MPI, then tcoll starts on the program's MPI. */
-static void start(int provided) {
+/* After MPI is up: every rank agrees on TCOLL_MPI, then tcoll starts on the program's MPI; the
+ * ranks route nonblocking calls where every one of them can progress them. */
+static void start(int provided, lay_progress_t how) {
   int mine = setting_on(), all = 0;
   if (PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS || !all)
     return;
-  int all_multiple = 0, multiple = provided >= MPI_THREAD_MULTIPLE;
-  PMPI_Allreduce(&multiple, &all_multiple, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (tcoll_init(NULL, NULL) != TCOLL_SUCCESS) {
+  int started = LAY_TCOLL(tcoll_init(NULL, NULL)) == TCOLL_SUCCESS;
+  if (!started)
     fprintf(stderr, "libtcoll-mpi.so: tcoll did not start (%s): every call goes to MPI\n",
             tcoll_last_error());
-    return;
-  }
-  if (lay_twins_init() != MPI_SUCCESS) return;
-  lay_nonblocking = all_multiple && lay_requests_init() == MPI_SUCCESS;
-  lay_on = true;
+  int progress = started && lay_twins_init() == MPI_SUCCESS &&
+                 (how == LAY_PROGRESS_HOOK || provided >= MPI_THREAD_MULTIPLE) &&
+                 lay_requests_init(how) == MPI_SUCCESS;
+  int all_progress = 0;
+  PMPI_Allreduce(&progress, &all_progress, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  lay_nonblocking = all_progress;
+  lay_on = started;
+}
+
+/* The program gets the thread level it asked for; MPI_THREAD_MULTIPLE is asked for it only where
+ * a progress thread will call MPI beside it. */
+static int init_thread(int *argc, char ***argv, int required, int *provided, lay_progress_t how) {
+  int got = MPI_THREAD_SINGLE, want = required;
+  if (how == LAY_PROGRESS_THREAD && want < MPI_THREAD_MULTIPLE) want = MPI_THREAD_MULTIPLE;
+  int rc = lay_next.Init_thread(argc, argv, want, &got);
+  if (rc != MPI_SUCCESS) return rc;
+  if (provided) *provided = got;
+  start(got, how);
+  return MPI_SUCCESS;
 }
 
 LAY_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
   if (!setting_on()) return lay_next.Init_thread(argc, argv, required, provided);
-  int got = MPI_THREAD_SINGLE;
-  int want = required > MPI_THREAD_MULTIPLE ? required : MPI_THREAD_MULTIPLE;
-  int rc = lay_next.Init_thread(argc, argv, want, &got);
-  if (rc != MPI_SUCCESS) return rc;
-  if (provided) *provided = got;
-  start(got);
-  return MPI_SUCCESS;
+  return init_thread(argc, argv, required, provided, lay_progress_plan());
 }
 
 LAY_EXPORT int MPI_Init(int *argc, char ***argv) {
   if (!setting_on()) return lay_next.Init(argc, argv);
-  int got;
-  return MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &got);
+  lay_progress_t how = lay_progress_plan();
+  int got = MPI_THREAD_SINGLE;
+  if (how == LAY_PROGRESS_THREAD) return init_thread(argc, argv, MPI_THREAD_SINGLE, &got, how);
+  int rc = lay_next.Init(argc, argv);
+  if (rc != MPI_SUCCESS) return rc;
+  PMPI_Query_thread(&got);
+  start(got, how);
+  return MPI_SUCCESS;
 }
 
 LAY_EXPORT int MPI_Finalize(void) {
   if (lay_on) {
     lay_requests_drain(NULL);
-    lay_requests_stop();
     print_counts();
+    lay_requests_stop();
     lay_on = false;
-    tcoll_finalize();
+    LAY_TCOLL(tcoll_finalize());
   }
   return lay_next.Finalize();
 }

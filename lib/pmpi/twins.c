@@ -35,7 +35,7 @@ static int delete_twin(MPI_Comm comm, int key, void *value, void *extra) {
   if (value == NO_TWIN || !lay_on) return MPI_SUCCESS;
   tcoll_comm_t *twin = value;
   lay_requests_drain(twin); /* MPI frees a communicator after its pending calls complete */
-  tcoll_comm_free(&twin);
+  LAY_TCOLL(tcoll_comm_free(&twin));
   return MPI_SUCCESS;
 }
 
@@ -53,10 +53,10 @@ static void *make_twin(MPI_Comm comm) {
   tcoll_comm_t *twin = NULL;
   if (PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter &&
       PMPI_Comm_size(comm, &size) == MPI_SUCCESS && size > 1 &&
-      tcoll_comm_from_mpi(comm, &twin) == TCOLL_SUCCESS)
+      LAY_TCOLL(tcoll_comm_from_mpi(comm, &twin)) == TCOLL_SUCCESS)
     value = twin;
   if (PMPI_Comm_set_attr(comm, keyval, value) != MPI_SUCCESS) {
-    if (twin) tcoll_comm_free(&twin);
+    if (twin) LAY_TCOLL(tcoll_comm_free(&twin));
     return NO_TWIN;
   }
   return value;

@@ -186,11 +186,25 @@ static void describe(const named_t *b, int64_t n, lay_type_t *t) {
   t->lb = 0;
 }
 
+/* This thread's last predefined type and its description: a program calls with one or two types
+ * again and again (predefined handles never change meaning; derived ones may be freed and
+ * reused, so they are never kept). initial-exec: a plain offset from the thread pointer. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
+  bool valid;
+  MPI_Datatype type;
+  lay_type_t t;
+} last_named;
+
 bool lay_type_of(MPI_Datatype datatype, lay_type_t *t) {
+  if (last_named.valid && last_named.type == datatype) {
+    *t = last_named.t;
+    return true;
+  }
   MPI_Datatype base;
   const named_t *e = find_named(datatype, &base);
   if (e && e->multiplicity == 1) { /* the common case: a table lookup */
     describe(e, 1, t);
+    last_named.t = *t, last_named.type = datatype, last_named.valid = true;
     return true;
   }
   sig_t s = {MPI_DATATYPE_NULL, 0};

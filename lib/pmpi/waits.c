@@ -73,7 +73,7 @@ LAY_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuse
       for (int i = 0; i < count; i++)
         if (requests[i] != MPI_REQUEST_NULL) lay_finish_own(requests[i], &comm);
     } else {
-      lay_advance_own(count, requests); /* the progress thread completes the rest */
+      lay_advance_own(count, requests); /* progress.c's hook or thread completes the rest */
     }
   }
   return lay_next.Waitall(count, requests, statuses);
@@ -120,7 +120,7 @@ LAY_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, 
   return lay_next.Testsome(incount, requests, outcount, indices, statuses);
 }
 
-/* A freed routed call still completes (the progress thread finishes it); its handle is no longer
+/* A freed routed call still completes (progress.c finishes it); its handle is no longer
  * the program's, and MPI may give the value to another request. */
 LAY_EXPORT int MPI_Request_free(MPI_Request *request) {
   lay_persistent_free(*request);

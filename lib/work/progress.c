@@ -18,6 +18,7 @@ static void nap(long ns) {
 static void *loop(void *arg) {
   TC_UNUSED(arg);
   tc_enter("tcoll progress thread");
+  tc_mark_internal_thread();
   tc_work_t *batch[BATCH];
   while (!__atomic_load_n(&stop_requested, __ATOMIC_ACQUIRE)) {
     int n = tc_registry_snapshot(batch, BATCH);
