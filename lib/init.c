@@ -80,7 +80,10 @@ static int on_mpi_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
   TC_UNUSED(extra);
   pthread_mutex_lock(&init_mu);
   if (tc_g.init_count > 0) {
-    tc_warn("MPI_Finalize was called before tcoll_finalize; tcoll shuts down now");
+    if (tc_g.mpi_finalize_expected) /* the drop-in layer in a program that bypasses it there */
+      tc_info("MPI_Finalize before tcoll_finalize (expected): tcoll shuts down now");
+    else
+      tc_warn("MPI_Finalize was called before tcoll_finalize; tcoll shuts down now");
     teardown();
     __atomic_store_n(&tc_g.init_count, 0, __ATOMIC_RELEASE);
     PMPI_Comm_free_keyval(&finalize_keyval); /* freed once this attribute is deleted */

@@ -1,5 +1,6 @@
-! The same as pmpi_use_mpi.f90 through the mpi_f08 binding. Never routed on these MPIs: MPICH
-! 4.0's mpi_f08 initializes MPI through PMPI_Init (the layer never starts), Open MPI's calls PMPI_*.
+! The same as pmpi_use_mpi.f90 through the mpi_f08 binding. MPICH 4.0's mpi_f08 initializes and
+! finalizes MPI through PMPI_Init / PMPI_Finalize: the layer starts at the first MPI_Allreduce on
+! MPI_COMM_WORLD and routes the blocking calls. Open MPI's calls PMPI_*: never routed.
 program f08_through_layer
   use mpi_f08
   implicit none

@@ -78,12 +78,14 @@ void tc_config_on_cache_limit(void (*fn)(void));
 typedef int (*tc_algo_setting_fn)(const char *spec, const char *what, bool apply);
 void tc_config_on_algo(tc_algo_setting_fn fn);
 
-/* ---- process state (state.c; written by init.c only) ---- */
+/* ---- process state (state.c; written by init.c only, but mpi_finalize_expected: mpi/layer.c) ----
+ */
 
 typedef struct tc_state {
-  int init_count;   /* tcoll_init calls not yet matched by tcoll_finalize */
-  int mpi_owned;    /* tcoll_init called MPI_Init_thread */
-  int thread_level; /* what MPI provided */
+  int init_count;             /* tcoll_init calls not yet matched by tcoll_finalize */
+  int mpi_owned;              /* tcoll_init called MPI_Init_thread */
+  int thread_level;           /* what MPI provided */
+  bool mpi_finalize_expected; /* MPI_Finalize may come before tcoll_finalize (the drop-in layer) */
   int world_rank;
   int world_size;
   tcoll_comm_t *world;

@@ -51,15 +51,17 @@ typedef struct layer_row {
 
 static const layer_row_t rows[] = {
     /* Open MPI, 2 ranks: small blocking calls are Open MPI's best (8 B: allreduce 0.50 us,
-     * reduce and broadcast 0.12-0.13 us); the routed ones win from 512 B */
+     * reduce and broadcast 0.12-0.13 us); the routed ones win from 512 B. Two runs of 5 rounds
+     * each; where they disagreed (nonblocking reduce_scatter, broadcast and reduce below 8 KiB:
+     * 0.6-0.97x in one, 1.0-1.6x in the other) the call passes. */
     {TC_MPI_OPEN_MPI, 2, 2, AR, true, 512, ANY, LB_OMPI_2},
     {TC_MPI_OPEN_MPI, 2, 2, AR, false, 0, ANY, LB_OMPI_2},
     {TC_MPI_OPEN_MPI, 2, 2, RS, true, 8 * TC_KiB, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, RS, false, 32, ANY, LB_OMPI_2},
+    {TC_MPI_OPEN_MPI, 2, 2, RS, false, 8 * TC_KiB, ANY, LB_OMPI_2},
     {TC_MPI_OPEN_MPI, 2, 2, BC, true, 512, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, BC, false, 512, ANY, LB_OMPI_2},
+    {TC_MPI_OPEN_MPI, 2, 2, BC, false, 8 * TC_KiB, ANY, LB_OMPI_2},
     {TC_MPI_OPEN_MPI, 2, 2, RD, true, 512, 32 * TC_KiB, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, RD, false, 32, ANY, LB_OMPI_2},
+    {TC_MPI_OPEN_MPI, 2, 2, RD, false, 8 * TC_KiB, ANY, LB_OMPI_2},
     /* MPICH, 2 ranks: blocking calls win where tcoll's table picks an algorithm (all_reduce
      * 0.53-0.91x, reduce 0.69x from 8 KiB, reduce_scatter from 32 KiB); nonblocking ones, which
      * the layer completes through a generalized request and its progress thread there, lose
@@ -131,3 +133,5 @@ const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tcoll_comm_t
 }
 
 bool tcoll_layer_internal_thread(void) { return tc_is_internal_thread(); }
+
+void tcoll_layer_expect_mpi_finalize(void) { tc_g.mpi_finalize_expected = true; }

@@ -32,6 +32,10 @@ typedef enum {
 TCOLL_API const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tcoll_comm_t *comm,
                                           int64_t count, tcoll_dtype_t dtype, int redop);
 
+/* The program's MPI_Finalize may reach MPI without the layer (MPICH's mpi_f08 calls
+ * PMPI_Finalize): tcoll then shuts down inside it without a warning. */
+TCOLL_API void tcoll_layer_expect_mpi_finalize(void);
+
 /* Whether the calling thread is one of tcoll's own (its progress or bootstrap thread). The layer's
  * hook in MPI's progress loop runs inside any MPI call, theirs too, and must not enter tcoll
  * there. */

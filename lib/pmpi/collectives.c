@@ -22,7 +22,8 @@ static tcoll_tensor_t vec(void *data, tcoll_dtype_t dtype, int64_t n) {
 
 /* The layer is on and comm has a twin. blocking: every rank is here, the twin may be made. */
 static bool begin(lay_call_t *c, lay_fn_t fn, tcoll_layer_op_t op, MPI_Comm comm, bool blocking) {
-  if (!lay_on || (!blocking && !lay_nonblocking)) return false;
+  if (!lay_on && !(blocking && comm == MPI_COMM_WORLD && lay_start_late())) return false;
+  if (!blocking && !lay_nonblocking) return false;
   c->twin = lay_twin(comm, blocking);
   if (!c->twin) return false;
   c->fn = fn, c->op = op, c->comm = comm, c->blocking = blocking;

@@ -141,6 +141,9 @@ extern _Thread_local __attribute__((tls_model("initial-exec"))) int lay_in_tcoll
     lay_in_tcoll--;                   \
     lay_r_;                           \
   })
+/* In a blocking collective on MPI_COMM_WORLD of a program whose MPI started without the layer's
+ * MPI_Init: starts the layer there (once); whether it is on. */
+bool lay_start_late(void);
 /* The MPI function's name ("MPI_Iallreduce"). */
 const char *lay_fn_name(lay_fn_t fn);
 /* Counts one call: routed by algo, or passed through (algo NULL). */

@@ -204,12 +204,63 @@ static int init_thread(int *argc, char ***argv, int required, int *provided, lay
   return MPI_SUCCESS;
 }
 
+/* The layer's part of MPI_Finalize: routed calls completed, counts printed, progress stopped. */
+static void stop_layer(void) {
+  lay_requests_drain(NULL);
+  print_counts();
+  lay_requests_stop();
+  lay_on = false;
+}
+
+/* Such a program may finalize MPI without the layer too (MPICH's mpi_f08 calls PMPI_Finalize): an
+ * attribute on MPI_COMM_SELF, set after tcoll's own, stops the layer first thing in MPI_Finalize
+ * (MPI deletes them in the reverse order of setting, while MPI still works); tcoll's attribute
+ * then shuts tcoll down, told to expect it. */
+static int stop_in_mpi_finalize(MPI_Comm comm, int key, void *value, void *extra) {
+  (void)comm, (void)key, (void)value, (void)extra;
+  if (lay_on) stop_layer();
+  return MPI_SUCCESS;
+}
+
+static void finalize_with_mpi(void) {
+  int key = MPI_KEYVAL_INVALID;
+  if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stop_in_mpi_finalize, &key, NULL) ==
+          MPI_SUCCESS &&
+      PMPI_Comm_set_attr(MPI_COMM_SELF, key, NULL) == MPI_SUCCESS)
+    tcoll_layer_expect_mpi_finalize();
+}
+
+/* MPI_Init or MPI_Init_thread went through the layer (whether or not it started). */
+static bool init_seen;
+
 LAY_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+  init_seen = true;
   if (!setting_on()) return lay_next.Init_thread(argc, argv, required, provided);
   return init_thread(argc, argv, required, provided, lay_progress_plan());
 }
 
+/* A program whose MPI started without the layer's MPI_Init (MPICH 4.0's mpi_f08 calls PMPI_Init,
+ * then the C collectives): the layer starts in its first blocking collective on MPI_COMM_WORLD,
+ * before that call. Every rank is in it, and it is the same call everywhere (MPI orders a
+ * communicator's collectives alike on every rank; the world's nonblocking calls before it passed on
+ * every rank). Tried once. */
+bool lay_start_late(void) {
+  static bool tried;
+  if (init_seen || tried) return false;
+  tried = true;
+  int inited = 0, fin = 0;
+  PMPI_Initialized(&inited);
+  PMPI_Finalized(&fin);
+  if (!inited || fin) return false;
+  int got = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&got);
+  start(got, lay_progress_plan());
+  if (lay_on) finalize_with_mpi();
+  return lay_on;
+}
+
 LAY_EXPORT int MPI_Init(int *argc, char ***argv) {
+  init_seen = true;
   if (!setting_on()) return lay_next.Init(argc, argv);
   lay_progress_t how = lay_progress_plan();
   int got = MPI_THREAD_SINGLE;
@@ -223,10 +274,7 @@ LAY_EXPORT int MPI_Init(int *argc, char ***argv) {
 
 LAY_EXPORT int MPI_Finalize(void) {
   if (lay_on) {
-    lay_requests_drain(NULL);
-    print_counts();
-    lay_requests_stop();
-    lay_on = false;
+    stop_layer();
     LAY_TCOLL(tcoll_finalize());
   }
   return lay_next.Finalize();
