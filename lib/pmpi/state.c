@@ -174,7 +174,8 @@ static int setting_on(void) {
 }
 
 /* After MPI is up: every rank agrees on TCOLL_MPI, then tcoll starts on the program's MPI; the
- * ranks route nonblocking calls where every one of them can progress them. */
+ * ranks route where tcoll started on every one of them, and nonblocking calls where every one of
+ * them can progress them. */
 static void start(int provided, lay_progress_t how) {
   int mine = setting_on(), all = 0;
   if (PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS || !all)
@@ -186,10 +187,14 @@ static void start(int provided, lay_progress_t how) {
   int progress = started && lay_twins_init() == MPI_SUCCESS &&
                  (how == LAY_PROGRESS_HOOK || provided >= MPI_THREAD_MULTIPLE) &&
                  lay_requests_init(how) == MPI_SUCCESS;
-  int all_progress = 0;
-  PMPI_Allreduce(&progress, &all_progress, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  lay_nonblocking = all_progress;
-  lay_on = started;
+  int mine_too[2] = {started, progress}, all_too[2] = {0, 0};
+  PMPI_Allreduce(mine_too, all_too, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (started && !all_too[0]) { /* tcoll failed elsewhere: no rank routes */
+    lay_requests_stop();
+    LAY_TCOLL(tcoll_finalize());
+  }
+  lay_nonblocking = all_too[1];
+  lay_on = all_too[0];
 }
 
 /* The program gets the thread level it asked for; MPI_THREAD_MULTIPLE is asked for it only where
