@@ -220,8 +220,9 @@ int lay_run_nonblocking(lay_call_t *c, MPI_Request *request);
 int lay_run_persistent(lay_call_t *c, MPI_Request *request);
 /* Completes every routed call pending on twin (before it is freed), or every one (twin NULL). */
 void lay_requests_drain(const tcoll_comm_t *twin);
-/* After MPI_Init: the layer's private communicator, then the progress (how). */
-int lay_requests_init(lay_progress_t how);
+/* After MPI_Init: the layer's private communicator, then the progress (how; thread_level: what MPI
+ * gave the program). */
+int lay_requests_init(lay_progress_t how, int thread_level);
 void lay_requests_stop(void);
 
 #endif

@@ -70,7 +70,7 @@ void lay_progress_posted(void);
 /* progress.c: a call was listed (not under lay_mu): the hook is registered at the first. */
 void lay_progress_listed(void);
 /* After MPI_Init: starts what drives routed calls while the program blocks elsewhere in MPI. */
-int lay_progress_start(lay_progress_t how);
+int lay_progress_start(lay_progress_t how, int thread_level);
 void lay_progress_stop(void);
 /* The program's request for e (a receive, or a grequest on MPICH for a nonpersistent call). */
 int lay_make_request(entry_t *e);

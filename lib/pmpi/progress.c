@@ -60,6 +60,8 @@ static int (*opal_register)(opal_callback_t), (*opal_unregister)(opal_callback_t
 /* Registered at the first routed nonblocking call: a program that never makes one (its blocking
  * calls complete inside the layer) never pays a call per turn of the loop. */
 static bool hook_registered;
+static pthread_t mpi_thread; /* the thread that started the layer */
+static bool only_mpi_thread;
 static pthread_mutex_t register_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Called by Open MPI at every turn of its progress loop, in whichever thread waits: one load where
@@ -69,6 +71,7 @@ static pthread_mutex_t register_mu = PTHREAD_MUTEX_INITIALIZER;
  * after turns without events, where it is told to). */
 static int hook(void) {
   if (lay_in_tcoll || !lay_any_pending() || tcoll_layer_internal_thread()) return 0;
+  if (only_mpi_thread && !pthread_equal(pthread_self(), mpi_thread)) return 0;
   int completed;
   lay_in_tcoll++;
   progress_pass(UINT64_MAX, &completed);
@@ -169,8 +172,12 @@ lay_progress_t lay_progress_plan(void) {
   return LAY_PROGRESS_THREAD;
 }
 
-int lay_progress_start(lay_progress_t how) {
+int lay_progress_start(lay_progress_t how, int thread_level) {
   if (how == LAY_PROGRESS_HOOK) {
+    /* Below MPI_THREAD_SERIALIZED only this thread calls MPI: an MPI built with a progress thread
+     * of its own may run the loop there too, beside the program's thread inside tcoll. */
+    mpi_thread = pthread_self();
+    only_mpi_thread = thread_level < MPI_THREAD_SERIALIZED;
     opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
     opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
     if (!opal_register || !opal_unregister) return MPI_ERR_OTHER;

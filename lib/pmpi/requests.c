@@ -168,14 +168,14 @@ void lay_requests_drain(const tcoll_comm_t *twin) {
   }
 }
 
-int lay_requests_init(lay_progress_t how) {
+int lay_requests_init(lay_progress_t how, int thread_level) {
   int rc = PMPI_Comm_dup(MPI_COMM_SELF, &lay_self_comm);
   if (rc != MPI_SUCCESS) return rc;
   PMPI_Comm_set_errhandler(lay_self_comm, MPI_ERRORS_RETURN);
   int *ub, found = 0;
   if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found) == MPI_SUCCESS && found)
     tag_limit = *ub;
-  return lay_progress_start(how);
+  return lay_progress_start(how, thread_level);
 }
 
 void lay_requests_stop(void) {

@@ -186,7 +186,7 @@ static void start(int provided, lay_progress_t how) {
             tcoll_last_error());
   int progress = started && lay_twins_init() == MPI_SUCCESS &&
                  (how == LAY_PROGRESS_HOOK || provided >= MPI_THREAD_MULTIPLE) &&
-                 lay_requests_init(how) == MPI_SUCCESS;
+                 lay_requests_init(how, provided) == MPI_SUCCESS;
   int mine_too[2] = {started, progress}, all_too[2] = {0, 0};
   PMPI_Allreduce(mine_too, all_too, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (started && !all_too[0]) { /* tcoll failed elsewhere: no rank routes */
