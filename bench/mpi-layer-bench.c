@@ -2,7 +2,7 @@
  * unmodified program calls them, to be run with and without the drop-in layer (libtcoll-mpi.so):
  * scripts/layer-bench runs both, interleaved, and prints the ratios.
  *
- *   mpi-layer-bench [OPS] [MIN MAX]     OPS: comma list of allreduce, iallreduce,
+ *   mpi-layer-bench [OPS] [MIN MAX [STEP]]  OPS: comma list of allreduce, iallreduce,
  *                                       reduce_scatter_block, ireduce_scatter_block, bcast,
  *                                       ibcast, reduce, ireduce, allgather, iallgather,
  *                                       alltoall, ialltoall, self_allreduce (a call that
@@ -10,7 +10,7 @@
  *                                       (point-to-point, never wrapped)
  *
  * Sizes are the vector's bytes (reduce_scatter: the input's; allgather: the output's; alltoall: a
- * rank's whole buffer), float32 SUM, root 0, from MIN to MAX by 4x.
+ * rank's whole buffer), float32 SUM, root 0, from MIN to MAX by a factor STEP (default 4).
  * Each point: a warm-up, then 5 rounds of enough calls for about 20 ms; prints the median time
  * per call in us ("op bytes us"), rank 0 only. */
 #include <mpi.h>
@@ -104,13 +104,15 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   char *ops = strdup(argc > 1 ? argv[1] : "allreduce,iallreduce,reduce_scatter_block");
   size_t lo = argc > 2 ? strtoul(argv[2], NULL, 0) : 8,
-         hi = argc > 3 ? strtoul(argv[3], NULL, 0) : (size_t)1 << 20;
+         hi = argc > 3 ? strtoul(argv[3], NULL, 0) : (size_t)1 << 20,
+         step = argc > 4 ? strtoul(argv[4], NULL, 0) : 4;
+  if (step < 2) step = 2;
   size_t most = hi * (size_t)p; /* reduce_scatter's input may be rounded up to p blocks */
   point_t x = {.in = calloc(most / sizeof(float) + 16, sizeof(float)),
                .out = calloc(most / sizeof(float) + 16, sizeof(float)),
                .p = p};
   for (char *op = strtok(ops, ","); op; op = strtok(NULL, ",")) {
-    for (size_t b = lo; b <= hi; b *= 4) {
+    for (size_t b = lo; b <= hi; b *= step) {
       x.op = op;
       bool blocks = strstr(op, "scatter") || strstr(op, "gather") || strstr(op, "alltoall");
       x.bytes = b < sizeof(float) * (size_t)p && blocks ? sizeof(float) * p : b;
