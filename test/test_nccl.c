@@ -502,17 +502,35 @@ START_TEST(multi_pending) {
   tcoll_tensor_t in[3] = {t_empty(), t_empty(), t_empty()}, y = t_empty(),
                  out[3] = {t_empty(), t_empty(), t_empty()};
   make_inputs(&b, t_rank, 14, TCOLL_FLOAT64, in);
-  T_OK(tcoll_all_reduce(&in[0], TCOLL_SUM, NULL, &y)); /* pending: reads in[0], writes y */
-  T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY,
-          "an input still read by");
-  T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY, "out[0]");
-  if (b.n > 1) /* in[0] is written: the root is the last buffer */
-    T_FAILS(tcoll_multi_broadcast(in, b.n, b.n - 1, NULL, NULL), TCOLL_ERR_BUSY, "inout[0]");
+  /* The pending all_reduce must still read in[0] during the checks below, whatever a progress
+   * thread does (a completed work reads nothing): rank 0 posts it on a copy of the world
+   * communicator, the others on the world, and neither half completes before the other group
+   * posts its own (z, with in[0]'s values) after the checks. With one rank nothing holds it. */
+  tcoll_comm_t *copy = NULL;
+  T_OK(tcoll_comm_split(tcoll_comm_world(), 0, t_rank, &copy));
+  tcoll_config_t cfg;
+  T_OK(tcoll_get_config(&cfg));
+  bool held = t_size > 1 || !cfg.progress_thread;
+  T_OK(tcoll_all_reduce(&in[0], TCOLL_SUM, t_rank == 0 ? copy : NULL, &y)); /* reads in[0] */
+  if (held) {
+    T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY,
+            "an input still read by");
+    T_FAILS(tcoll_multi_all_reduce(in, in, b.n, TCOLL_MAX, NULL, NULL), TCOLL_ERR_BUSY, "out[0]");
+    if (b.n > 1) /* in[0] is written: the root is the last buffer */
+      T_FAILS(tcoll_multi_broadcast(in, b.n, b.n - 1, NULL, NULL), TCOLL_ERR_BUSY, "inout[0]");
+  }
   tcoll_tensor_t busy_out[3] = {y, t_empty(), t_empty()};
   T_FAILS(tcoll_multi_all_reduce(in, busy_out, b.n, TCOLL_SUM, NULL, NULL), TCOLL_ERR_BUSY,
           "the output of");
   T_EXPECT(tcoll_pending_count() == 1, "failed calls changed the pending works (%d, expected 1)",
            (int)tcoll_pending_count());
+  int64_t shape[1] = {14};
+  tcoll_tensor_t z = t_host(TCOLL_FLOAT64, 1, shape), zy = t_empty();
+  for (int64_t k = 0; k < 14; k++) ((double *)z.data)[k] = gval(t_rank * b.n, k);
+  T_OK(tcoll_all_reduce(&z, TCOLL_SUM, t_rank == 0 ? NULL : copy, &zy));
+  T_OK(tcoll_wait(zy.data));
+  tcoll_tensor_free(&zy);
+  tcoll_tensor_free(&z);
   /* y as an input: completed first. y = sum over ranks r of gval(r * n, .) */
   tcoll_tensor_t ins[3] = {y, in[1], in[2]};
   T_OK(tcoll_multi_all_reduce(ins, out, b.n, TCOLL_SUM, NULL, NULL));
@@ -527,6 +545,7 @@ START_TEST(multi_pending) {
   free_list(out, b.n);
   tcoll_tensor_free(&y);
   free_list(in, b.n);
+  tcoll_comm_free(&copy);
 }
 END_TEST
 

@@ -15,6 +15,7 @@
 #include "algo.h"
 
 #include "../base/base.h"
+#include "../base/cores.h"
 #include "../base/dtype.h"
 
 #include <pthread.h>
@@ -34,6 +35,10 @@ typedef struct layer_row {
   bool blocking;
   size_t min_bytes, max_bytes; /* [min, max): the verdict's bytes (below) */
   const char *source;
+  /* measured with a core per rank to spare: where the node has none, the row is skipped (MPICH's
+   * progress thread then takes a rank's core: at 16 ranks on 16 cores routed nonblocking calls
+   * lost 1.3-1.5x below 4 KiB where at 4 and 8 they won 0.5-0.9x) */
+  bool spare_core;
 } layer_row_t;
 
 #define AR TCOLL_LAYER_ALL_REDUCE
@@ -45,70 +50,110 @@ typedef struct layer_row {
 #define ANY TC_ANY_SIZE
 #define LB_OMPI_2 "scripts/layer-bench, 2-core CI machine, Open MPI 4.1, 2 ranks (issue 28)"
 #define LB_MPICH_2 "scripts/layer-bench, 2-core CI machine, MPICH 4.0, 2 ranks (issue 28)"
-/* Beyond 2 ranks nothing is measured through the layer yet: nonblocking calls follow tcoll's
- * table, which compares with the same (nonblocking) MPI call; blocking calls pass. */
+#define LB_OMPI_16                                                                              \
+  "GPU bundle --scale (layer-bench, tcoll-bench's blocking column), the GPU machine's 16-core " \
+  "host, Open MPI 4.1, 4, 8 and 16 ranks (issue 28)"
+#define LB_MPICH_16                                                                             \
+  "GPU bundle --scale (layer-bench, tcoll-bench's blocking column), the GPU machine's 16-core " \
+  "host, MPICH 4.0, 4, 8 and 16 ranks (issue 28)"
+/* Where nothing was measured through the layer: nonblocking calls follow tcoll's table, which
+ * compares with the same (nonblocking) MPI call; blocking calls pass. */
 #define TCOLL_TABLE "tcoll's table: measured against the nonblocking MPI call (lib/mpi/<op>/)"
 
+/* For an op and kind, the first row whose MPI and rank counts match decides: the call routes when
+ * its bytes lie in the row's range (and tcoll's choice is not the literal call), else it passes. */
 static const layer_row_t rows[] = {
     /* Open MPI, 2 ranks: small blocking calls are Open MPI's best (8 B: allreduce 0.50 us,
      * reduce and broadcast 0.12-0.13 us); the routed ones win from 512 B. Two runs of 5 rounds
      * each; where they disagreed (nonblocking reduce_scatter, broadcast and reduce below 8 KiB:
      * 0.6-0.97x in one, 1.0-1.6x in the other) the call passes. */
-    {TC_MPI_OPEN_MPI, 2, 2, AR, true, 512, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, AR, false, 0, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, RS, true, 8 * TC_KiB, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, RS, false, 8 * TC_KiB, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, BC, true, 512, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, BC, false, 8 * TC_KiB, ANY, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, RD, true, 512, 32 * TC_KiB, LB_OMPI_2},
-    {TC_MPI_OPEN_MPI, 2, 2, RD, false, 8 * TC_KiB, ANY, LB_OMPI_2},
-    /* MPICH, 2 ranks: blocking calls win where tcoll's table picks an algorithm (all_reduce
-     * 0.53-0.91x, reduce 0.69x from 8 KiB, reduce_scatter from 32 KiB); nonblocking ones, which
-     * the layer completes through a generalized request and its progress thread there, lose
-     * (1.1-1.8x) but at 2 MiB (all_reduce 0.86x; reduce 0.03x: MPICH's own takes 15 ms) */
-    {TC_MPI_MPICH, 2, 2, AR, true, 0, ANY, LB_MPICH_2},
-    {TC_MPI_MPICH, 2, 2, AR, false, 2 * TC_MiB, ANY, LB_MPICH_2},
-    {TC_MPI_MPICH, 2, 2, RS, true, 32 * TC_KiB, ANY, LB_MPICH_2},
-    {TC_MPI_MPICH, 2, 2, RD, true, 8 * TC_KiB, ANY, LB_MPICH_2},
-    {TC_MPI_MPICH, 2, 2, RD, false, 2 * TC_MiB, ANY, LB_MPICH_2},
-    /* more ranks: nonblocking calls as tcoll's table says */
-    {TC_MPI_OTHER, 3, INT_MAX, AR, false, 0, ANY, TCOLL_TABLE},
-    {TC_MPI_OTHER, 3, INT_MAX, RS, false, 0, ANY, TCOLL_TABLE},
-    {TC_MPI_OTHER, 3, INT_MAX, BC, false, 0, ANY, TCOLL_TABLE},
-    {TC_MPI_OTHER, 3, INT_MAX, RD, false, 0, ANY, TCOLL_TABLE},
-    {TC_MPI_OTHER, 3, INT_MAX, AG, false, 0, ANY, TCOLL_TABLE},
-    {TC_MPI_OTHER, 3, INT_MAX, AA, false, 0, ANY, TCOLL_TABLE},
+    {TC_MPI_OPEN_MPI, 2, 2, AR, true, 512, ANY, LB_OMPI_2, false},
+    {TC_MPI_OPEN_MPI, 2, 2, AR, false, 0, ANY, LB_OMPI_2, false},
+    {TC_MPI_OPEN_MPI, 2, 2, RS, true, 8 * TC_KiB, ANY, LB_OMPI_2, false},
+    {TC_MPI_OPEN_MPI, 2, 2, RS, false, 8 * TC_KiB, ANY, LB_OMPI_2, false},
+    {TC_MPI_OPEN_MPI, 2, 2, BC, true, 512, ANY, LB_OMPI_2, false},
+    {TC_MPI_OPEN_MPI, 2, 2, BC, false, 8 * TC_KiB, ANY, LB_OMPI_2, false},
+    {TC_MPI_OPEN_MPI, 2, 2, RD, true, 512, 32 * TC_KiB, LB_OMPI_2, false},
+    {TC_MPI_OPEN_MPI, 2, 2, RD, false, 8 * TC_KiB, ANY, LB_OMPI_2, false},
+    /* Open MPI, 4-16 ranks with a core each: blocking all_reduce and broadcast from 512 B
+     * (below, Open MPI's blocking calls: 8 B allreduce 1.4-4.8 us, broadcast 0.4-1.2 us, beat
+     * the routed call's 1.8-3.4 and 1.6-2.2); the routed all_reduce 0.57-0.9x MPI_Allreduce to 4
+     * KiB (shm) and 0.66-0.82x from 8 MiB (ring); blocking reduce_scatter from 512 KiB (0.77-0.9x;
+     * 0.16-0.2x at 2 MiB, where Open MPI's reduces onto one rank); nonblocking broadcast from 512
+     * B (0.32-0.73x to 4 KiB; 1.1-1.4x below). */
+    {TC_MPI_OPEN_MPI, 4, 16, AR, true, 512, ANY, LB_OMPI_16, false},
+    {TC_MPI_OPEN_MPI, 4, 16, AR, false, 0, ANY, LB_OMPI_16, false},
+    {TC_MPI_OPEN_MPI, 4, 16, RS, true, 512 * TC_KiB, ANY, LB_OMPI_16, false},
+    {TC_MPI_OPEN_MPI, 4, 16, RS, false, 0, ANY, LB_OMPI_16, false},
+    {TC_MPI_OPEN_MPI, 4, 16, BC, true, 512, ANY, LB_OMPI_16, false},
+    {TC_MPI_OPEN_MPI, 4, 16, BC, false, 512, ANY, LB_OMPI_16, false},
+    /* Open MPI, other counts (no thread: the hook) */
+    {TC_MPI_OPEN_MPI, 3, INT_MAX, AR, false, 0, ANY, TCOLL_TABLE, false},
+    {TC_MPI_OPEN_MPI, 3, INT_MAX, RS, false, 0, ANY, TCOLL_TABLE, false},
+    {TC_MPI_OPEN_MPI, 3, INT_MAX, BC, false, 0, ANY, TCOLL_TABLE, false},
+    {TC_MPI_OPEN_MPI, 3, INT_MAX, RD, false, 0, ANY, TCOLL_TABLE, false},
+    {TC_MPI_OPEN_MPI, 3, INT_MAX, AG, false, 0, ANY, TCOLL_TABLE, false},
+    {TC_MPI_OPEN_MPI, 3, INT_MAX, AA, false, 0, ANY, TCOLL_TABLE, false},
+    /* MPICH, 2 ranks (on 2 cores: no core to spare): blocking calls win where tcoll's table picks
+     * an algorithm (all_reduce 0.53-0.91x, reduce 0.69x from 8 KiB, reduce_scatter from 32 KiB);
+     * nonblocking ones, which the layer completes through a generalized request and its progress
+     * thread there, lose (1.1-1.8x) but at 2 MiB (all_reduce 0.86x; reduce 0.03x: MPICH's own
+     * takes 15 ms) */
+    {TC_MPI_MPICH, 2, 2, AR, true, 0, ANY, LB_MPICH_2, false},
+    {TC_MPI_MPICH, 2, 2, AR, false, 2 * TC_MiB, ANY, LB_MPICH_2, false},
+    {TC_MPI_MPICH, 2, 2, RS, true, 32 * TC_KiB, ANY, LB_MPICH_2, false},
+    {TC_MPI_MPICH, 2, 2, RD, true, 8 * TC_KiB, ANY, LB_MPICH_2, false},
+    {TC_MPI_MPICH, 2, 2, RD, false, 2 * TC_MiB, ANY, LB_MPICH_2, false},
+    /* MPICH, 4-16 ranks with a core each: the blocking all_reduce (tcoll's 0.40-0.95x the blocking
+     * MPI_Allreduce to 2 KiB, 0.75-0.90x from 8 MiB); nonblocking all_reduce and broadcast where
+     * a core is spare (0.53-0.85x and 0.55-0.90x to 4 KiB at 4 and 8 ranks). Blocking broadcast
+     * passes: MPICH's (0.5-1.9 us to 4 KiB) beats the routed call (1.9-2.5 us). */
+    {TC_MPI_MPICH, 4, 16, AR, true, 0, ANY, LB_MPICH_16, false},
+    {TC_MPI_MPICH, 4, 16, AR, false, 0, ANY, LB_MPICH_16, true},
+    {TC_MPI_MPICH, 4, 16, BC, false, 0, ANY, LB_MPICH_16, true},
+    /* any other MPI and count: nonblocking calls as tcoll's table says, where a core is spare for
+     * the progress thread */
+    {TC_MPI_OTHER, 3, INT_MAX, AR, false, 0, ANY, TCOLL_TABLE, true},
+    {TC_MPI_OTHER, 3, INT_MAX, RS, false, 0, ANY, TCOLL_TABLE, true},
+    {TC_MPI_OTHER, 3, INT_MAX, BC, false, 0, ANY, TCOLL_TABLE, true},
+    {TC_MPI_OTHER, 3, INT_MAX, RD, false, 0, ANY, TCOLL_TABLE, true},
+    {TC_MPI_OTHER, 3, INT_MAX, AG, false, 0, ANY, TCOLL_TABLE, true},
+    {TC_MPI_OTHER, 3, INT_MAX, AA, false, 0, ANY, TCOLL_TABLE, true},
 };
 
 #define NROWS (sizeof rows / sizeof rows[0])
 
-/* The rows of the MPI in use by op and kind (blocking or not), in the table's order: filled once,
- * after tcoll_init learnt the MPI, so that a call that passes scans only its own few rows. */
+/* The rows of the MPI in use by op and kind (blocking or not), in the table's order, those that
+ * need a spare core left out where there is none: filled once, after tcoll_init learnt the MPI,
+ * so that a call scans only its own few rows. */
 static struct {
   int n;
   const layer_row_t *row[NROWS];
 } kind_rows[TCOLL_LAYER_NUM_OPS][2];
 static pthread_once_t kinds_once = PTHREAD_ONCE_INIT;
 
+/* Whether each rank on this node has a core for itself and one for a helper thread. */
+static bool spare_core_per_rank(void) { return 2 * tc_node_local_ranks(1) <= tc_usable_cores(); }
+
 static void fill_kinds(void) {
   tc_mpi_impl_t impl = tc_mpi_impl();
+  bool spare = spare_core_per_rank();
   for (size_t i = 0; i < NROWS; i++) {
     const layer_row_t *r = &rows[i];
-    if (r->impl != impl && r->impl != TC_MPI_OTHER) continue;
+    if ((r->impl != impl && r->impl != TC_MPI_OTHER) || (r->spare_core && !spare)) continue;
     __typeof__(kind_rows[0][0]) *k = &kind_rows[r->op][r->blocking];
     k->row[k->n++] = r;
   }
 }
 
-/* Whether a row says a routed call of this kind beats MPI's (TC_MPI_OTHER: any MPI). */
+/* Whether the row that decides says a routed call of this kind beats MPI's. */
 static bool measured_faster(tcoll_layer_op_t op, bool blocking, int ranks, size_t bytes) {
   pthread_once(&kinds_once, fill_kinds);
   const __typeof__(kind_rows[0][0]) *k = &kind_rows[op][blocking];
   for (int i = 0; i < k->n; i++) {
     const layer_row_t *r = k->row[i];
-    if (ranks >= r->min_ranks && ranks <= r->max_ranks && bytes >= r->min_bytes &&
-        bytes < r->max_bytes)
-      return true;
+    if (ranks >= r->min_ranks && ranks <= r->max_ranks)
+      return bytes >= r->min_bytes && bytes < r->max_bytes;
   }
   return false;
 }

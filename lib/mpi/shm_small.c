@@ -114,15 +114,9 @@ static int give(void *arg) {
   return TCOLL_SUCCESS;
 }
 
-/* Steps waiting until every peer's word of `line` reached k (one round). */
+/* A step waiting until every peer's word of `line` reached k. */
 static int await_peers(tc_sched_t *s, const tc_node_seg_t *g, int line, uint64_t k) {
-  int rc = TCOLL_SUCCESS;
-  for (int q = 0, first = 1; q < g->p && !rc; q++)
-    if (q != g->me) {
-      rc = tc_sched_await(s, tc_node_word(g, q, line), k, first);
-      first = 0;
-    }
-  return rc;
+  return tc_sched_await_all(s, tc_node_peer_words(g, line), g->p, k, true);
 }
 
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind) {
@@ -147,7 +141,7 @@ int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind
       .op = c->op,
       .premul = kind == TC_SHM_BROADCAST ? 1.0 : c->premul,
       .divisor = kind == TC_SHM_BROADCAST ? 1.0 : c->divisor};
-  int rc = tc_sched_reserve(s, 2 * g->p + 5);
+  int rc = tc_sched_reserve(s, 7);
   if (rc) return rc;
   g->small_calls = k;
   /* (already so, as in a post-wait loop: no step; the word only grows) */

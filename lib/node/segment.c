@@ -1,12 +1,12 @@
 /* Node-shared segments (see segment.h). */
 #include "segment.h"
 
+#include "../base/cores.h"
 #include "../drive.h"
 #include "../mpiglue/mpi_calls.h"
 #include "../mpiglue/mpi_impl.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,19 +115,7 @@ static bool one_node(tcoll_comm_t *c, char *why, size_t len) {
 
 /* This rank's processes per node against its cores: the launchers say how many share the node. */
 static bool node_oversubscribed(int node_ranks) {
-  const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"};
-  int local = node_ranks;
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && atoi(v) > local) local = atoi(v);
-  }
-  cpu_set_t set;
-  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  if (online > 0 && online < cores) cores = (int)online;
-  /* Bound to one core each (--bind-to core), a rank sees one: count the node's instead. */
-  if (cores == 1 && online > 1) cores = (int)online;
-  return local > cores;
+  return tc_node_local_ranks(node_ranks) > tc_usable_cores();
 }
 
 /* Faults this rank's area in, first touched here (its NUMA node); false where the memory is not
@@ -159,7 +147,19 @@ static bool map_areas(tc_node_seg_t *s) {
     uintptr_t a = ((uintptr_t)base + TC_NODE_LINE - 1) & ~(uintptr_t)(TC_NODE_LINE - 1);
     s->areas[r] = (char *)a;
   }
+  s->peers = calloc((size_t)TC_NODE_LINES * (size_t)s->p, sizeof *s->peers);
+  if (!s->peers) return false;
+  for (int line = 0; line < TC_NODE_LINES; line++)
+    for (int q = 0; q < s->p; q++)
+      if (q != s->me) s->peers[line * s->p + q] = tc_node_word(s, q, line);
   return true;
+}
+
+/* This process's memory of s (the window, MPI's, is not touched). */
+static void drop(tc_node_seg_t *s) {
+  free(s->peers);
+  free(s->areas);
+  free(s);
 }
 
 /* Allocates the window over s->node (every rank of it takes part); false if MPI refused. */
@@ -182,8 +182,7 @@ static void free_seg(tc_node_seg_t *s) {
   if (!s) return;
   if (s->win != MPI_WIN_NULL) PMPI_Win_free(&s->win);
   if (s->node != MPI_COMM_NULL) PMPI_Comm_free(&s->node);
-  free(s->areas);
-  free(s);
+  drop(s);
 }
 
 /* The segment every rank agreed on, or NULL (why says this rank's reason). Every rank makes the
@@ -241,7 +240,8 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
     return NULL;
   }
   ok = map_areas(s);
-  if (!ok) snprintf(why, len, "MPI_Win_shared_query did not give every rank's piece");
+  if (!ok)
+    snprintf(why, len, "MPI_Win_shared_query did not give every rank's piece (or no memory)");
   if (ok) ok = populate(s->areas[s->me], area, why, len);
   if (!agree(c, ok)) {
     tc_rendezvous(s->node);
@@ -280,16 +280,14 @@ void tc_node_release(tcoll_comm_t *c) {
   int fin = 0;
   PMPI_Finalized(&fin);
   if (fin) { /* MPI freed its windows already */
-    free(s->areas);
-    free(s);
+    drop(s);
     return;
   }
   /* A communicator a DETAIL check found a rank missing from is unusable, and that rank may never
    * free it: the window stays until finalize (MPI frees it there). */
   if (__atomic_load_n(&c->detail_timed_out, __ATOMIC_ACQUIRE)) {
     tc_info("a node-shared segment stays allocated: its communicator lost a rank");
-    free(s->areas);
-    free(s);
+    drop(s);
     return;
   }
   /* Every rank frees the window together (a blocking collective): none may still need this one

@@ -35,6 +35,8 @@ typedef struct tc_node_seg {
   size_t area;       /* bytes each rank owns */
   size_t slot_bytes; /* bytes of each of an area's two slots */
   char **areas;      /* [p]: each rank's area, in this process's addresses */
+  uint64_t **peers;  /* [line * p + q]: rank q's word of line, NULL for this rank's own (what a
+                        reader of every peer awaits at once: tc_sched_await_all) */
   /* The small protocol's state on this rank (its calls are built in the same order on every
    * rank: a collective's order on the communicator). */
   uint64_t small_calls;    /* small calls built so far */
@@ -62,6 +64,10 @@ static inline char *tc_node_line(const tc_node_seg_t *s, int rank, int line) {
 /* A line's word: its first 8 bytes (what the rest holds is the protocol's: ../mpi/shm_small.c). */
 static inline uint64_t *tc_node_word(const tc_node_seg_t *s, int rank, int line) {
   return (uint64_t *)tc_node_line(s, rank, line);
+}
+/* Every peer's word of line, p entries (this rank's own NULL). */
+static inline uint64_t *const *tc_node_peer_words(const tc_node_seg_t *s, int line) {
+  return s->peers + (size_t)line * (size_t)s->p;
 }
 static inline char *tc_node_slot(const tc_node_seg_t *s, int rank, int k) {
   return s->areas[rank] + TC_NODE_HEADER + (size_t)k * s->slot_bytes;

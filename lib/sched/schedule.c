@@ -294,6 +294,7 @@ static int add_flag(tc_sched_t *s, tc_step_kind_t kind, uint64_t *word, uint64_t
   if (!st) return TCOLL_ERR_NO_MEMORY;
   st->u.flag.word = word;
   st->u.flag.value = value;
+  st->u.flag.words = NULL;
   return TCOLL_SUCCESS;
 }
 
@@ -303,6 +304,17 @@ int tc_sched_publish(tc_sched_t *s, uint64_t *word, uint64_t value, bool new_rou
 
 int tc_sched_await(tc_sched_t *s, const uint64_t *word, uint64_t value, bool new_round) {
   return add_flag(s, TC_STEP_AWAIT, (uint64_t *)word, value, new_round);
+}
+
+int tc_sched_await_all(tc_sched_t *s, uint64_t *const *words, int n, uint64_t value,
+                       bool new_round) {
+  tc_step_t *st = tc_sched_add(s, TC_STEP_AWAIT, new_round);
+  if (!st) return TCOLL_ERR_NO_MEMORY;
+  st->u.flag.word = NULL;
+  st->u.flag.value = value;
+  st->u.flag.words = words;
+  st->u.flag.n = n;
+  return TCOLL_SUCCESS;
 }
 
 int tc_sched_call(tc_sched_t *s, int (*fn)(void *), void *arg, bool new_round) {
@@ -564,7 +576,19 @@ static bool poll_step(tc_sched_t *s, tc_step_t *st, bool block, double deadline)
 
 /* Whether an AWAIT step's word reached its value (then it is done). */
 static inline bool await_done(tc_step_t *st) {
-  if (__atomic_load_n(st->u.flag.word, __ATOMIC_ACQUIRE) < st->u.flag.value) return false;
+  if (st->u.flag.words) {
+    /* every load issued before any branch on them: the misses overlap */
+    uint64_t least = UINT64_MAX;
+    for (int i = 0; i < st->u.flag.n; i++) {
+      const uint64_t *w = st->u.flag.words[i];
+      uint64_t v = w ? __atomic_load_n(w, __ATOMIC_RELAXED) : UINT64_MAX;
+      least = v < least ? v : least;
+    }
+    if (least < st->u.flag.value) return false;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* orders the reads after: as n acquire loads */
+  } else if (__atomic_load_n(st->u.flag.word, __ATOMIC_ACQUIRE) < st->u.flag.value) {
+    return false;
+  }
   st->state = TC_STEP_DONE;
   return true;
 }

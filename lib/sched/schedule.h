@@ -140,6 +140,9 @@ typedef struct tc_step {
     struct {                /* PUBLISH, AWAIT: a 64-bit word that only grows */
       uint64_t *word;
       uint64_t value;
+      /* AWAIT of several words (words != NULL): done once all n reached value */
+      uint64_t *const *words;
+      int n;
     } flag;
   } u;
 } tc_step_t;
@@ -257,6 +260,11 @@ int tc_sched_dev(tc_sched_t *s, const tc_dev_step_t *d, bool new_round);
  * spin budget before yielding the core. */
 int tc_sched_publish(tc_sched_t *s, uint64_t *word, uint64_t value, bool new_round);
 int tc_sched_await(tc_sched_t *s, const uint64_t *word, uint64_t value, bool new_round);
+/* The same for n words at once (words[i] may be NULL: skipped). All n are loaded on every test
+ * before any is compared, so that a reader of many peers' words pays about one cache miss's
+ * latency, not n in a row. words must live until the step is done. */
+int tc_sched_await_all(tc_sched_t *s, uint64_t *const *words, int n, uint64_t value,
+                       bool new_round);
 
 /* ---- running ---- */
 
