@@ -31,7 +31,7 @@ typedef struct entry {
   bool told;     /* grequest entries: MPI_Grequest_complete called */
   bool freed;    /* the program freed its request */
   int rc;
-  uint64_t posted_ns; /* when it was listed (CLOCK_MONOTONIC) */
+  uint64_t posted_ns; /* when it was listed (CLOCK_MONOTONIC); 0 where ages go unused */
 } entry_t;
 
 /* Every entry, under lay_mu (the head is also read unlocked: lay_any_pending). */
@@ -65,6 +65,9 @@ static inline uint64_t lay_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* progress.c: whether calls are told apart by age (the thread leaves young ones alone): only
+ * then does a listed call note when it was posted. */
+bool lay_progress_ages(void);
 /* progress.c: under lay_mu, a call was just listed (wakes a sleeping progress thread). */
 void lay_progress_posted(void);
 /* progress.c: a call was listed (not under lay_mu): the hook is registered at the first. */

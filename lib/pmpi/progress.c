@@ -142,6 +142,8 @@ static void *progress_thread(void *arg) {
   return NULL;
 }
 
+bool lay_progress_ages(void) { return running == LAY_PROGRESS_THREAD; }
+
 void lay_progress_posted(void) {
   if (sleeping) pthread_cond_signal(&wake);
 }

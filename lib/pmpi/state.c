@@ -229,10 +229,12 @@ static int stop_in_mpi_finalize(MPI_Comm comm, int key, void *value, void *extra
 
 static void finalize_with_mpi(void) {
   int key = MPI_KEYVAL_INVALID;
-  if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stop_in_mpi_finalize, &key, NULL) ==
-          MPI_SUCCESS &&
-      PMPI_Comm_set_attr(MPI_COMM_SELF, key, NULL) == MPI_SUCCESS)
+  if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stop_in_mpi_finalize, &key, NULL) !=
+      MPI_SUCCESS)
+    return;
+  if (PMPI_Comm_set_attr(MPI_COMM_SELF, key, NULL) == MPI_SUCCESS)
     tcoll_layer_expect_mpi_finalize();
+  PMPI_Comm_free_keyval(&key); /* MPI frees it once the attribute is gone; the callback stays */
 }
 
 /* MPI_Init or MPI_Init_thread went through the layer (whether or not it started). */

@@ -25,7 +25,7 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring,
  * same margin there as at 2 ranks. */
 /* 4 ranks with a core each: the ring 0.74-0.75x raw MPI at 8 and 16 MiB (MPI's path 0.88-0.93),
  * a tie at 512 KiB */
-#define TUNE_4R                                                                                 \
+#define TUNE_4R                                                                                   \
   "tcoll-bench --tune-algorithms (GPU bundle --scale), the GPU machine's 16-core host, Open MPI " \
   "without single copy, 4 ranks (2026-11-28, issue 26's note)"
 #define TUNE_SHM "tcoll-bench, 2-core CI machine and the 16-core host of the GPU machine (issue 26)"
