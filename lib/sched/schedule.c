@@ -308,10 +308,9 @@ int tc_sched_await(tc_sched_t *s, const uint64_t *word, uint64_t value, bool new
 
 int tc_sched_await_all(tc_sched_t *s, uint64_t *const *words, int n, uint64_t value,
                        bool new_round) {
-  tc_step_t *st = tc_sched_add(s, TC_STEP_AWAIT, new_round);
-  if (!st) return TCOLL_ERR_NO_MEMORY;
-  st->u.flag.word = NULL;
-  st->u.flag.value = value;
+  int rc = add_flag(s, TC_STEP_AWAIT, NULL, value, new_round);
+  if (rc) return rc;
+  tc_step_t *st = &s->steps[s->n - 1]; /* the step add_flag added */
   st->u.flag.words = words;
   st->u.flag.n = n;
   return TCOLL_SUCCESS;
