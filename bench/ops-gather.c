@@ -96,6 +96,12 @@ static long check_all_gather_dim1(point_t *p) {
   return bad;
 }
 
+static const tune_set_t tune_all_gather = {
+    3,
+    {"mpi", "cma", "shm"},
+    {"all_gather:mpi", "all_gather:cma", "all_gather:shm"},
+};
+
 const op_desc_t op_all_gather = {
     .name = "all_gather",
     .blocking = m_allgather_blocking,
@@ -103,6 +109,7 @@ const op_desc_t op_all_gather = {
     .mpi = {m_allgather_post, m_wait},
     .setup = setup_all_gather,
     .alloc_post = t_allgather_alloc_post,
+    .tune = &tune_all_gather,
 };
 
 const op_desc_t op_all_gather_dim1 = {
@@ -201,9 +208,10 @@ static long check_reduce_scatter_dim1(point_t *p) {
 }
 
 static const tune_set_t tune_reduce_scatter = {
-    3,
-    {"mpi", "ring", "alltoall"},
-    {"reduce_scatter:mpi", "reduce_scatter:ring", "reduce_scatter:alltoall"},
+    4,
+    {"mpi", "ring", "alltoall", "shm_slices"},
+    {"reduce_scatter:mpi", "reduce_scatter:ring", "reduce_scatter:alltoall",
+     "reduce_scatter:shm_slices"},
 };
 
 const op_desc_t op_reduce_scatter = {

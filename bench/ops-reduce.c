@@ -14,9 +14,10 @@ static void t_allreduce_alloc_post(point_t *p) {
 }
 
 static const tune_set_t tune_all_reduce = {
-    3,
-    {"mpi", "ring", "ring_allgather"},
-    {"all_reduce:mpi", "all_reduce:ring", "all_reduce:ring_allgather"},
+    5,
+    {"mpi", "ring", "ring_allgather", "shm", "shm_slices"},
+    {"all_reduce:mpi", "all_reduce:ring", "all_reduce:ring_allgather", "all_reduce:shm",
+     "all_reduce:shm_slices"},
 };
 
 static void m_allreduce_blocking(point_t *p) {
@@ -51,7 +52,11 @@ static bool setup_reduce(point_t *p, int64_t elems) {
 /* The result is written on the root only. */
 static long check_reduce(point_t *p) { return g_rank == 0 ? diff_tensor(&p->tout, p->mout) : 0; }
 
-static const tune_set_t tune_reduce = {2, {"mpi", "ring"}, {"reduce:mpi", "reduce:ring"}};
+static const tune_set_t tune_reduce = {
+    4,
+    {"mpi", "ring", "shm", "shm_slices"},
+    {"reduce:mpi", "reduce:ring", "reduce:shm", "reduce:shm_slices"},
+};
 
 const op_desc_t op_reduce = {
     .name = "reduce",

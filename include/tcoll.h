@@ -191,8 +191,8 @@ typedef struct tcoll_config {
 } tcoll_config_t;
 
 /* The algorithm that ran this thread's last posted collective: "mpi" (the literal one-to-one
- * MPI call), "ring", "alltoall", "ring_allgather", "scattered", "cma", "shm" (node-shared
- * memory; see doc/guide.md, "Algorithms"). A literal. */
+ * MPI call), "ring", "alltoall", "ring_allgather", "scattered", "cma", "shm", "shm_slices"
+ * (node-shared memory; see doc/guide.md, "Algorithms"). A literal. */
 TCOLL_API const char *tcoll_last_algorithm(void);
 
 /* The configuration in force. */

@@ -27,7 +27,9 @@
  *   alltoall:       MPI_Ialltoall
  *   scattered:      (the all-to-all family) MPI_Isend / MPI_Irecv, one per peer and block
  *   shm:            (all_reduce) no MPI call: node-shared memory (its segment is made with the
- *                   communicator) */
+ *                   communicator)
+ *   shm_slices:     (all_reduce, reduce_scatter, reduce) no MPI call either: the large node-shared
+ *                   algorithm */
 typedef struct calls {
   long allreduce, rsb, alltoall, alltoallv, allgatherv, send, reduce, recv;
 } calls_t;
@@ -59,7 +61,8 @@ static bool ran(int op, const char *algo, calls_t c) {
     if (!strcmp(algo, "mpi"))
       return c.allreduce > 0 && !c.send && !c.allgatherv && !c.alltoall && !c.rsb;
     if (c.allreduce || c.alltoall || c.rsb || c.alltoallv) return false;
-    if (!strcmp(algo, "shm")) return !c.send && !c.allgatherv && !c.recv; /* memory, no MPI */
+    if (!strcmp(algo, "shm") || !strcmp(algo, "shm_slices"))
+      return !c.send && !c.allgatherv && !c.recv; /* memory, no MPI */
     if (!strcmp(algo, "ring")) return !c.allgatherv && (one ? !c.send : c.send > 0);
     if (!strcmp(algo, "ring_allgather"))
       return one ? !c.send && !c.allgatherv : c.send > 0 && c.allgatherv > 0;
@@ -70,6 +73,7 @@ static bool ran(int op, const char *algo, calls_t c) {
   if (c.rsb || c.alltoallv || c.allreduce || c.allgatherv) return false;
   if (!strcmp(algo, "ring")) return !c.alltoall && (one ? !c.send : c.send > 0);
   if (!strcmp(algo, "alltoall")) return c.alltoall > 0 && !c.send;
+  if (!strcmp(algo, "shm_slices")) return !c.alltoall && !c.send && !c.recv;
   return false;
 }
 
@@ -89,6 +93,7 @@ static bool offered(int op, const char *algo) {
   if (op == OP_A2A) return !strcmp(algo, "scattered");
   if (!strcmp(algo, "ring")) return true;
   if (!strcmp(algo, "shm")) return op == OP_AR || op == OP_RD;
+  if (!strcmp(algo, "shm_slices")) return op == OP_AR || op == OP_RS || op == OP_RD;
   return op == OP_AR ? !strcmp(algo, "ring_allgather") : op == OP_RS && !strcmp(algo, "alltoall");
 }
 
@@ -128,6 +133,9 @@ static const forced_t FORCED[] = {
     {" all_reduce:ring_allgather , reduce_scatter:ring ", "ring_allgather", "ring"},
     /* a later item for the same op wins */
     {"all_reduce:ring,all_reduce:mpi,reduce_scatter:alltoall", "mpi", "alltoall"},
+    /* node-shared memory where the communicator has a segment, else (and for premul_sum) the
+     * ring: any algorithm offered, checked against the MPI calls it made */
+    {"all_reduce:shm_slices,reduce_scatter:shm_slices", NULL, NULL},
     {"auto", NULL, NULL},
 };
 
@@ -583,15 +591,13 @@ END_TEST
 /* reduce under each setting for it, to every dst, out of place, in place and allocating, SUM,
  * AVG and PREMUL_SUM over a count the ranks do not divide: dst holds the closed form, the others
  * an output never written (zeros where tcoll allocated it); "ring" sends point-to-point messages
- * only, "mpi" calls MPI_Ireduce, "shm" calls nothing (node-shared memory). */
+ * only, "mpi" calls MPI_Ireduce, "shm" and "shm_slices" call nothing (node-shared memory). */
 START_TEST(forced_reduce) {
   t_save_algo();
   const char *specs[][2] = {
-      {"reduce:ring", "ring"},
-      {"reduce:mpi", "mpi"},
-      {"mpi", "mpi"},
-      {"auto", NULL},
-      {"reduce:shm", NULL}}; /* shm where the communicator has a segment, else the literal call */
+      {"reduce:ring", "ring"},    {"reduce:mpi", "mpi"}, {"mpi", "mpi"}, {"auto", NULL},
+      {"reduce:shm", NULL}, /* shm where the communicator has a segment, else the literal call */
+      {"reduce:shm_slices", NULL}}; /* where it has one, else the ring (and premul_sum) */
   tcoll_redop_t premul;
   T_OK(tcoll_redop_create_premul_sum(0.5, &premul));
   const struct {
@@ -628,7 +634,7 @@ START_TEST(forced_reduce) {
         if (!strcmp(got, "ring"))
           T_EXPECT(!n.reduce && (t_size == 1 ? !n.send : n.send > 0), "%s: Ireduce %ld, Isend %ld",
                    what, n.reduce, n.send);
-        else if (!strcmp(got, "shm"))
+        else if (!strcmp(got, "shm") || !strcmp(got, "shm_slices"))
           T_EXPECT(!n.reduce && !n.send && !n.recv, "%s: Ireduce %ld, Isend %ld (expected none)",
                    what, n.reduce, n.send);
         else
@@ -802,10 +808,15 @@ END_TEST
 /* The table along a dim other than 0 (TCOLL_ALGO=auto): where it picks the all-to-all form, which
  * serves contiguous blocks only, a host input below 1 MiB takes the MPI path (the strided slabs)
  * and one of 1 MiB or more the ring (Open MPI at 4 ranks); where it picks the ring (2 ranks; 3
- * from 512 KiB on Open MPI), the ring runs along any dim. Forcing the all-to-all form keeps the
- * MPI path. Device tensors keep the MPI path (staged or pipelined). */
+ * from 512 KiB on Open MPI), the ring runs along any dim. At 2 ranks with a node-shared segment
+ * shm_slices runs instead on MPICH at every size, on Open MPI below 64 KiB and from 1 MiB.
+ * Forcing the all-to-all form keeps the MPI path. Device tensors keep the MPI path (staged or
+ * pipelined). */
 static const char *table_other_dims(size_t bytes, bool device) {
   bool ompi = mpi_is("Open MPI"), mpich = !ompi && mpi_is("MPICH");
+  const char *segments = getenv("TCOLL_SHM");
+  bool shm = t_size == 2 && !(segments && !strcmp(segments, "0"));
+  if (shm && (mpich || (ompi && (bytes < (64 << 10) || bytes >= (1 << 20))))) return "shm_slices";
   if (t_size == 2 && (ompi || mpich)) return "ring";
   if (ompi && t_size == 3 && bytes >= (512 << 10)) return "ring";
   if (ompi && t_size == 4 && bytes >= (1 << 20) && !device) return "ring";

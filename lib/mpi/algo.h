@@ -117,7 +117,13 @@ extern const tc_algo_t tc_algo_literal;
 static inline bool tc_algo_is_literal(const tc_algo_t *a) { return a == &tc_algo_literal; }
 
 /* A table row: where it applies (MPI, ranks, bytes [min, max)) and what runs there. */
-enum { TC_WHERE_HOST = 1, /* host buffers only */ TC_WHERE_STRIDED = 2 /* strided blocks only */ };
+enum {
+  TC_WHERE_HOST = 1,    /* host buffers only */
+  TC_WHERE_STRIDED = 2, /* strided blocks only */
+  /* communicators with a node-shared segment only (lib/node/): a row of a shared-memory
+   * algorithm, so that the rows after it, today's, still apply where there is none */
+  TC_WHERE_SHM = 4
+};
 typedef struct tc_algo_row {
   tc_mpi_impl_t impl;
   int min_ranks, max_ranks;

@@ -4,6 +4,7 @@
 #include "../base/dtype.h"
 #include "../node/segment.h"
 
+#include <limits.h>
 #include <string.h>
 
 bool tc_shm_small_supported(const tc_algo_query_t *q) {
@@ -44,17 +45,21 @@ static const char *input_of(const small_job_t *j, int q) {
   return j->in_line ? line_of(j->g, q, j->slot)->payload : tc_node_slot(j->g, q, j->slot);
 }
 
-/* Whether rank q published as many bytes as this rank has: ranks that disagree wrote an erroneous
- * program (MPI reports it as truncation, or not at all), and reading past a peer's bytes would
- * take garbage for data. */
-static int check_size(const small_job_t *j, int q) {
-  uint64_t theirs = __atomic_load_n(&line_of(j->g, q, j->slot)->nbytes, __ATOMIC_RELAXED),
-           mine = (uint64_t)j->n * tc_dtype_size(j->dtype);
+int tc_shm_check_bytes(const tc_node_seg_t *g, int q, uint64_t k, uint64_t mine) {
+  uint64_t theirs = __atomic_load_n(&line_of(g, q, (int)(k & 1))->nbytes, __ATOMIC_RELAXED);
   if (theirs == mine) return TCOLL_SUCCESS;
   return tc_error(TCOLL_ERR_MISMATCH,
                   "ranks disagree on the size of this collective: rank %d has %llu bytes, this "
                   "rank (%d) %llu (every rank must pass the same count)",
-                  q, (unsigned long long)theirs, j->g->me, (unsigned long long)mine);
+                  q, (unsigned long long)theirs, g->me, (unsigned long long)mine);
+}
+
+void tc_shm_give_bytes(tc_node_seg_t *g, uint64_t k, uint64_t bytes) {
+  line_of(g, g->me, (int)(k & 1))->nbytes = bytes; /* published with the word, after it */
+}
+
+static int check_size(const small_job_t *j, int q) {
+  return tc_shm_check_bytes(j->g, q, j->k, (uint64_t)j->n * tc_dtype_size(j->dtype));
 }
 
 /* dst = input 0, then dst = input q (op) dst for q = 1, 2...: one after the other, since the
@@ -96,7 +101,7 @@ static int take_inputs(const small_job_t *j) {
 static int take(void *arg) {
   small_job_t *j = arg;
   int rc = take_inputs(j);
-  __atomic_store_n(&j->g->small_finished, j->k, __ATOMIC_RELEASE);
+  tc_shm_finish(j->g, j->k);
   return rc;
 }
 
@@ -110,7 +115,7 @@ static int give(void *arg) {
     tc_host_scale_copy(to, j->src, j->dtype, j->n, j->premul);
   else
     memcpy(to, j->src, (size_t)j->n * tc_dtype_size(j->dtype));
-  own->nbytes = (uint64_t)j->n * tc_dtype_size(j->dtype); /* published with the word, after it */
+  tc_shm_give_bytes(j->g, j->k, (uint64_t)j->n * tc_dtype_size(j->dtype));
   return TCOLL_SUCCESS;
 }
 
@@ -119,19 +124,51 @@ static int await_peers(tc_sched_t *s, const tc_node_seg_t *g, int line, uint64_t
   return tc_sched_await_all(s, tc_node_peer_words(g, line), g->p, k, true);
 }
 
+int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, uint64_t *kp) {
+  uint64_t k = g->small_calls + 1;
+  int line = TC_NODE_LINE_SMALL0 + (int)(k & 1);
+  int rc = tc_sched_reserve(s, TC_SHM_CALL_STEPS);
+  if (rc) return rc;
+  g->small_calls = k; /* counted once nothing can fail: every rank counts alike */
+  *kp = k;
+  /* (already so, as in a post-wait loop: no step; the word only grows) */
+  if (__atomic_load_n(&g->small_finished, __ATOMIC_ACQUIRE) < k - 1)
+    rc = tc_sched_await(s, &g->small_finished, k - 1, false);
+  /* Every peer done with call k - 2 (it published k - 1): implied where call k - 1 waited for
+   * every peer; else waited for here, before this rank rewrites that call's parity. */
+  if (!rc && k > 1 && !g->small_last_saw_all)
+    rc = await_peers(s, g, TC_NODE_LINE_SMALL0 + (int)((k - 1) & 1), k - 1);
+  if (!rc && call->give) rc = tc_sched_call(s, call->give, call->arg, true);
+  if (!rc) rc = tc_sched_publish(s, tc_node_word(g, g->me, line), k, true);
+  g->small_last_saw_all = call->sees == TC_SHM_SEES_ALL;
+  if (!rc && call->sees == TC_SHM_SEES_ALL) rc = await_peers(s, g, line, k);
+  if (!rc && call->sees >= 0 && call->sees != g->me)
+    rc = tc_sched_await(s, tc_node_word(g, call->sees, line), k, true);
+  if (!rc) rc = tc_sched_call(s, call->take, call->arg, true);
+  if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true); /* the peers' inputs are read */
+  return rc;
+}
+
+int tc_shm_calls_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *cycle, int period,
+                     int64_t n, uint64_t *k0) {
+  if (n > (INT_MAX - 1 - s->n) / TC_SHM_CALL_STEPS) /* the callers' supported() keep them fewer */
+    return tc_error(TCOLL_ERR_INTERNAL, "%lld calls are too many for one schedule", (long long)n);
+  int rc = tc_sched_reserve(s, (int)n * TC_SHM_CALL_STEPS + 1);
+  for (int64_t i = 0; i < n && !rc; i++) {
+    uint64_t k;
+    rc = tc_shm_call_add(s, g, &cycle[i % period], &k);
+    if (i == 0) *k0 = k;
+  }
+  return rc;
+}
+
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind) {
   tc_node_seg_t *g = w->comm->node;
-  tc_sched_t *s = &w->sched;
-  uint64_t k = g->small_calls + 1; /* counted once nothing can fail: every rank counts alike */
-  int slot = (int)(k & 1), line = TC_NODE_LINE_SMALL0 + slot;
-  bool gives = kind != TC_SHM_BROADCAST || g->me == c->root;
   small_job_t *j = tc_work_small(w, sizeof *j);
   if (!j) return TCOLL_ERR_NO_MEMORY;
   *j = (small_job_t){
       .g = g,
-      .k = k,
       .kind = kind,
-      .slot = slot,
       .in_line = (size_t)c->n * tc_dtype_size(c->dtype) <= sizeof((small_line_t *)0)->payload,
       .root = c->root,
       .src = c->src,
@@ -141,26 +178,18 @@ int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind
       .op = c->op,
       .premul = kind == TC_SHM_BROADCAST ? 1.0 : c->premul,
       .divisor = kind == TC_SHM_BROADCAST ? 1.0 : c->divisor};
-  int rc = tc_sched_reserve(s, 7);
-  if (rc) return rc;
-  g->small_calls = k;
-  /* (already so, as in a post-wait loop: no step; the word only grows) */
-  if (__atomic_load_n(&g->small_finished, __ATOMIC_ACQUIRE) < k - 1)
-    rc = tc_sched_await(s, &g->small_finished, k - 1, false);
-  /* Every peer done with call k - 2 (it published k - 1): implied where call k - 1 waited for
-   * every peer; else waited for here, before this rank rewrites that call's parity. */
-  if (!rc && k > 1 && !g->small_last_saw_all)
-    rc = await_peers(s, g, TC_NODE_LINE_SMALL0 + (int)((k - 1) & 1), k - 1);
-  if (!rc && gives) rc = tc_sched_call(s, give, j, true);
-  if (!rc) rc = tc_sched_publish(s, tc_node_word(g, g->me, line), k, true);
   /* What it reads: every peer's input (all_reduce, reduce at the root), the root's (broadcast
    * off the root), or nothing (reduce off the root, broadcast at the root: done once published) */
-  bool sees_all = kind == TC_SHM_ALL_REDUCE || (kind == TC_SHM_REDUCE && g->me == c->root);
-  g->small_last_saw_all = sees_all;
-  if (!rc && sees_all) rc = await_peers(s, g, line, k);
-  if (!rc && kind == TC_SHM_BROADCAST && g->me != c->root)
-    rc = tc_sched_await(s, tc_node_word(g, c->root, line), k, true);
-  if (!rc) rc = tc_sched_call(s, take, j, true);
-  if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true); /* the peers' inputs are read */
+  bool root = g->me == c->root;
+  tc_shm_call_t call = {.give = kind != TC_SHM_BROADCAST || root ? give : NULL,
+                        .take = take,
+                        .arg = j,
+                        .sees = kind == TC_SHM_ALL_REDUCE || (kind == TC_SHM_REDUCE && root)
+                                    ? TC_SHM_SEES_ALL
+                                : kind == TC_SHM_BROADCAST && !root ? c->root
+                                                                    : TC_SHM_SEES_NONE};
+  /* (its steps run once started: j->k is set by then) */
+  int rc = tc_shm_call_add(&w->sched, g, &call, &j->k);
+  j->slot = (int)(j->k & 1);
   return rc;
 }

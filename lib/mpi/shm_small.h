@@ -24,6 +24,8 @@
 
 #include "algo.h"
 
+#include "../node/segment.h"
+
 typedef enum { TC_SHM_ALL_REDUCE, TC_SHM_REDUCE, TC_SHM_BROADCAST } tc_shm_kind_t;
 
 /* Whether the call fits: at least 2 ranks, a segment (made with the communicator), a payload no
@@ -32,5 +34,41 @@ bool tc_shm_small_supported(const tc_algo_query_t *q);
 /* Appends call c's steps (c->root: reduce's and broadcast's root; broadcast: c->src is the root's
  * input, c->dst every rank's output). Keeps its state in the work's private bytes. */
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind);
+
+/* ---- the protocol's calls, for builders of other collectives on it (shm_slices.c: a large
+ * collective is a run of calls, a chunk each) ---- */
+
+enum { TC_SHM_SEES_ALL = -1, TC_SHM_SEES_NONE = -2 };
+typedef struct tc_shm_call {
+  /* Writes this rank's line and slot of the call's parity (NULL: this rank gives nothing); runs
+   * once this rank may (its previous call finished, every peer published the one before). */
+  int (*give)(void *arg);
+  /* Reads what the call sees once it is published; must note the call finished
+   * (tc_shm_finish) whatever happens. */
+  int (*take)(void *arg);
+  void *arg;
+  int sees; /* TC_SHM_SEES_ALL, TC_SHM_SEES_NONE or a rank: whose words take waits for */
+} tc_shm_call_t;
+
+/* Appends the steps of the communicator's next call (its number in *k, the same on every rank).
+ * Calls share the two parities in turn, so a builder that adds several reserves their steps
+ * first (TC_SHM_CALL_STEPS each): a failure half-way would leave the ranks' counts apart. */
+#define TC_SHM_CALL_STEPS 7
+int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, uint64_t *k);
+/* n such calls in a row, call i as cycle[i % period], their steps reserved first (and one step
+ * more, for the caller's last); *k0: the first one's number (the others follow it). give and take
+ * run once per call, in order: a builder's functions count their calls to know which chunk is
+ * theirs. */
+int tc_shm_calls_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *cycle, int period,
+                     int64_t n, uint64_t *k0);
+/* Notes call k finished on this rank: its reads of the peers' lines and slots are done. */
+static inline void tc_shm_finish(tc_node_seg_t *g, uint64_t k) {
+  __atomic_store_n(&g->small_finished, k, __ATOMIC_RELEASE);
+}
+/* The bytes of the whole collective, published beside the word (give), and checked against
+ * rank q's (take): ranks that disagree wrote an erroneous program (MPI reports it as truncation,
+ * or not at all), and reading past a peer's bytes would take garbage for data. */
+void tc_shm_give_bytes(tc_node_seg_t *g, uint64_t k, uint64_t bytes);
+int tc_shm_check_bytes(const tc_node_seg_t *g, int q, uint64_t k, uint64_t mine);
 
 #endif

@@ -47,6 +47,10 @@ int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_C
  * carry them; *call: the call that failed. */
 int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
                         const char **call);
+/* dst[i] = a[i] (op) b[i] in one pass where C does it (sums and products of float32/64 and
+ * int32/64), else b copied to dst and a reduced onto it; dst may be b, never a. */
+int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
+                       MPI_Op op, const char **call);
 
 /* blocking collectives (the multi-buffer ops, the cma probe). A blocking call waits inside MPI,
  * where no schedule is driven, so a peer that joins it only after waiting for an earlier

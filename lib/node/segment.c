@@ -20,9 +20,6 @@
 
 /* The smallest area worth a segment: the header and two 4 KiB slots. */
 #define MIN_AREA (TC_NODE_HEADER + 2 * 4096)
-/* What the algorithms use so far: the header and two slots of 64 KiB (the small protocol's). The
- * segment takes no more, whatever TCOLL_SHM_BYTES allows: every communicator has one, populated. */
-#define USED_AREA (TC_NODE_HEADER + 2 * 65536)
 
 /* Polls that spin before a wait yields, where every rank of the node has a core of its own. */
 #define SPIN_POLLS 20000
@@ -48,7 +45,6 @@ static size_t agree_area(tcoll_comm_t *c) {
     return 0;
   size_t pg = page_size();
   if (least < MIN_AREA) return 0;
-  if (least > USED_AREA) least = USED_AREA;
   return ((size_t)least + pg - 1) / pg * pg;
 }
 

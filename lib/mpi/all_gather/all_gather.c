@@ -87,8 +87,8 @@ static bool host_chunked(const tcoll_tensor_t *in, const tcoll_tensor_t *out, in
 
 /* ------------------------------------------------------------------ algorithms and table */
 
-extern const tc_algo_t tc_all_gather_cma;
-static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_gather_cma};
+extern const tc_algo_t tc_all_gather_cma, tc_all_gather_shm;
+static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_gather_cma, &tc_all_gather_shm};
 
 /* cma by output size, along a dim other than 0 with runs (one rank's part of an outer row) of at
  * least 512 B: each run is one iovec, and the kernel's cost per iovec ate the copy saved below
@@ -110,7 +110,19 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_gather_cma};
         "(doc/guide.md, "                                                                    \
         "Algorithms)"                                                                        \
   }
+/* shm at 2 ranks, host tensors, every size (times over raw MPI's, tcoll-bench --tune-algorithms
+ * --repeat 3, quiet CI machine, 2026-11-28): Open MPI 0.31-0.64x from 16 KiB to 4 MiB, 0.8-1.1x
+ * at 16-64 MiB (cma the same), 1.0-1.1x below 4 KiB where tcoll's literal call is 1.4x; along dim
+ * 1 with runs of 64 KiB 4-88 us where cma takes 10-160 (64 KiB-1 MiB outputs). MPICH 0.71-0.91x
+ * to 4 KiB, 0.33-0.44x from 32 KiB to 2 MiB, 0.70-0.95x at 16-64 MiB. */
+#define SHM_ROW(impl)                                                          \
+  {                                                                            \
+    impl, 2, 2, 0, TC_ANY_SIZE, TC_WHERE_HOST | TC_WHERE_SHM, 0, "shm",        \
+        "tcoll-bench --tune-algorithms, 2-core CI machine, 2 ranks (issue 26)" \
+  }
 static const tc_algo_row_t table[] = {
+    SHM_ROW(TC_MPI_OPEN_MPI),
+    SHM_ROW(TC_MPI_MPICH),
     CMA_ROW(TC_MPI_OPEN_MPI, 2, 2, 8 * TC_KiB),
     CMA_ROW(TC_MPI_OPEN_MPI, 3, 4, 1 * TC_MiB),
     CMA_ROW(TC_MPI_MPICH, 2, 2, 32 * TC_KiB),

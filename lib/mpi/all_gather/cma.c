@@ -23,6 +23,7 @@
 #endif
 #include "../algo.h"
 #include "../cma.h"
+#include "place.h"
 
 #include "../../base/stream_copy.h"
 
@@ -62,22 +63,9 @@ typedef struct cma_job {
 #define JOB_BYTES ((sizeof(cma_job_t) + 15) & ~(size_t)15)
 #define TABLE_BYTES(p) (((size_t)(p) * (sizeof(tc_cma_addr_t) + 1) + 15) & ~(size_t)15)
 
-static bool streamed(size_t run, int64_t outer, int p) {
-  return outer > 1 && run * (size_t)outer * (size_t)p >= TC_STREAM_OUT_MIN_BYTES;
-}
-
-/* Bytes [f0, f1) of rank p's input, at src, into their places in the output (row f / run). */
 static void place(const cma_job_t *j, int p, const char *src, size_t f0, size_t f1) {
-  size_t stride = j->run * (size_t)j->size;
-  for (size_t f = f0; f < f1;) {
-    size_t col = f % j->run, len = j->run - col < f1 - f ? j->run - col : f1 - f;
-    char *dst = j->out + f / j->run * stride + (size_t)p * j->run + col;
-    if (j->bounce)
-      tc_stream_copy(dst, src + (f - f0), len);
-    else
-      memcpy(dst, src + (f - f0), len);
-    f += len;
-  }
+  tc_gather_out_t o = {j->out, j->run, j->size, j->bounce != NULL};
+  tc_gather_place(&o, p, src, f0, f1);
 }
 
 /* This rank's block into place (while the addresses travel). */
@@ -153,8 +141,8 @@ static int cma_report(void *arg) {
 static int build(tc_work_t *w, const tc_algo_call_t *c) {
   tc_sched_t *s = &w->sched;
   int p = s->comm->size, me = s->comm->rank;
-  cma_job_t *j =
-      tc_work_scratch(w, JOB_BYTES + TABLE_BYTES(p) + (streamed(c->run, c->outer, p) ? BOUNCE : 0));
+  cma_job_t *j = tc_work_scratch(
+      w, JOB_BYTES + TABLE_BYTES(p) + (tc_gather_streamed(c->run, c->outer, p) ? BOUNCE : 0));
   if (!j) return TCOLL_ERR_NO_MEMORY;
   *j = (cma_job_t){.mine = {(int64_t)getpid(), (uint64_t)(uintptr_t)c->src},
                    .in = c->src,
@@ -166,7 +154,8 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
                    .fault = tc_cma_fault(),
                    .peers = (tc_cma_addr_t *)((char *)j + JOB_BYTES)};
   j->done = (char *)(j->peers + p);
-  j->bounce = streamed(c->run, c->outer, p) ? (char *)j + JOB_BYTES + TABLE_BYTES(p) : NULL;
+  j->bounce =
+      tc_gather_streamed(c->run, c->outer, p) ? (char *)j + JOB_BYTES + TABLE_BYTES(p) : NULL;
   int rc = tc_sched_reserve(s, 4 * p + 4);
   for (int k = 1; k < p && !rc; k++) {
     int q = (me + k) % p;

@@ -11,9 +11,11 @@
 
 /* ------------------------------------------------------------------ algorithms and table */
 
-extern const tc_algo_t tc_all_reduce_ring, tc_all_reduce_ring_allgather, tc_all_reduce_shm;
+extern const tc_algo_t tc_all_reduce_ring, tc_all_reduce_ring_allgather, tc_all_reduce_shm,
+    tc_all_reduce_shm_slices;
 static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring,
-                                         &tc_all_reduce_ring_allgather, &tc_all_reduce_shm};
+                                         &tc_all_reduce_ring_allgather, &tc_all_reduce_shm,
+                                         &tc_all_reduce_shm_slices};
 
 #define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
 /* libnbc's all_reduce (Open MPI 4.1): fine for small messages, slow for large ones. Beyond 4
@@ -29,9 +31,19 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_all_reduce_ring,
   "tcoll-bench --tune-algorithms (GPU bundle --scale), the GPU machine's 16-core host, Open MPI " \
   "without single copy, 4 ranks (2026-11-28, issue 26's note)"
 #define TUNE_SHM "tcoll-bench, 2-core CI machine and the 16-core host of the GPU machine (issue 26)"
+/* At 2 ranks, against the ring (times over raw MPI's, tcoll-bench --tune-algorithms --repeat 3 on
+ * a quiet CI machine, 2026-11-28): Open MPI with single copy, shm 0.27-0.39x at 16-64 KiB (slices
+ * 0.33-0.47, ring 0.88-1.08), a tie at 256 KiB, shm_slices 0.44-0.49x from 256 KiB to 16 MiB (ring
+ * 0.55-0.64); without single copy shm_slices 0.65-0.69x from 1 MiB (ring 0.73-0.77). MPICH:
+ * shm_slices 0.41-0.46x from 64 KiB (ring 0.61-0.87), 0.77x at 16 KiB (shm 0.89). Beyond 2
+ * ranks not measured (the CI machine has 2 cores): the ring's rows stay. */
+#define TUNE_SLICES "tcoll-bench --tune-algorithms, 2-core CI machine, 2 ranks (issue 26)"
 static const tc_algo_row_t table[] = {
     {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_OPEN_MPI, 2, 2, 16 * TC_KiB, 256 * TC_KiB, TC_WHERE_SHM, 0, "shm", TUNE_SLICES},
+    {TC_MPI_OPEN_MPI, 2, 2, 256 * TC_KiB, TC_ANY_SIZE, TC_WHERE_SHM, 0, "shm_slices", TUNE_SLICES},
+    {TC_MPI_MPICH, 2, 2, 16 * TC_KiB, TC_ANY_SIZE, TC_WHERE_SHM, 0, "shm_slices", TUNE_SLICES},
     {TC_MPI_OPEN_MPI, 2, 2, 32 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 3, 3, 512 * TC_KiB, TC_ANY_SIZE, 0, 0, "ring", TUNE_CI},
     {TC_MPI_OPEN_MPI, 8, 16, 2 * TC_MiB, TC_ANY_SIZE, 0, 0, "ring", TC_TUNE_16CORES},

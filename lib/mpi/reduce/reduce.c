@@ -9,8 +9,9 @@
 
 /* ------------------------------------------------------------------ algorithms and table */
 
-extern const tc_algo_t tc_reduce_ring, tc_reduce_shm;
-static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring, &tc_reduce_shm};
+extern const tc_algo_t tc_reduce_ring, tc_reduce_shm, tc_reduce_shm_slices;
+static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring, &tc_reduce_shm,
+                                         &tc_reduce_shm_slices};
 
 #define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
 /* shm below 16 KiB (0.2-0.3x MPI_Ireduce from 64 B at 4-16 ranks on 16 cores), but not for the
@@ -19,8 +20,17 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring, &tc_
  * 2.5-4x its own blocking MPI_Reduce at 2 ranks. MPICH 4.0:
  * only the large-message rows beyond 2 ranks (its oversubscribed runs here spin). */
 #define TUNE_SHM "tcoll-bench, 2-core CI machine and the 16-core host of the GPU machine (issue 26)"
+/* At 2 ranks where the communicator has a segment (times over raw MPI_Ireduce's, tcoll-bench
+ * --tune-algorithms --repeat 3, quiet CI machine, 2026-11-28): shm 0.13-0.34x on Open MPI and
+ * 0.39-0.62x on MPICH up to 256 KiB (the ring 0.27-2.3x), shm_slices 0.18-0.20x (Open MPI) and
+ * 0.05-0.40x (MPICH) from 1 MiB (ring 0.06-0.85x); shm runs up to a slot (half the segment). */
+#define TUNE_SLICES "tcoll-bench --tune-algorithms, 2-core CI machine, 2 ranks (issue 26)"
 static const tc_algo_row_t table[] = {
     {TC_MPI_OPEN_MPI, 2, 2, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
+    {TC_MPI_OPEN_MPI, 2, 2, 16 * TC_KiB, 512 * TC_KiB, TC_WHERE_SHM, 0, "shm", TUNE_SLICES},
+    {TC_MPI_OPEN_MPI, 2, 2, 512 * TC_KiB, TC_ANY_SIZE, TC_WHERE_SHM, 0, "shm_slices", TUNE_SLICES},
+    {TC_MPI_MPICH, 2, 2, 16 * TC_KiB, 512 * TC_KiB, TC_WHERE_SHM, 0, "shm", TUNE_SLICES},
+    {TC_MPI_MPICH, 2, 2, 512 * TC_KiB, TC_ANY_SIZE, TC_WHERE_SHM, 0, "shm_slices", TUNE_SLICES},
     {TC_MPI_OPEN_MPI, 3, INT_MAX, 16, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_MPICH, 2, 2, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_MPICH, 3, INT_MAX, 16, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},

@@ -1,0 +1,41 @@
+/* The large shared-memory reduce_scatter, all_reduce and reduce (TCOLL_ALGO
+ * reduce_scatter:shm_slices, all_reduce:shm_slices, reduce:shm_slices): each rank reduces its own
+ * slice of every chunk, reading its own input where it lies and only its peers' parts from the
+ * segment.
+ *
+ * The input is cut into chunks that fit a slot: chunk c holds elements [c e, (c + 1) e) of every
+ * rank's block (block b: what rank b gets, or reduces, of the result), e elements a piece, p pieces
+ * a slot. Each chunk is one call of the small protocol (shm_small.h), whose rules keep every slot
+ * from being rewritten while a peer reads it:
+ *   - reduce-scatter call: every rank copies its pieces for the others (not its own) into its slot
+ *     and publishes; then rank b reduces piece b: its own input's piece, then every peer's in rank
+ *     order (the same order whatever the timing), into its output;
+ *   - all_reduce adds a gather call per chunk: rank b's reduced piece goes into its slot of the
+ *     next call's parity as soon as it is made (the peers published this call, so they are done
+ *     reading that parity), and once published every rank copies the others' pieces out;
+ *   - reduce does the same, but off the root the piece is reduced straight into the slot (there
+ *     is no output), and only the root waits for the gather call and copies the pieces out.
+ * Every element is reduced by one rank only, so all_reduce's result has the same bits on every
+ * rank.
+ * Consecutive chunks alternate the two slots: a rank copies chunk c + 1 in while its peers still
+ * reduce chunk c.
+ *
+ * Along a dim other than 0 (reduce_scatter), a block is interleaved runs: the copies in and the
+ * reduction read them where they lie, so dim != 0 costs what dim 0 costs. premul_sum takes the
+ * fallback (the ring). A run of calls keeps going after an error (a size mismatch between ranks,
+ * a failed MPI_Reduce_local): the error is reported once every call ran, so that the
+ * communicator's next calls stay in step. */
+#ifndef TC_MPI_SHM_SLICES_H
+#define TC_MPI_SHM_SLICES_H
+
+#include "algo.h"
+
+typedef enum { TC_SLICES_ALL_REDUCE, TC_SLICES_REDUCE_SCATTER, TC_SLICES_REDUCE } tc_slices_kind_t;
+
+/* Whether the call fits: at least 2 ranks, a segment, no premul. */
+bool tc_shm_slices_supported(const tc_algo_query_t *q);
+/* all_reduce and reduce (c->n: the vector; reduce: c->root, c->dst NULL off it) or reduce_scatter
+ * (c->n: one block, c->blocks: where they lie). */
+int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t kind);
+
+#endif
