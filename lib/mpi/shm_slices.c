@@ -10,9 +10,9 @@
 typedef struct slices {
   tc_node_seg_t *g;
   tc_slices_kind_t kind;
-  bool
-      vector; /* all_reduce, reduce: blocks of one vector (tc_block_count), a gather call a chunk */
-  int root;   /* reduce; -1 for the others */
+  /* all_reduce, reduce: the blocks of one vector (tc_block_count), and a gather call a chunk */
+  bool vector;
+  int root; /* reduce; -1 for the others */
   const char *src;
   char *dst;         /* reduce: NULL off the root */
   int64_t n;         /* all_reduce, reduce: the vector; reduce_scatter: one block */
