@@ -8,6 +8,7 @@
 #include <string.h>
 
 typedef struct slices {
+  tc_shm_run_t calls; /* first: the run's callbacks get it */
   tc_node_seg_t *g;
   tc_slices_kind_t kind;
   /* all_reduce, reduce: the blocks of one vector (tc_block_count), and a gather call a chunk */
@@ -22,9 +23,6 @@ typedef struct slices {
   tcoll_dtype_t dtype;
   MPI_Op op;
   double divisor;
-  uint64_t k0;        /* the first call's number */
-  int64_t gave, took; /* calls whose give, whose take ran (they run in order) */
-  int rc;             /* the first error */
 } slices_t;
 
 bool tc_shm_slices_supported(const tc_algo_query_t *q) {
@@ -79,17 +77,14 @@ static uint64_t total_bytes(const slices_t *j) {
 
 /* ---- the calls ---- */
 
-/* Call i: its number, its chunk, and whether it is a gather call (all_reduce, reduce). */
-static uint64_t call_k(const slices_t *j, int64_t i) { return j->k0 + (uint64_t)i; }
+/* Call i: its chunk, and whether it is a gather call (all_reduce, reduce). */
 static int64_t call_chunk(const slices_t *j, int64_t i) { return j->vector ? i / 2 : i; }
 static bool call_gathers(const slices_t *j, int64_t i) { return j->vector && (i & 1); }
 
 /* This rank's pieces for the others (reduce-scatter calls; an all-gather call's piece was put
  * in place by the take before). */
-static int give(void *arg) {
-  slices_t *j = arg;
-  int64_t i = j->gave++;
-  uint64_t k = call_k(j, i);
+static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
+  slices_t *j = (slices_t *)r;
   tc_shm_give_bytes(j->g, k, total_bytes(j));
   if (call_gathers(j, i)) return TCOLL_SUCCESS;
   int64_t c = call_chunk(j, i), t0 = c * j->piece;
@@ -141,8 +136,8 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
 
 /* Reduce-scatter call: this rank's piece of the chunk. Gather call: the peers' reduced pieces
  * copied out (reduce: by the root only). */
-static int take_chunk(slices_t *j, int64_t i) {
-  uint64_t k = call_k(j, i);
+static int take(tc_shm_run_t *r, int64_t i, uint64_t k) {
+  slices_t *j = (slices_t *)r;
   int me = j->g->me;
   bool gathers = call_gathers(j, i);
   if (gathers && j->kind == TC_SLICES_REDUCE && me != j->root) return TCOLL_SUCCESS;
@@ -160,24 +155,14 @@ static int take_chunk(slices_t *j, int64_t i) {
   return TCOLL_SUCCESS;
 }
 
-/* After an error the calls still run, taking nothing, so that every rank makes as many. */
-static int take(void *arg) {
-  slices_t *j = arg;
-  int64_t i = j->took++;
-  if (!j->rc) j->rc = take_chunk(j, i);
-  tc_shm_finish(j->g, call_k(j, i));
-  return TCOLL_SUCCESS;
-}
-
-static int report(void *arg) { return ((slices_t *)arg)->rc; }
-
 int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t kind) {
   tc_node_seg_t *g = w->comm->node;
   slices_t *j = tc_work_small(w, sizeof *j);
   if (!j) return TCOLL_ERR_NO_MEMORY;
   size_t es = tc_dtype_size(c->dtype), line = TC_NODE_LINE / es ? TC_NODE_LINE / es : 1;
   const tc_blocks_t *bl = kind == TC_SLICES_REDUCE_SCATTER ? c->blocks : NULL;
-  *j = (slices_t){.g = g,
+  *j = (slices_t){.calls = {.g = g, .give = give, .take = take},
+                  .g = g,
                   .kind = kind,
                   .vector = kind != TC_SLICES_REDUCE_SCATTER,
                   .root = kind == TC_SLICES_REDUCE ? c->root : -1,
@@ -194,12 +179,7 @@ int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t 
   int64_t chunks = (block_len(j, 0) + j->piece - 1) / j->piece;
   /* Reduce-scatter calls see every peer; gather calls too, but reduce's off the root see none */
   bool sees_all = kind != TC_SLICES_REDUCE || g->me == j->root;
-  tc_shm_call_t calls[2] = {{.give = give, .take = take, .arg = j, .sees = TC_SHM_SEES_ALL},
-                            {.give = give,
-                             .take = take,
-                             .arg = j,
-                             .sees = sees_all ? TC_SHM_SEES_ALL : TC_SHM_SEES_NONE}};
-  int rc = j->vector ? tc_shm_calls_add(&w->sched, g, calls, 2, 2 * chunks, &j->k0)
-                     : tc_shm_calls_add(&w->sched, g, calls, 1, chunks, &j->k0);
-  return rc ? rc : tc_sched_call(&w->sched, report, j, true);
+  const int sees[2] = {TC_SHM_SEES_ALL, sees_all ? TC_SHM_SEES_ALL : TC_SHM_SEES_NONE};
+  return j->vector ? tc_shm_run_add(&w->sched, &j->calls, sees, 2, 2 * chunks)
+                   : tc_shm_run_add(&w->sched, &j->calls, sees, 1, chunks);
 }

@@ -149,17 +149,33 @@ int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, 
   return rc;
 }
 
-int tc_shm_calls_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *cycle, int period,
-                     int64_t n, uint64_t *k0) {
+static int run_give(void *arg) {
+  tc_shm_run_t *r = arg;
+  int64_t i = r->gave++;
+  return r->give(r, i, r->k0 + (uint64_t)i);
+}
+
+static int run_take(void *arg) {
+  tc_shm_run_t *r = arg;
+  int64_t i = r->took++;
+  if (!r->rc) r->rc = r->take(r, i, r->k0 + (uint64_t)i);
+  tc_shm_finish(r->g, r->k0 + (uint64_t)i);
+  return TCOLL_SUCCESS;
+}
+
+static int run_report(void *arg) { return ((tc_shm_run_t *)arg)->rc; }
+
+int tc_shm_run_add(tc_sched_t *s, tc_shm_run_t *r, const int *sees, int period, int64_t n) {
   if (n > (INT_MAX - 1 - s->n) / TC_SHM_CALL_STEPS) /* the callers' supported() keep them fewer */
     return tc_error(TCOLL_ERR_INTERNAL, "%lld calls are too many for one schedule", (long long)n);
   int rc = tc_sched_reserve(s, (int)n * TC_SHM_CALL_STEPS + 1);
   for (int64_t i = 0; i < n && !rc; i++) {
+    tc_shm_call_t call = {.give = run_give, .take = run_take, .arg = r, .sees = sees[i % period]};
     uint64_t k;
-    rc = tc_shm_call_add(s, g, &cycle[i % period], &k);
-    if (i == 0) *k0 = k;
+    rc = tc_shm_call_add(s, r->g, &call, &k);
+    if (i == 0) r->k0 = k;
   }
-  return rc;
+  return rc ? rc : tc_sched_call(s, run_report, r, true);
 }
 
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind) {

@@ -55,12 +55,22 @@ typedef struct tc_shm_call {
  * first (TC_SHM_CALL_STEPS each): a failure half-way would leave the ranks' counts apart. */
 #define TC_SHM_CALL_STEPS 7
 int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, uint64_t *k);
-/* n such calls in a row, call i as cycle[i % period], their steps reserved first (and one step
- * more, for the caller's last); *k0: the first one's number (the others follow it). give and take
- * run once per call, in order: a builder's functions count their calls to know which chunk is
- * theirs. */
-int tc_shm_calls_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *cycle, int period,
-                     int64_t n, uint64_t *k0);
+/* A run of calls, a chunk each (shm_slices.c, all_gather/shm.c): the builder's give(r, i, k) and
+ * take(r, i, k) for call i of the run (number k). The run keeps its calls in step across ranks:
+ * after a take fails the later ones still run, taking nothing, and the first error is the run's
+ * result, reported by a last step once every call ran (the communicator's next calls stay in
+ * step). Embed it first in the builder's job. */
+typedef struct tc_shm_run {
+  tc_node_seg_t *g;
+  int (*give)(struct tc_shm_run *r, int64_t i, uint64_t k);
+  int (*take)(struct tc_shm_run *r, int64_t i, uint64_t k);
+  uint64_t k0;        /* the first call's number (the others follow it) */
+  int64_t gave, took; /* calls whose give, whose take ran (they run in order) */
+  int rc;             /* the first error */
+} tc_shm_run_t;
+/* Appends n calls of run r, call i seeing sees[i % period] (TC_SHM_SEES_*, or a rank), their
+ * steps reserved first, then the step that reports the run's result. */
+int tc_shm_run_add(tc_sched_t *s, tc_shm_run_t *r, const int *sees, int period, int64_t n);
 /* Notes call k finished on this rank: its reads of the peers' lines and slots are done. */
 static inline void tc_shm_finish(tc_node_seg_t *g, uint64_t k) {
   __atomic_store_n(&g->small_finished, k, __ATOMIC_RELEASE);

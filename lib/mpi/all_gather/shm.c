@@ -14,13 +14,11 @@
 #include <string.h>
 
 typedef struct gather {
+  tc_shm_run_t calls; /* first: the run's callbacks get it */
   tc_node_seg_t *g;
   const char *in;
   tc_gather_out_t out;
   size_t total; /* bytes of each rank's block */
-  uint64_t k0;  /* the first call's number */
-  int64_t gave, took;
-  int rc; /* the first error, reported once every call ran */
 } gather_t;
 
 static size_t chunk_at(const gather_t *j, int64_t i) { return (size_t)i * j->g->slot_bytes; }
@@ -29,17 +27,15 @@ static size_t chunk_len(const gather_t *j, int64_t i) {
   return left < j->g->slot_bytes ? left : j->g->slot_bytes;
 }
 
-static int give(void *arg) {
-  gather_t *j = arg;
-  int64_t i = j->gave++;
-  uint64_t k = j->k0 + (uint64_t)i;
+static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
+  gather_t *j = (gather_t *)r;
   tc_shm_give_bytes(j->g, k, j->total);
   memcpy(tc_node_slot(j->g, j->g->me, (int)(k & 1)), j->in + chunk_at(j, i), chunk_len(j, i));
   return TCOLL_SUCCESS;
 }
 
-static int take_chunk(gather_t *j, int64_t i) {
-  uint64_t k = j->k0 + (uint64_t)i;
+static int take(tc_shm_run_t *r, int64_t i, uint64_t k) {
+  gather_t *j = (gather_t *)r;
   size_t f0 = chunk_at(j, i), f1 = f0 + chunk_len(j, i);
   for (int q = 0; q < j->g->p; q++) {
     int rc = q == j->g->me ? TCOLL_SUCCESS : tc_shm_check_bytes(j->g, q, k, j->total);
@@ -55,29 +51,18 @@ static int take_chunk(gather_t *j, int64_t i) {
   return TCOLL_SUCCESS;
 }
 
-/* After an error the calls still run, taking nothing, so that every rank makes as many. */
-static int take(void *arg) {
-  gather_t *j = arg;
-  int64_t i = j->took++;
-  if (!j->rc) j->rc = take_chunk(j, i);
-  tc_shm_finish(j->g, j->k0 + (uint64_t)i);
-  return TCOLL_SUCCESS;
-}
-
-static int report(void *arg) { return ((gather_t *)arg)->rc; }
-
 static int build(tc_work_t *w, const tc_algo_call_t *c) {
   tc_node_seg_t *g = w->comm->node;
   gather_t *j = tc_work_small(w, sizeof *j);
   if (!j) return TCOLL_ERR_NO_MEMORY;
-  *j = (gather_t){.g = g,
+  *j = (gather_t){.calls = {.g = g, .give = give, .take = take},
+                  .g = g,
                   .in = c->src,
                   .out = {c->dst, c->run, g->p, tc_gather_streamed(c->run, c->outer, g->p)},
                   .total = c->run * (size_t)c->outer};
   int64_t calls = (int64_t)((j->total + g->slot_bytes - 1) / g->slot_bytes);
-  tc_shm_call_t call = {.give = give, .take = take, .arg = j, .sees = TC_SHM_SEES_ALL};
-  int rc = tc_shm_calls_add(&w->sched, g, &call, 1, calls, &j->k0);
-  return rc ? rc : tc_sched_call(&w->sched, report, j, true);
+  const int sees[1] = {TC_SHM_SEES_ALL};
+  return tc_shm_run_add(&w->sched, &j->calls, sees, 1, calls);
 }
 
 /* Host tensors (it is built on the tensors themselves), at least 2 ranks with a segment, and few
