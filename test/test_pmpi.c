@@ -1015,6 +1015,37 @@ static void test_progress_while_blocked(void) {
   }
 }
 
+/* ---- Case 5b: waits racing whatever else completes the call ----
+ * The program waits on a call at about the moment the layer's progress thread (MPICH) or MPI's
+ * progress loop completes it: the post is followed by 0-150 us of work, across the progress
+ * thread's 50 us grace, so that over the iterations either side gets there first, and with both
+ * at once the waiting side may free the call's state while the other still finishes it (a
+ * use-after-free there once freed a later call's entry a second time). */
+static void spin_us(double us) {
+  double until = MPI_Wtime() + us * 1e-6;
+  while (MPI_Wtime() < until) {
+  }
+}
+
+static void test_waits_racing_progress(void) {
+  enum { ROUNDS = 1500, N = 8 };
+  double in[N], out[N];
+  char label[80];
+  /* A blocking call first: the layer routes nonblocking calls only on communicators it has seen in
+   * a blocking one. */
+  run_t r = run_on(MPI_COMM_WORLD, "before the race", false);
+  check_allreduce(&r, E_DOUBLE, O_SUM, N);
+  for (int i = 0; i < ROUNDS; i++) {
+    fill_contribution(E_DOUBLE, O_SUM, in, N, i, world_rank);
+    MPI_Request req;
+    MPI_Iallreduce(in, out, N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+    spin_us((i * 37) % 151);
+    snprintf(label, sizeof label, "wait racing progress, round %d", i);
+    expect_success(label, MPI_Wait(&req, MPI_STATUS_IGNORE));
+    check_reduced(label, E_DOUBLE, O_SUM, out, N, i, world_size);
+  }
+}
+
 /* ---- Case 6: derived datatypes, user ops, MAXLOC ---- */
 
 /* User ops for the derived types: element-wise sums over the floats of MPI_Type_contiguous(3,
@@ -1691,6 +1722,7 @@ static const case_t cases[] = {
     {"pending collectives in reverse", test_pending_collectives_in_reverse},
     {"request free on a pending collective", test_request_free_on_pending_collective},
     {"progress while blocked", test_progress_while_blocked},
+    {"waits racing progress", test_waits_racing_progress},
     {"derived types and user ops", test_derived_types_and_user_ops},
     {"dup and split comms", test_dup_and_split_comms},
     {"thread multiple", test_thread_multiple},

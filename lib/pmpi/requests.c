@@ -53,15 +53,20 @@ void lay_complete(entry_t *e, int rc) {
     char byte = 0;
     PMPI_Send(&byte, rc == TCOLL_SUCCESS ? 0 : 1, MPI_BYTE, 0, e->tag, lay_self_comm);
   }
+  /* Once done is set and the lock let go, a grequest entry belongs to the thread that waits on
+   * it: it may complete the request and MPI free the entry (greq_free) before this thread reads
+   * another field, so what this thread needs afterwards is read under the lock. */
   pthread_mutex_lock(&lay_mu);
+  bool grequest = e->grequest;
+  MPI_Request greq = e->greq;
   e->done = true, e->rc = rc, e->claimed = false;
   bool tell = e->freed && lay_take_telling(e);
-  if (!e->grequest) unlink_entry(e);
+  if (!grequest) unlink_entry(e);
   pthread_mutex_unlock(&lay_mu);
-  if (!e->grequest)
+  if (!grequest)
     free(e);
   else if (tell)
-    PMPI_Grequest_complete(e->greq);
+    PMPI_Grequest_complete(greq);
 }
 
 #if LAY_GREQUESTS
