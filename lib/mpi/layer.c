@@ -158,23 +158,40 @@ static bool measured_faster(tcoll_layer_op_t op, bool blocking, int ranks, size_
   return false;
 }
 
+/* The bytes the layer's rows and tcoll's table read for such a call: all_gather's output. */
+static size_t call_bytes(tcoll_layer_op_t op, const tcoll_comm_t *comm, int64_t count,
+                         tcoll_dtype_t dtype) {
+  size_t bytes = (size_t)count * tc_dtype_size(dtype);
+  return op == TCOLL_LAYER_ALL_GATHER ? bytes * (size_t)comm->size : bytes;
+}
+
+static const tc_algo_t *table_pick(tcoll_layer_op_t op, tcoll_comm_t *comm, int64_t count,
+                                   tcoll_dtype_t dtype, int redop) {
+  tc_algo_query_t q = {
+      .comm = comm,
+      .bytes = op == TCOLL_LAYER_ALL_TO_ALL ? 0 : call_bytes(op, comm, count, dtype),
+      .count = count,
+      .dtype = dtype,
+      .redop = redop,
+      .device = false,
+      .layout = TC_LAYOUT_CONTIG};
+  return tc_algo_choose(table_of[op], &q);
+}
+
 const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tcoll_comm_t *comm,
                                 int64_t count, tcoll_dtype_t dtype, int redop) {
   if ((unsigned)op >= TCOLL_LAYER_NUM_OPS || !comm || count < 0) return NULL;
-  size_t bytes = (size_t)count * tc_dtype_size(dtype);
-  if (op == TCOLL_LAYER_ALL_GATHER) bytes *= (size_t)comm->size; /* the output, as all_gather's */
-  if (!tc_algo_forced(table_of[op]) && !measured_faster(op, blocking, comm->size, bytes))
+  if (!tc_algo_forced(table_of[op]) &&
+      !measured_faster(op, blocking, comm->size, call_bytes(op, comm, count, dtype)))
     return NULL;
-  if (op == TCOLL_LAYER_ALL_TO_ALL) bytes = 0; /* chosen without bytes */
-  tc_algo_query_t q = {.comm = comm,
-                       .bytes = bytes,
-                       .count = count,
-                       .dtype = dtype,
-                       .redop = redop,
-                       .device = false,
-                       .layout = TC_LAYOUT_CONTIG};
-  const tc_algo_t *a = tc_algo_choose(table_of[op], &q);
+  const tc_algo_t *a = table_pick(op, comm, count, dtype, redop);
   return tc_algo_is_literal(a) ? NULL : a->name;
+}
+
+const char *tcoll_layer_algorithm(tcoll_layer_op_t op, tcoll_comm_t *comm, int64_t count,
+                                  tcoll_dtype_t dtype, int redop) {
+  if ((unsigned)op >= TCOLL_LAYER_NUM_OPS || !comm || count < 0) return NULL;
+  return table_pick(op, comm, count, dtype, redop)->name;
 }
 
 bool tcoll_layer_internal_thread(void) { return tc_is_internal_thread(); }

@@ -32,6 +32,12 @@ typedef enum {
 TCOLL_API const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tcoll_comm_t *comm,
                                           int64_t count, tcoll_dtype_t dtype, int redop);
 
+/* What tcoll's table (or TCOLL_ALGO) picks for such a call whatever the layer measured, "mpi" (the
+ * literal mapping onto one nonblocking MPI call) included: for calls the layer routes because the
+ * MPI's own form is wrong (MPICH 4.0's persistent collectives). Else as tcoll_layer_verdict. */
+TCOLL_API const char *tcoll_layer_algorithm(tcoll_layer_op_t op, tcoll_comm_t *comm, int64_t count,
+                                            tcoll_dtype_t dtype, int redop);
+
 /* The program's MPI_Finalize may reach MPI without the layer (MPICH's mpi_f08 calls
  * PMPI_Finalize): tcoll then shuts down inside it without a warning. */
 TCOLL_API void tcoll_layer_expect_mpi_finalize(void);

@@ -6,7 +6,8 @@
  *   - a count above 0, a type signature of one predefined type (types.c), a predefined op that
  *     tcoll applies to that type, a valid root;
  *   - tcoll's table picks one of its own algorithms for the call, and the layer measured such a
- *     call (blocking, or not) beating MPI's at that size (tcoll_layer_verdict, lib/mpi/layer.c):
+ *     call (blocking, or not) beating MPI's at that size (tcoll_layer_verdict, lib/mpi/layer.c),
+ *     or it is a persistent call on an MPI whose own are wrong (lay_mpi_persistent_wrong):
  *     elsewhere the call goes to PMPI unchanged.
  * Buffers of a non-contiguous type, and in-place inputs that overlap the output, go through a
  * packed copy (the call's scratch); every other buffer is handed to tcoll as it is. */
@@ -32,6 +33,13 @@ static bool begin(lay_call_t *c, lay_fn_t fn, tcoll_layer_op_t op, MPI_Comm comm
   c->persistent = false;
   c->root = 0, c->redop = -1;
   return true;
+}
+
+/* The algorithm that serves the call, or NULL: it passes to MPI. */
+static const char *choose(const lay_call_t *c, int64_t n, tcoll_dtype_t dtype, int redop) {
+  if (c->persistent && lay_mpi_persistent_wrong)
+    return tcoll_layer_algorithm(c->op, c->twin, n, dtype, redop);
+  return tcoll_layer_verdict(c->op, c->blocking, c->twin, n, dtype, redop);
 }
 
 /* Scratch of the call: bytes, owned by the call from here on. */
@@ -87,7 +95,7 @@ static bool plan_reduction(lay_call_t *c, const void *s, void *r, int count, MPI
   int64_t n;
   if (!reduction(dt, count, op, &lt, &c->redop, &n)) return false;
   if (root >= 0 && !valid_root(c, root)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, lt.dtype, c->redop);
+  c->algo = choose(c, n, lt.dtype, c->redop);
   if (!c->algo) return false;
   c->root = root < 0 ? 0 : root;
   bool out_here = root < 0 || tcoll_comm_rank(c->twin) == root;
@@ -112,7 +120,7 @@ static bool plan_bcast(lay_call_t *c, void *buf, int count, MPI_Datatype dt, int
   lay_type_t lt;
   int64_t n;
   if (!movement(dt, count, &lt, &n) || !valid_root(c, root)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, TCOLL_UINT8, -1);
+  c->algo = choose(c, n, TCOLL_UINT8, -1);
   if (!c->algo) return false;
   c->root = root;
   char *tmp = lt.contiguous ? NULL : scratch(c, (size_t)n);
@@ -133,7 +141,7 @@ static bool plan_allgather(lay_call_t *c, const void *s, int scount, MPI_Datatyp
   if (!movement(rtype, rcount, &rt, &n)) return false;
   bool in_place = s == MPI_IN_PLACE;
   if (!in_place && (!movement(stype, scount, &st, &sn) || sn != n)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, TCOLL_UINT8, -1);
+  c->algo = choose(c, n, TCOLL_UINT8, -1);
   if (!c->algo) return false;
   int p = tcoll_comm_size(c->twin), me = tcoll_comm_rank(c->twin);
   bool copy_in = in_place || !st.contiguous; /* in place: the block lies inside the output */
@@ -164,7 +172,7 @@ static bool plan_alltoall(lay_call_t *c, const void *s, int scount, MPI_Datatype
   if (s == MPI_IN_PLACE || !movement(rtype, rcount, &rt, &n) ||
       !movement(stype, scount, &st, &sn) || sn != n)
     return false;
-  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n, TCOLL_UINT8, -1);
+  c->algo = choose(c, n, TCOLL_UINT8, -1);
   if (!c->algo) return false;
   int p = tcoll_comm_size(c->twin);
   size_t total = (size_t)n * p;
@@ -185,7 +193,7 @@ static bool plan_reduce_scatter(lay_call_t *c, const void *s, void *r, int rcoun
   int64_t n;
   int p = tcoll_comm_size(c->twin);
   if (!reduction(dt, rcount, op, &lt, &c->redop, &n)) return false;
-  c->algo = tcoll_layer_verdict(c->op, c->blocking, c->twin, n * p, lt.dtype, c->redop);
+  c->algo = choose(c, n * p, lt.dtype, c->redop);
   if (!c->algo) return false;
   bool in_place = s == MPI_IN_PLACE; /* the input is r, the output its first block */
   size_t block = (size_t)n * lt.elem;
@@ -354,14 +362,12 @@ LAY_EXPORT int MPI_Ireduce_scatter(const void *s, void *r, const int counts[], M
 /* A persistent call is routed only on a communicator that already has its twin (as a nonblocking
  * one: its initialization makes no collective call of the layer's). A routed one is counted at
  * each start, a passed one at its initialization. */
-#define PERSISTENT(fn, op, plan, pass)              \
-  do {                                              \
-    lay_call_t c;                                   \
-    if (begin(&c, fn, op, comm, false) && (plan)) { \
-      c.persistent = true;                          \
-      return lay_run_persistent(&c, request);       \
-    }                                               \
-    PASS(fn, pass);                                 \
+#define PERSISTENT(fn, op, plan, pass)                                 \
+  do {                                                                 \
+    lay_call_t c;                                                      \
+    if (begin(&c, fn, op, comm, false) && (c.persistent = true, plan)) \
+      return lay_run_persistent(&c, request);                          \
+    PASS(fn, pass);                                                    \
   } while (0)
 
 LAY_EXPORT int MPI_Allreduce_init(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,

@@ -118,6 +118,11 @@ typedef enum {
 extern bool lay_on;
 /* Nonblocking calls can be routed: every rank has a way to progress them (progress.c). */
 extern bool lay_nonblocking;
+/* The MPI's own persistent collectives are wrong (MPICH before 4.1: stale results after the first
+ * start; with some of a communicator's persistent calls routed and others not, its schedules
+ * failed with "Invalid communicator"), on every rank: the layer routes each persistent call that
+ * tcoll serves, whatever it measured. */
+extern bool lay_mpi_persistent_wrong;
 
 /* How routed nonblocking calls progress while the program blocks elsewhere in MPI (progress.c):
  * a callback in MPI's own progress loop (Open MPI's opal_progress_register), which needs no

@@ -83,10 +83,18 @@ LAY_EXPORT int MPI_Start(MPI_Request *request) {
 
 LAY_EXPORT int MPI_Startall(int count, MPI_Request requests[]) {
   if (!__atomic_load_n(&npersists, __ATOMIC_ACQUIRE)) return lay_next.Startall(count, requests);
-  for (int i = 0; i < count; i++) { /* one at a time: some are the layer's */
+  /* The layer's one at a time, each run of the MPI's own in one MPI_Startall, in order. */
+  for (int i = 0; i < count;) {
     persist_t *p = find_persist(requests[i]);
-    int rc = p ? start_persist(p, &requests[i]) : lay_next.Start(&requests[i]);
+    int rc, run = 1;
+    if (p)
+      rc = start_persist(p, &requests[i]);
+    else {
+      while (i + run < count && !find_persist(requests[i + run])) run++;
+      rc = lay_next.Startall(run, &requests[i]);
+    }
     if (rc != MPI_SUCCESS) return rc;
+    i += run;
   }
   return MPI_SUCCESS;
 }
