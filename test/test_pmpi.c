@@ -53,11 +53,12 @@
  *                       is skipped), not MPI_Init_thread(MPI_THREAD_MULTIPLE); =pmpi: start and
  *                       end with PMPI_Init / PMPI_Finalize, past the layer (as MPICH's mpi_f08
  *                       does), which must then start at the first blocking collective on
- *                       MPI_COMM_WORLD and stop inside PMPI_Finalize.
+ *                       MPI_COMM_WORLD and stop inside PMPI_Finalize; =serialized: ask for
+ *                       MPI_THREAD_SERIALIZED, and run two cases again in a second thread.
  *   T_PMPI_PROGRESS=x   with the layer: what drives its routed nonblocking calls must be x (hook,
  *                       thread or none, as tcoll_mpi_layer_progress says); with hook and
- *                       T_PMPI_THREAD=single, the program must get the level MPI_Init gives
- *                       without the layer (below MPI_THREAD_MULTIPLE: the layer asks no more).
+ *                       T_PMPI_THREAD=single or serialized, the program must get the level it
+ *                       gets without the layer (below MPI_THREAD_MULTIPLE: the layer asks no more).
  * The meson wiring runs it at 1 to 4 ranks as a plain MPI program, then with LD_PRELOAD of
  * libtcoll-mpi.so and T_PMPI_LAYER=1, once with the algorithm table's choices and once more with
  * TCOLL_ALGO forcing tcoll's algorithms (all_reduce:ring, reduce_scatter:ring, ...) and
@@ -1046,6 +1047,33 @@ static void test_waits_racing_progress(void) {
   }
 }
 
+/* ---- Case 5c: MPI_THREAD_SERIALIZED, MPI called from a thread that did not start it ----
+ * T_PMPI_THREAD=serialized: the program's MPI calls move to a second thread while the first waits
+ * in pthread_join (one thread in MPI at a time, as the level allows). Whatever progresses rank 0's
+ * part while it sits in MPI_Recv must run in that thread: under the hook, the layer leaves other
+ * threads alone only below MPI_THREAD_SERIALIZED (where an MPI progress thread of its own may run
+ * the loop beside the program's thread). */
+static void *progress_cases(void *arg) {
+  (void)arg;
+  test_progress_while_blocked();
+  test_wait_test_and_get_status();
+  return NULL;
+}
+
+static void test_serialized_other_thread(void) {
+  if (!env_is("T_PMPI_THREAD", "serialized")) return;
+  if (thread_level < MPI_THREAD_SERIALIZED) {
+    fail("serialized", "MPI_Init_thread gave level %d, below MPI_THREAD_SERIALIZED", thread_level);
+    return;
+  }
+  pthread_t t;
+  if (pthread_create(&t, NULL, progress_cases, NULL)) {
+    fail("serialized", "pthread_create failed");
+    return;
+  }
+  pthread_join(t, NULL);
+}
+
 /* ---- Case 6: derived datatypes, user ops, MAXLOC ---- */
 
 /* User ops for the derived types: element-wise sums over the floats of MPI_Type_contiguous(3,
@@ -1450,14 +1478,14 @@ size_t (*volatile t_pmpi_tcoll_symbol)(void) = tcoll_pending_count;
 
 /* T_PMPI_PROGRESS: the way the layer said it drives routed nonblocking calls; under the hook, a
  * program that asked for no thread level must not have been given MPI_THREAD_MULTIPLE. */
-static void check_progress_way(bool asked_single) {
+static void check_progress_way(bool asked_below_multiple) {
   const char *want = getenv("T_PMPI_PROGRESS");
   if (!want || !*want || !layer_calls) return;
   const char *(*way)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "tcoll_mpi_layer_progress");
   const char *got = way ? way() : "(tcoll_mpi_layer_progress not defined)";
   if (strcmp(got, want) != 0)
     fail("progress way", "the layer drives nonblocking calls by %s, expected %s", got, want);
-  if (!strcmp(want, "hook") && asked_single && thread_level >= MPI_THREAD_MULTIPLE)
+  if (!strcmp(want, "hook") && asked_below_multiple && thread_level >= MPI_THREAD_MULTIPLE)
     fail("progress way", "MPI_Init gave MPI_THREAD_MULTIPLE under the hook (the layer raised it)");
 }
 
@@ -1745,6 +1773,7 @@ static const case_t cases[] = {
     {"request free on a pending collective", test_request_free_on_pending_collective},
     {"progress while blocked", test_progress_while_blocked},
     {"waits racing progress", test_waits_racing_progress},
+    {"serialized: MPI from another thread", test_serialized_other_thread},
     {"derived types and user ops", test_derived_types_and_user_ops},
     {"dup and split comms", test_dup_and_split_comms},
     {"thread multiple", test_thread_multiple},
@@ -1767,6 +1796,7 @@ static bool case_selected(const char *name) {
 
 int main(int argc, char **argv) {
   bool single = env_is("T_PMPI_THREAD", "single"), late = env_is("T_PMPI_THREAD", "pmpi");
+  int level = env_is("T_PMPI_THREAD", "serialized") ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
   if (late) { /* as MPICH's mpi_f08 does: the layer must start at the first blocking collective */
     PMPI_Init(&argc, &argv);
     MPI_Query_thread(&thread_level);
@@ -1774,7 +1804,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Query_thread(&thread_level);
   } else {
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
+    MPI_Init_thread(&argc, &argv, level, &thread_level);
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -1793,7 +1823,7 @@ int main(int argc, char **argv) {
   check_layer_saw_every_call(before);
   check_routed_as_required();
   check_verdicts();
-  check_progress_way(single || late);
+  check_progress_way(single || late || level == MPI_THREAD_SERIALIZED);
   print_layer_counters();
   /* The verdict goes through the MPI library's own allreduce, not through the code under test. */
   int mine = atomic_load(&failures), worst = 0;

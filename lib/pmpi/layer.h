@@ -26,9 +26,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The functions the layer exports (it is built with hidden visibility). */
 #define LAY_EXPORT __attribute__((visibility("default")))
+
+/* A loaded object's file name without its directories (dl_iterate_phdr's dlpi_name). */
+static inline const char *lay_file_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
 
 /* ------------------------------------------------------------------ state.c */
 

@@ -58,6 +58,8 @@ entry_t *lay_claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool *bu
 void lay_unclaim(entry_t *e);
 /* Ends a claimed entry whose collective finished with rc: unpacks, then tells MPI. */
 void lay_complete(entry_t *e, int rc);
+/* Tests a claimed entry once: completes it (true) if tcoll is done, else leaves it claimed. */
+bool lay_test_claimed(entry_t *e);
 
 static inline uint64_t lay_now_ns(void) {
   struct timespec ts;

@@ -43,9 +43,8 @@ static int progress_pass(uint64_t posted_before, int *completed) {
   *completed = 0;
   while (n < 64 && (e = lay_claim_on(NULL, posted_before, &busy)) != NULL) {
     seen++;
-    int rc = LAY_TCOLL(tcoll_test(e->call.key));
-    if (rc != TCOLL_IN_PROGRESS)
-      lay_complete(e, rc), ++*completed;
+    if (lay_test_claimed(e))
+      ++*completed;
     else
       tested[n++] = e; /* stays claimed until the pass ends, so lay_claim_on moves on */
   }
@@ -84,9 +83,7 @@ static int hook(void) {
  * itself). Its DT_STRTAB is an address where the loader relocated it, else an offset. */
 static int needs_libtcoll(struct dl_phdr_info *info, size_t size, void *found) {
   (void)size;
-  const char *base = strrchr(info->dlpi_name, '/');
-  base = base ? base + 1 : info->dlpi_name;
-  if (!strncmp(base, "libtcoll", 8)) return 0;
+  if (!strncmp(lay_file_name(info->dlpi_name), "libtcoll", 8)) return 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
     const ElfW(Dyn) *dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
@@ -167,9 +164,9 @@ lay_progress_t lay_progress_plan(void) {
 #if defined(OPEN_MPI)
   bool links_tcoll = false;
   dl_iterate_phdr(needs_libtcoll, &links_tcoll);
-  if (!thread_asked && !links_tcoll && dlsym(RTLD_DEFAULT, "opal_progress_register") &&
-      dlsym(RTLD_DEFAULT, "opal_progress_unregister"))
-    return LAY_PROGRESS_HOOK;
+  opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
+  opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
+  if (!thread_asked && !links_tcoll && opal_register && opal_unregister) return LAY_PROGRESS_HOOK;
 #endif
   return LAY_PROGRESS_THREAD;
 }
@@ -180,9 +177,7 @@ int lay_progress_start(lay_progress_t how, int thread_level) {
      * of its own may run the loop there too, beside the program's thread inside tcoll. */
     mpi_thread = pthread_self();
     only_mpi_thread = thread_level < MPI_THREAD_SERIALIZED;
-    opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
-    opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
-    if (!opal_register || !opal_unregister) return MPI_ERR_OTHER;
+    if (!opal_register || !opal_unregister) return MPI_ERR_OTHER; /* found by lay_progress_plan */
   } else {
     stopping = false;
     if (pthread_create(&thread, NULL, progress_thread, NULL)) return MPI_ERR_OTHER;

@@ -151,13 +151,11 @@ static int drive_to_end(entry_t *e) {
   return rc;
 }
 
-/* Advances a claimed entry once: completes it if done, else lets it go. */
-static void drive_once(entry_t *e) {
+bool lay_test_claimed(entry_t *e) {
   int rc = LAY_TCOLL(tcoll_test(e->call.key));
-  if (rc == TCOLL_IN_PROGRESS)
-    lay_unclaim(e);
-  else
-    lay_complete(e, rc);
+  if (rc == TCOLL_IN_PROGRESS) return false;
+  lay_complete(e, rc);
+  return true;
 }
 
 void lay_requests_drain(const tcoll_comm_t *twin) {
@@ -269,7 +267,7 @@ void lay_advance_own(int n, const MPI_Request *reqs) {
     bool mine = e && !e->claimed && !e->done, grequest = e && e->grequest;
     if (mine) e->claimed = true;
     pthread_mutex_unlock(&lay_mu);
-    if (mine) drive_once(e); /* a receive entry it completes is freed */
+    if (mine && !lay_test_claimed(e)) lay_unclaim(e); /* a receive entry completed is freed */
     if (!grequest) continue;
     /* A grequest entry stays listed until MPI frees it, which needs this thread's test first. */
     pthread_mutex_lock(&lay_mu);

@@ -30,8 +30,7 @@ static const char *const other_libs[] = {"libmpi.so.40", "libopen-pal", "libopen
 
 static int find_other(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
-  const char *base = strrchr(info->dlpi_name, '/');
-  base = base ? base + 1 : info->dlpi_name;
+  const char *base = lay_file_name(info->dlpi_name);
   for (size_t i = 0; i < sizeof other_libs / sizeof other_libs[0]; i++)
     if (!strncmp(base, other_libs[i], strlen(other_libs[i]))) {
       *(const char **)data = info->dlpi_name;
