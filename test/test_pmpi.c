@@ -1574,6 +1574,9 @@ static void one_verdict_call(const char *fn, int n, float *in, float *out) {
     MPI_Bcast(world_rank == 0 ? in : out, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
   } else if (!strcmp(fn, "MPI_Reduce_scatter_block")) {
     MPI_Reduce_scatter_block(in, out, n / world_size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  } else if (!strcmp(fn, "MPI_Ireduce_scatter_block")) {
+    MPI_Ireduce_scatter_block(in, out, n / world_size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
   }
 }
 
