@@ -199,6 +199,8 @@ const char *tcoll_layer_algorithm(tcoll_layer_op_t op, tcoll_comm_t *comm, int64
   return table_pick(op, comm, count, dtype, redop)->name;
 }
 
+bool tcoll_layer_mpi_persistent_wrong(void) { return tc_mpi_persistent_wrong(); }
+
 bool tcoll_layer_internal_thread(void) { return tc_is_internal_thread(); }
 
 void tcoll_layer_expect_mpi_finalize(void) { tc_g.mpi_finalize_expected = true; }

@@ -38,6 +38,10 @@ TCOLL_API const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tc
 TCOLL_API const char *tcoll_layer_algorithm(tcoll_layer_op_t op, tcoll_comm_t *comm, int64_t count,
                                             tcoll_dtype_t dtype, int redop);
 
+/* Whether the running MPI's own persistent collectives are wrong (MPICH before 4.1): the layer then
+ * routes every persistent call tcoll serves (tcoll_layer_algorithm). Valid after tcoll_init. */
+TCOLL_API bool tcoll_layer_mpi_persistent_wrong(void);
+
 /* The program's MPI_Finalize may reach MPI without the layer (MPICH's mpi_f08 calls
  * PMPI_Finalize): tcoll then shuts down inside it without a warning. */
 TCOLL_API void tcoll_layer_expect_mpi_finalize(void);

@@ -173,17 +173,6 @@ static int setting_on(void) {
            strcasecmp(v, "false") == 0);
 }
 
-/* MPICH before 4.1, read from the running library (the layer may run on another MPICH 4 than the
- * one it was built with: the same soname). */
-static bool persistent_collectives_wrong(void) {
-  char ver[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0, major = 0, minor = 0;
-  if (PMPI_Get_library_version(ver, &len) != MPI_SUCCESS) return false;
-  const char *at = strstr(ver, "MPICH Version:");
-  if (!at || sscanf(at + strlen("MPICH Version:"), " %d.%d", &major, &minor) != 2) return false;
-  return major == 4 && minor < 1; /* MPICH 3 has no persistent collectives */
-}
-
 /* After MPI is up: every rank agrees on TCOLL_MPI, then tcoll starts on the program's MPI; the
  * ranks route where tcoll started on every one of them, and nonblocking calls where every one of
  * them can progress them. */
@@ -198,7 +187,8 @@ static void start(int provided, lay_progress_t how) {
   int progress = started && lay_twins_init() == MPI_SUCCESS &&
                  (how == LAY_PROGRESS_HOOK || provided >= MPI_THREAD_MULTIPLE) &&
                  lay_requests_init(how, provided) == MPI_SUCCESS;
-  int mine_too[3] = {started, progress, persistent_collectives_wrong()}, all_too[3] = {0, 0, 0};
+  int mine_too[3] = {started, progress, started && tcoll_layer_mpi_persistent_wrong()};
+  int all_too[3] = {0, 0, 0};
   PMPI_Allreduce(mine_too, all_too, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (started && !all_too[0]) { /* tcoll failed elsewhere: no rank routes */
     lay_requests_stop();
