@@ -25,11 +25,13 @@ typedef struct entry {
   MPI_Request req;  /* the request the program holds (MPI_REQUEST_NULL once it freed it) */
   MPI_Request greq; /* the generalized request (grequest entries) */
   int tag;
-  bool grequest; /* completed through greq; stays listed until MPI frees it */
+  bool grequest; /* completed through greq; listed until MPI frees it and it is done */
   bool claimed;  /* a thread is driving it: others leave it alone */
   bool done;     /* grequest entries: tcoll completed it with rc */
   bool told;     /* grequest entries: MPI_Grequest_complete called */
   bool freed;    /* the program freed its request */
+  bool released; /* grequest entries: MPI ran the free function before the call was done (MPICH
+                    does in MPI_Request_free): the entry stays listed; lay_complete frees it */
   int rc;
   uint64_t posted_ns; /* when it was listed (CLOCK_MONOTONIC); 0 where ages go unused */
 } entry_t;

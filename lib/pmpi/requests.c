@@ -46,7 +46,8 @@ bool lay_take_telling(entry_t *e) {
 /* A receive
  * entry: the layer's send completes it, and the entry goes. A grequest entry: marked done; the
  * waiting thread's poll function completes it (here only where the program freed its request,
- * so that no thread waits on it), and MPI's free function unlinks it. */
+ * so that no thread waits on it), and MPI's free function unlinks it, unless MPI ran that
+ * already (released): then it goes here. */
 void lay_complete(entry_t *e, int rc) {
   lay_finish(&e->call, rc == TCOLL_SUCCESS);
   if (!e->grequest) {
@@ -57,16 +58,14 @@ void lay_complete(entry_t *e, int rc) {
    * it: it may complete the request and MPI free the entry (greq_free) before this thread reads
    * another field, so what this thread needs afterwards is read under the lock. */
   pthread_mutex_lock(&lay_mu);
-  bool grequest = e->grequest;
+  bool grequest = e->grequest, ours = !grequest || e->released;
   MPI_Request greq = e->greq;
   e->done = true, e->rc = rc, e->claimed = false;
   bool tell = e->freed && lay_take_telling(e);
-  if (!grequest) unlink_entry(e);
+  if (ours) unlink_entry(e);
   pthread_mutex_unlock(&lay_mu);
-  if (!grequest)
-    free(e);
-  else if (tell)
-    PMPI_Grequest_complete(greq);
+  if (tell) PMPI_Grequest_complete(greq); /* MPI still holds it until then, released or not */
+  if (ours) free(e);
 }
 
 #if LAY_GREQUESTS
@@ -79,11 +78,19 @@ static int greq_query(void *state, MPI_Status *status) {
   return e->rc == TCOLL_SUCCESS ? MPI_SUCCESS : MPI_ERR_OTHER;
 }
 
+/* MPI is done with the request. MPICH 4.0 calls this in MPI_Request_free even while the call is
+ * pending: the entry then stays, so that the collective is still driven to its end (its copies
+ * freed, tcoll's work completed), and lay_complete frees it. */
 static int greq_free(void *state) {
+  entry_t *e = state;
   pthread_mutex_lock(&lay_mu);
-  unlink_entry(state);
+  bool early = !e->done;
+  if (early)
+    e->released = true;
+  else
+    unlink_entry(e);
   pthread_mutex_unlock(&lay_mu);
-  free(state);
+  if (!early) free(e);
   return MPI_SUCCESS;
 }
 

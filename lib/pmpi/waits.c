@@ -125,14 +125,14 @@ LAY_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, 
 LAY_EXPORT int MPI_Request_free(MPI_Request *request) {
   lay_persistent_free(*request);
   if (!__atomic_load_n(&lay_pending, __ATOMIC_ACQUIRE)) return lay_next.Request_free(request);
-  entry_t *told = NULL;
+  MPI_Request tell = MPI_REQUEST_NULL;
   pthread_mutex_lock(&lay_mu);
   for (entry_t *e = lay_pending; e && *request != MPI_REQUEST_NULL; e = e->next)
     if (e->req == *request) {
       e->req = MPI_REQUEST_NULL, e->freed = true;
-      if (lay_take_telling(e)) told = e; /* done already: no thread will poll it */
+      if (lay_take_telling(e)) tell = e->greq; /* done already: no thread will poll it */
     }
   pthread_mutex_unlock(&lay_mu);
-  if (told) PMPI_Grequest_complete(told->greq);
+  if (tell != MPI_REQUEST_NULL) PMPI_Grequest_complete(tell);
   return lay_next.Request_free(request);
 }
