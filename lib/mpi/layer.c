@@ -37,7 +37,8 @@ typedef struct layer_row {
   const char *source;
   /* measured with a core per rank to spare: where the node has none, the row is skipped (MPICH's
    * progress thread then takes a rank's core: at 16 ranks on 16 cores routed nonblocking calls
-   * lost 1.3-1.5x below 4 KiB where at 4 and 8 they won 0.5-0.9x) */
+   * lost 1.3-1.5x below 4 KiB where at 4 and 8 they won 0.5-0.9x); not on Open MPI, whose own
+   * progress loop drives the layer's calls (no thread) */
   bool spare_core;
 } layer_row_t;
 
@@ -87,13 +88,6 @@ static const layer_row_t rows[] = {
     {TC_MPI_OPEN_MPI, 4, 16, RS, false, 0, ANY, LB_OMPI_16, false},
     {TC_MPI_OPEN_MPI, 4, 16, BC, true, 512, ANY, LB_OMPI_16, false},
     {TC_MPI_OPEN_MPI, 4, 16, BC, false, 512, ANY, LB_OMPI_16, false},
-    /* Open MPI, other counts (no thread: the hook) */
-    {TC_MPI_OPEN_MPI, 3, INT_MAX, AR, false, 0, ANY, TCOLL_TABLE, false},
-    {TC_MPI_OPEN_MPI, 3, INT_MAX, RS, false, 0, ANY, TCOLL_TABLE, false},
-    {TC_MPI_OPEN_MPI, 3, INT_MAX, BC, false, 0, ANY, TCOLL_TABLE, false},
-    {TC_MPI_OPEN_MPI, 3, INT_MAX, RD, false, 0, ANY, TCOLL_TABLE, false},
-    {TC_MPI_OPEN_MPI, 3, INT_MAX, AG, false, 0, ANY, TCOLL_TABLE, false},
-    {TC_MPI_OPEN_MPI, 3, INT_MAX, AA, false, 0, ANY, TCOLL_TABLE, false},
     /* MPICH, 2 ranks (on 2 cores: no core to spare): blocking calls win where tcoll's table picks
      * an algorithm (all_reduce 0.53-0.91x, reduce 0.69x from 8 KiB, reduce_scatter from 32 KiB);
      * nonblocking ones, which the layer completes through a generalized request and its progress
@@ -116,8 +110,8 @@ static const layer_row_t rows[] = {
     {TC_MPI_MPICH, 4, 16, AR, true, 0, ANY, LB_MPICH_16, false},
     {TC_MPI_MPICH, 4, 16, AR, false, 0, ANY, LB_MPICH_16, true},
     {TC_MPI_MPICH, 4, 16, BC, false, 0, ANY, LB_MPICH_16, true},
-    /* any other MPI and count: nonblocking calls as tcoll's table says, where a core is spare for
-     * the progress thread */
+    /* any MPI, other counts: nonblocking calls as tcoll's table says, where a core is spare for
+     * the progress thread (on Open MPI, whose progress loop drives them, always) */
     {TC_MPI_OTHER, 3, INT_MAX, AR, false, 0, ANY, TCOLL_TABLE, true},
     {TC_MPI_OTHER, 3, INT_MAX, RS, false, 0, ANY, TCOLL_TABLE, true},
     {TC_MPI_OTHER, 3, INT_MAX, BC, false, 0, ANY, TCOLL_TABLE, true},
@@ -142,7 +136,7 @@ static bool spare_core_per_rank(void) { return 2 * tc_node_local_ranks(1) <= tc_
 
 static void fill_kinds(void) {
   tc_mpi_impl_t impl = tc_mpi_impl();
-  bool spare = spare_core_per_rank();
+  bool spare = impl == TC_MPI_OPEN_MPI || spare_core_per_rank();
   for (size_t i = 0; i < NROWS; i++) {
     const layer_row_t *r = &rows[i];
     if ((r->impl != impl && r->impl != TC_MPI_OTHER) || (r->spare_core && !spare)) continue;
@@ -183,9 +177,13 @@ static const tc_algo_t *table_pick(tcoll_layer_op_t op, tcoll_comm_t *comm, int6
   return tc_algo_choose(table_of[op], &q);
 }
 
+static bool layer_args_ok(tcoll_layer_op_t op, const tcoll_comm_t *comm, int64_t count) {
+  return (unsigned)op < TCOLL_LAYER_NUM_OPS && comm && count >= 0;
+}
+
 const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tcoll_comm_t *comm,
                                 int64_t count, tcoll_dtype_t dtype, int redop) {
-  if ((unsigned)op >= TCOLL_LAYER_NUM_OPS || !comm || count < 0) return NULL;
+  if (!layer_args_ok(op, comm, count)) return NULL;
   if (!tc_algo_forced(table_of[op]) &&
       !measured_faster(op, blocking, comm->size, call_bytes(op, comm, count, dtype)))
     return NULL;
@@ -195,7 +193,7 @@ const char *tcoll_layer_verdict(tcoll_layer_op_t op, bool blocking, tcoll_comm_t
 
 const char *tcoll_layer_algorithm(tcoll_layer_op_t op, tcoll_comm_t *comm, int64_t count,
                                   tcoll_dtype_t dtype, int redop) {
-  if ((unsigned)op >= TCOLL_LAYER_NUM_OPS || !comm || count < 0) return NULL;
+  if (!layer_args_ok(op, comm, count)) return NULL;
   return table_pick(op, comm, count, dtype, redop)->name;
 }
 
