@@ -1026,11 +1026,34 @@ static void progress_with_rank0_blocked(long n, bool bcast) {
   free(out);
 }
 
+/* Calls the program waits for itself, one after the other for about 10 ms: the layer's progress
+ * thread (MPICH) finds each driven by the program and backs off to its longest nap. */
+static void wait_own_calls_for_a_while(void) {
+  enum { N = 16384 };
+  double *in = alloc_elems(E_DOUBLE, N), *out = alloc_elems(E_DOUBLE, N);
+  fill_contribution(E_DOUBLE, O_SUM, in, N, 0, world_rank);
+  double since = MPI_Wtime();
+  int more = 1;
+  while (more) {
+    MPI_Request req;
+    MPI_Iallreduce(in, out, N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    int mine = MPI_Wtime() - since < 0.01; /* every rank stops after the same call */
+    PMPI_Allreduce(&mine, &more, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  }
+  check_reduced("calls waited for by the program", E_DOUBLE, O_SUM, out, N, 0, world_size);
+  free(in);
+  free(out);
+}
+
 static void test_progress_while_blocked(void) {
   for (int bcast = 0; bcast < 2; bcast++) {
     progress_with_rank0_blocked(4096, bcast);
     progress_with_rank0_blocked(2, bcast);
   }
+  /* again where the progress thread had nothing to drive for a while (backed off) */
+  wait_own_calls_for_a_while();
+  progress_with_rank0_blocked(4096, false);
 }
 
 /* ---- Case 5b: waits racing whatever else completes the call ----

@@ -92,11 +92,12 @@ static const layer_row_t rows[] = {
      * an algorithm (all_reduce 0.53-0.91x, reduce 0.69x from 8 KiB, reduce_scatter from 32 KiB);
      * nonblocking ones, which the layer completes through a generalized request and its progress
      * thread there, lose below 32 KiB (1.3x at 8 KiB) and win from there on the shared-memory
-     * algorithms, medians of 5 rounds in two runs (2026-11-28): all_reduce 0.62-0.64x at 32 KiB,
-     * 0.77x at 64 KiB, 0.92-1.18x from 128 to 512 KiB (a wash), 0.60-0.68x from 1 to 4 MiB;
-     * reduce_scatter 0.64-0.72x at 32-64 KiB, 0.77-1.02x to 512 KiB, 0.56x at 1 MiB, 0.87-0.95x
-     * at 2-4 MiB (MPICH's own Ireduce_scatter_block took 1.4-6.7 ms from 256 KiB to 1 MiB in
-     * some runs, 41-240 us in others); reduce from 2 MiB (0.03x: MPICH's own takes 15 ms) */
+     * algorithms, medians of 5 rounds (2026-11-28, with the thread's back-off while the program
+     * waits: lib/pmpi/progress.c): all_reduce 0.49x at 32 KiB, 0.68-0.82x from 64 to 512 KiB,
+     * 0.42-0.49x from 1 to 4 MiB; reduce_scatter 0.52-0.64x at 32-64 KiB, 0.72-0.85x to 512 KiB,
+     * 0.50x at 1 MiB, 0.67-0.79x at 2-4 MiB (MPICH's own Ireduce_scatter_block took 1.4-7 ms
+     * from 256 KiB to 1 MiB in some runs, 41-240 us in others); reduce from 2 MiB (0.03x:
+     * MPICH's own takes 15 ms) */
     {TC_MPI_MPICH, 2, 2, AR, true, 0, ANY, LB_MPICH_2, false},
     {TC_MPI_MPICH, 2, 2, AR, false, 32 * TC_KiB, ANY, LB_MPICH_2, false},
     {TC_MPI_MPICH, 2, 2, RS, true, 32 * TC_KiB, ANY, LB_MPICH_2, false},
