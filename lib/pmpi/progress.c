@@ -130,6 +130,12 @@ static bool all_driven_elsewhere(void) {
   return true;
 }
 
+/* The next nap while the program drives every call itself: doubling from YOUNG_NAP_NS. */
+static long longer(long backoff) {
+  if (!backoff) return YOUNG_NAP_NS;
+  return backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS;
+}
+
 static void *progress_thread(void *arg) {
   (void)arg;
   uint64_t idle_since = lay_now_ns();
@@ -144,16 +150,12 @@ static void *progress_thread(void *arg) {
       idle_since = lay_now_ns();
       continue;
     }
+    /* (an empty list between the program's calls keeps the back-off) */
+    bool elsewhere = all_driven_elsewhere();
     pthread_mutex_unlock(&lay_mu);
     int completed, driven = any ? progress_pass(lay_now_ns() - GRACE_NS, &completed) : 0;
     if (any) idle_since = lay_now_ns();
-    /* (an empty list between the program's calls keeps the back-off) */
-    pthread_mutex_lock(&lay_mu);
-    bool elsewhere = !driven && all_driven_elsewhere();
-    pthread_mutex_unlock(&lay_mu);
-    backoff = !elsewhere ? 0
-              : backoff  ? (backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS)
-                         : YOUNG_NAP_NS;
+    backoff = elsewhere && !driven ? longer(backoff) : 0;
     nap(driven ? DRIVING_NAP_NS : backoff ? backoff : YOUNG_NAP_NS);
     pthread_mutex_lock(&lay_mu);
   }
