@@ -143,7 +143,9 @@ TCOLL_API int64_t tcoll_tensor_numel(const tcoll_tensor_t *t);
 TCOLL_API size_t tcoll_tensor_nbytes(const tcoll_tensor_t *t);
 /* Allocates zero-filled storage on `device` (TCOLL_HOST or a device ordinal), from tcoll's
  * storage cache (see tcoll_cache_release). On a device the zeros are written on tcoll's own
- * stream and complete on return: any stream may use the tensor at once. */
+ * stream and complete on return: any stream may use the tensor at once. On the host it comes
+ * from the node's symmetric heap while that has room (TCOLL_SYMMETRIC_BYTES): the shared-memory
+ * algorithms then read it in place on the peers instead of copying it in. */
 TCOLL_API int tcoll_tensor_alloc(tcoll_tensor_t *t, tcoll_dtype_t dtype, int ndim,
                                  const int64_t *shape, int device);
 /* Frees storage tcoll allocated: waits first if the buffer has pending work, returns the storage

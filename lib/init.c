@@ -13,6 +13,7 @@
 #include "mpi/algo.h"
 #include "mpiglue/mpi_glue.h"
 #include "mpiglue/mpi_impl.h"
+#include "node/heap.h"
 #include "node/segment.h"
 #include "sched/placement.h"
 #include "sched/schedule.h"
@@ -64,6 +65,7 @@ static void teardown(void) {
   tc_sched_cleanup();
   tc_local_cleanup();
   tc_cache_fini(); /* before the backend that device and pinned blocks came from goes */
+  tc_heap_close(); /* after the cache gave its free blocks back to it */
   tc_dev_fini();
   tc_scratch_cleanup();
   tc_registry_cleanup(); /* first: its deferred pops may still return works to the pool */
@@ -134,6 +136,8 @@ static int start_library(void) {
   if ((rc = tc_dev_init(HARDWARE_BACKEND))) return rc;
   tc_cache_init();
   tc_config_on_cache_limit(tc_cache_trim);
+  tc_heap_open(); /* before the world communicator, whose segment maps it */
+  tc_cache_set_host_source((tc_host_source_t){tc_heap_alloc, tc_heap_free});
   tc_placement_init();
   tc_mpi_impl_init();
   log_devices();

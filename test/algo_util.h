@@ -10,6 +10,7 @@
 #include "harness.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The algorithm setting in force (sizeof tcoll_config_t.algo bytes). */
@@ -44,6 +45,24 @@ static inline void t_restore_algo(void) {
   t_get_algo(now);
   T_EXPECT(!strcmp(now, t_found_algo), "algo not restored: \"%s\" (expected \"%s\")", now,
            t_found_algo);
+}
+
+/* A byte setting as the library reads it (an integer, then K, M or G: powers of 1024), def where
+ * unset (TCOLL_SHM_BYTES, TCOLL_SYMMETRIC_BYTES). */
+static inline size_t t_env_bytes(const char *name, size_t def) {
+  const char *v = getenv(name);
+  if (!v || !*v) return def;
+  char *end = NULL;
+  size_t x = (size_t)strtoull(v, &end, 10);
+  switch (*end) {
+  case 'k':
+  case 'K': return x << 10;
+  case 'm':
+  case 'M': return x << 20;
+  case 'g':
+  case 'G': return x << 30;
+  default: return x;
+  }
 }
 
 #endif

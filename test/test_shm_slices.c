@@ -37,23 +37,8 @@
 #define AREA_MIN (AREA_HEADER + 2 * 4096)
 #define LINE 64
 
-/* TCOLL_SHM_BYTES as the library reads it (an integer, then K, M or G: powers of 1024), 1 MiB
- * where unset. */
-static size_t shm_bytes(void) {
-  const char *v = getenv("TCOLL_SHM_BYTES");
-  if (!v || !*v) return (size_t)1 << 20;
-  char *end = NULL;
-  size_t x = (size_t)strtoull(v, &end, 10);
-  switch (*end) {
-  case 'k':
-  case 'K': return x << 10;
-  case 'm':
-  case 'M': return x << 20;
-  case 'g':
-  case 'G': return x << 30;
-  default: return x;
-  }
-}
+/* TCOLL_SHM_BYTES as the library reads it, 1 MiB where unset. */
+static size_t shm_bytes(void) { return t_env_bytes("TCOLL_SHM_BYTES", (size_t)1 << 20); }
 
 static bool segments_on(void) {
   const char *on = getenv("TCOLL_SHM");

@@ -65,9 +65,11 @@ int tc_config_load(void);
 typedef struct tc_settings {
   bool shm;         /* TCOLL_SHM: node-shared segments (lib/node) may be made */
   size_t shm_bytes; /* TCOLL_SHM_BYTES: the most a communicator's segment takes per rank */
+  size_t sym_bytes; /* TCOLL_SYMMETRIC_BYTES: each rank's part of the symmetric heap (0: none) */
 } tc_settings_t;
 extern tc_settings_t tc_set;
 #define TC_DEFAULT_SHM_BYTES ((size_t)1 << 20)
+#define TC_DEFAULT_SYMMETRIC_BYTES ((size_t)64 << 20)
 #define TC_DEFAULT_STAGING_CHUNK ((size_t)4 << 20)
 #define TC_DEFAULT_CACHE_BYTES ((size_t)1 << 30)
 /* What tcoll_set_config calls after lowering cache_bytes (the cache gives back what is beyond). */
@@ -78,7 +80,8 @@ void tc_config_on_cache_limit(void (*fn)(void));
 typedef int (*tc_algo_setting_fn)(const char *spec, const char *what, bool apply);
 void tc_config_on_algo(tc_algo_setting_fn fn);
 
-/* ---- process state (state.c; written by init.c only, but mpi_finalize_expected: mpi/layer.c) ----
+/* ---- process state (state.c; written by init.c only, but mpi/layer.c writes the layer's two
+ * flags) ----
  */
 
 typedef struct tc_state {
@@ -86,6 +89,7 @@ typedef struct tc_state {
   int mpi_owned;              /* tcoll_init called MPI_Init_thread */
   int thread_level;           /* what MPI provided */
   bool mpi_finalize_expected; /* MPI_Finalize may come before tcoll_finalize (the drop-in layer) */
+  bool no_symmetric_heap;     /* the drop-in layer: programs' own buffers only (mpi/layer.c) */
   int world_rank;
   int world_size;
   tcoll_comm_t *world;

@@ -24,7 +24,8 @@ tcoll_config_t tc_cfg = {
     .cache_bytes = TC_DEFAULT_CACHE_BYTES,
 };
 
-tc_settings_t tc_set = {.shm = true, .shm_bytes = TC_DEFAULT_SHM_BYTES};
+tc_settings_t tc_set = {
+    .shm = true, .shm_bytes = TC_DEFAULT_SHM_BYTES, .sym_bytes = TC_DEFAULT_SYMMETRIC_BYTES};
 
 static void (*on_cache_limit)(void);
 void tc_config_on_cache_limit(void (*fn)(void)) { on_cache_limit = fn; }
@@ -164,7 +165,8 @@ int tc_config_load(void) {
   const char *v;
   int64_t x;
   int rc;
-  tc_set = (tc_settings_t){.shm = true, .shm_bytes = TC_DEFAULT_SHM_BYTES};
+  tc_set = (tc_settings_t){
+      .shm = true, .shm_bytes = TC_DEFAULT_SHM_BYTES, .sym_bytes = TC_DEFAULT_SYMMETRIC_BYTES};
   if ((v = getenv("TCOLL_DEBUG")) && *v && (rc = load_debug(v))) return rc;
   if ((v = getenv("TCOLL_TIMEOUT")) && *v && (rc = load_timeout(v))) return rc;
   if ((v = getenv("TCOLL_ON_TIMEOUT")) && *v && (rc = load_on_timeout(v))) return rc;
@@ -200,6 +202,9 @@ int tc_config_load(void) {
   }
   if ((v = getenv("TCOLL_SHM_BYTES")) && *v &&
       (rc = parse_bytes("TCOLL_SHM_BYTES", v, &tc_set.shm_bytes)))
+    return rc;
+  if ((v = getenv("TCOLL_SYMMETRIC_BYTES")) && *v &&
+      (rc = parse_bytes("TCOLL_SYMMETRIC_BYTES", v, &tc_set.sym_bytes)))
     return rc;
   if ((v = getenv("TCOLL_TRACE")) && *v) {
     if (strlen(v) >= sizeof tc_cfg.trace_path)

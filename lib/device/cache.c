@@ -16,7 +16,7 @@
 #define NO_CLASS (-1)
 #define READY_SCAN 4 /* free blocks of a class examined for completed fences */
 
-typedef enum { FROM_MALLOC, FROM_HOST_ALLOC, FROM_DEVICE } origin_t;
+typedef enum { FROM_MALLOC, FROM_HOST_ALLOC, FROM_DEVICE, FROM_HOST_SOURCE } origin_t;
 
 /* One block of storage; the bookkeeping lives apart from it (device memory cannot hold it). */
 typedef struct block {
@@ -41,6 +41,11 @@ static struct {
   size_t cached, cached_host, cached_pinned, cached_device, in_use, peak;
   uint64_t reused, allocated, freed;
 } st;
+
+/* Where pageable host blocks come from first (the symmetric heap: init installs it) */
+static tc_host_source_t host_source;
+
+void tc_cache_set_host_source(tc_host_source_t source) { host_source = source; }
 
 static int place_index(int place) { return place + 2; }
 
@@ -183,7 +188,7 @@ static void failed(failures_t *f, int rc) {
 }
 
 static bool backend_current(const block_t *b) {
-  return b->origin == FROM_MALLOC || b->gen == tc_dev_generation();
+  return b->origin == FROM_MALLOC || b->origin == FROM_HOST_SOURCE || b->gen == tc_dev_generation();
 }
 
 /* Gives b's memory back (waiting for its fences first) and frees its bookkeeping. Backend memory
@@ -194,6 +199,8 @@ static void system_free(block_t *b, failures_t *f) {
     failed(f, fences_wait(b));
     if (b->origin == FROM_MALLOC)
       free(b->p);
+    else if (b->origin == FROM_HOST_SOURCE)
+      host_source.free(b->p, b->size); /* (a source gone since: nothing to give back) */
     else if (b->origin == FROM_HOST_ALLOC)
       failed(f, tc_dev()->host_free(b->p));
     else
@@ -229,6 +236,8 @@ static int system_alloc(int place, int cls, size_t size, block_t **out) {
   } else if (place == TC_PLACE_PINNED && tc_dev()->host_alloc) {
     b->origin = FROM_HOST_ALLOC;
     rc = tc_dev()->host_alloc(size, &b->p);
+  } else if (place == TCOLL_HOST && host_source.alloc && host_source.alloc(size, &b->p)) {
+    b->origin = FROM_HOST_SOURCE;
   } else {
     b->origin = FROM_MALLOC;
     /* Large pageable blocks on their own pages: the kernel may back them with huge pages. */

@@ -37,6 +37,14 @@ bool tc_cache_free(void *p);
 bool tc_cache_free_after(void *p, int n, const int *devs, void *const *streams);
 /* Whether p is the start of storage handed out by the cache; *place gets its place. */
 bool tc_cache_owns(const void *p, int *place);
+/* Where pageable host blocks come from before malloc: alloc(n, &p) gives n bytes or returns false
+ * (malloc then), free(p, n) takes back what alloc gave (false: not its own). The node room's
+ * symmetric heap, installed by init, so that this room never calls up into that one. */
+typedef struct tc_host_source {
+  bool (*alloc)(size_t n, void **p);
+  bool (*free)(void *p, size_t n);
+} tc_host_source_t;
+void tc_cache_set_host_source(tc_host_source_t source);
 /* Gives back to the system the free blocks beyond the limit (after a lower limit was set). */
 void tc_cache_trim(void);
 /* tcoll_cache_info without naming a public call (for the flight recorder's dumps). */

@@ -203,3 +203,5 @@ bool tcoll_layer_mpi_persistent_wrong(void) { return tc_mpi_persistent_wrong(); 
 bool tcoll_layer_internal_thread(void) { return tc_is_internal_thread(); }
 
 void tcoll_layer_expect_mpi_finalize(void) { tc_g.mpi_finalize_expected = true; }
+
+void tcoll_layer_no_symmetric_heap(void) { tc_g.no_symmetric_heap = true; }

@@ -45,6 +45,9 @@ TCOLL_API bool tcoll_layer_mpi_persistent_wrong(void);
 /* The program's MPI_Finalize may reach MPI without the layer (MPICH's mpi_f08 calls
  * PMPI_Finalize): tcoll then shuts down inside it without a warning. */
 TCOLL_API void tcoll_layer_expect_mpi_finalize(void);
+/* Before tcoll_init: no symmetric heap (the layer moves programs' own buffers, never storage
+ * tcoll allocates; the heap would only take memory). */
+TCOLL_API void tcoll_layer_no_symmetric_heap(void);
 
 /* Whether the calling thread is one of tcoll's own (its progress or bootstrap thread). The layer's
  * hook in MPI's progress loop runs inside any MPI call, theirs too, and must not enter tcoll

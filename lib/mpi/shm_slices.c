@@ -82,11 +82,11 @@ static int64_t call_chunk(const slices_t *j, int64_t i) { return j->vector ? i /
 static bool call_gathers(const slices_t *j, int64_t i) { return j->vector && (i & 1); }
 
 /* This rank's pieces for the others (reduce-scatter calls; an all-gather call's piece was put
- * in place by the take before). */
+ * in place by the take before). None where the peers read this rank's input in place. */
 static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
   slices_t *j = (slices_t *)r;
   tc_shm_give_bytes(j->g, k, total_bytes(j));
-  if (call_gathers(j, i)) return TCOLL_SUCCESS;
+  if (call_gathers(j, i) || r->offset[TC_SHM_SHARED_IN] != TC_HEAP_NONE) return TCOLL_SUCCESS;
   int64_t c = call_chunk(j, i), t0 = c * j->piece;
   for (int b = 0; b < j->g->p; b++) {
     if (b == j->g->me) continue;
@@ -100,16 +100,24 @@ static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
   return TCOLL_SUCCESS;
 }
 
-/* acc[0, m) = own[0, m) (op) the first peer's, then (op) each further peer's, in rank order: u
- * is where they start in the pieces. */
-static int reduce_run(slices_t *j, uint64_t k, int64_t u, int64_t m, const char *own, char *acc) {
+/* Rank q's elements of this rank's piece of call k's chunk, from element t0 + u of the block on:
+ * in q's input where it lies in the symmetric heap, else in q's slot. */
+static const char *peer_piece(const slices_t *j, int q, uint64_t k, int64_t t0, int64_t u) {
+  const char *in = tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_IN);
+  if (in) return in + (size_t)src_index(j, j->g->me, t0 + u) * j->es;
+  return piece_of(j, q, k, j->g->me) + (size_t)u * j->es;
+}
+
+/* acc[0, m) = own[0, m) (op) the first peer's, then (op) each further peer's, in rank order:
+ * element t0 + u of the piece on. */
+static int reduce_run(slices_t *j, uint64_t k, int64_t t0, int64_t u, int64_t m, const char *own,
+                      char *acc) {
   int me = j->g->me, first = me == 0 ? 1 : 0;
   const char *call = "MPI_Reduce_local";
-  size_t at = (size_t)u * j->es;
-  int rc = tc_mpi_reduce_into(piece_of(j, first, k, me) + at, own, acc, m, j->dtype, j->op, &call);
+  int rc = tc_mpi_reduce_into(peer_piece(j, first, k, t0, u), own, acc, m, j->dtype, j->op, &call);
   for (int q = first + 1; q < j->g->p && rc == MPI_SUCCESS; q++)
     if (q != me)
-      rc = tc_mpi_reduce_local(piece_of(j, q, k, me) + at, acc, m, j->dtype, j->op, &call);
+      rc = tc_mpi_reduce_local(peer_piece(j, q, k, t0, u), acc, m, j->dtype, j->op, &call);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, call);
   if (j->divisor != 1.0) tc_host_divide(acc, j->dtype, m, j->divisor);
   return TCOLL_SUCCESS;
@@ -127,10 +135,12 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   for (int64_t u = 0, m; u < len; u += m) {
     m = contiguous(j, t0 + u, len - u);
     char *acc = to_slot ? slot + (size_t)u * j->es : dst_at(j, me, t0 + u);
-    int rc = reduce_run(j, k, u, m, j->src + (size_t)src_index(j, me, t0 + u) * j->es, acc);
+    int rc = reduce_run(j, k, t0, u, m, j->src + (size_t)src_index(j, me, t0 + u) * j->es, acc);
     if (rc) return rc;
   }
-  if (j->kind == TC_SLICES_ALL_REDUCE) memcpy(slot, dst_at(j, me, t0), (size_t)len * j->es);
+  /* (peers read an output in the heap in place) */
+  if (j->kind == TC_SLICES_ALL_REDUCE && j->calls.offset[TC_SHM_SHARED_OUT] == TC_HEAP_NONE)
+    memcpy(slot, dst_at(j, me, t0), (size_t)len * j->es);
   return TCOLL_SUCCESS;
 }
 
@@ -150,8 +160,13 @@ static int take(tc_shm_run_t *r, int64_t i, uint64_t k) {
     int64_t len = chunk_len(j, me, c);
     return len ? reduce_piece(j, k, t0, len) : TCOLL_SUCCESS;
   }
-  for (int q = 0; q < j->g->p; q++)
-    if (q != me) memcpy(dst_at(j, q, t0), piece_of(j, q, k, q), (size_t)chunk_len(j, q, c) * j->es);
+  for (int q = 0; q < j->g->p; q++) {
+    if (q == me) continue;
+    const char *out = tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_OUT);
+    /* (q's output where it lies: the vector's block q there) */
+    const char *from = out ? out + (size_t)(dst_at(j, q, t0) - j->dst) : piece_of(j, q, k, q);
+    memcpy(dst_at(j, q, t0), from, (size_t)chunk_len(j, q, c) * j->es);
+  }
   return TCOLL_SUCCESS;
 }
 
@@ -176,6 +191,10 @@ int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t 
                   .dtype = c->dtype,
                   .op = c->op,
                   .divisor = c->divisor};
+  size_t in_bytes = (size_t)(j->vector ? j->n : j->n * g->p) * es;
+  j->calls.shared[TC_SHM_SHARED_IN] = (tc_shm_share_t){c->src, in_bytes};
+  if (kind == TC_SLICES_ALL_REDUCE)
+    j->calls.shared[TC_SHM_SHARED_OUT] = (tc_shm_share_t){c->dst, in_bytes};
   int64_t chunks = (block_len(j, 0) + j->piece - 1) / j->piece;
   /* Reduce-scatter calls see every peer; gather calls too, but reduce's off the root see none */
   bool sees_all = kind != TC_SLICES_REDUCE || g->me == j->root;

@@ -149,10 +149,23 @@ int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, 
   return rc;
 }
 
+/* A run's call publishes in its line's payload (unused by runs otherwise) where its shared
+ * storage lies: two offsets. */
+_Static_assert(TC_SHM_SHARED * sizeof(uint64_t) <= sizeof((small_line_t *)0)->payload,
+               "the offsets fit a line");
+
+const char *tc_shm_peer_shared(const tc_node_seg_t *g, int q, uint64_t k, int what) {
+  uint64_t off;
+  memcpy(&off, line_of(g, q, (int)(k & 1))->payload + (size_t)what * sizeof off, sizeof off);
+  return off == TC_HEAP_NONE ? NULL : g->heap[q] + off;
+}
+
 static int run_give(void *arg) {
   tc_shm_run_t *r = arg;
   int64_t i = r->gave++;
-  return r->give(r, i, r->k0 + (uint64_t)i);
+  uint64_t k = r->k0 + (uint64_t)i;
+  memcpy(line_of(r->g, r->g->me, (int)(k & 1))->payload, r->offset, sizeof r->offset);
+  return r->give(r, i, k);
 }
 
 static int run_take(void *arg) {
@@ -165,16 +178,37 @@ static int run_take(void *arg) {
 
 static int run_report(void *arg) { return ((tc_shm_run_t *)arg)->rc; }
 
+/* Where this rank's shared storage lies in its part of the heap (TC_HEAP_NONE: nowhere there,
+ * or the communicator has no view of the heap). */
+static void place_shared(tc_shm_run_t *r) {
+  for (int w = 0; w < TC_SHM_SHARED; w++)
+    r->offset[w] = r->g->heap && r->shared[w].p ? tc_heap_offset(r->shared[w].p, r->shared[w].bytes)
+                                                : TC_HEAP_NONE;
+}
+
+/* After the run's last call (k): this rank's DONE word, and where it shared anything, the wait
+ * for every peer's. */
+static int add_done(tc_sched_t *s, tc_shm_run_t *r, uint64_t k) {
+  tc_node_seg_t *g = r->g;
+  int rc = tc_sched_publish(s, tc_node_word(g, g->me, TC_NODE_LINE_DONE), k, true);
+  bool shared =
+      r->offset[TC_SHM_SHARED_IN] != TC_HEAP_NONE || r->offset[TC_SHM_SHARED_OUT] != TC_HEAP_NONE;
+  if (!rc && shared) rc = await_peers(s, g, TC_NODE_LINE_DONE, k);
+  return rc;
+}
+
 int tc_shm_run_add(tc_sched_t *s, tc_shm_run_t *r, const int *sees, int period, int64_t n) {
-  if (n > (INT_MAX - 1 - s->n) / TC_SHM_CALL_STEPS) /* the callers' supported() keep them fewer */
+  if (n > (INT_MAX - 3 - s->n) / TC_SHM_CALL_STEPS) /* the callers' supported() keep them fewer */
     return tc_error(TCOLL_ERR_INTERNAL, "%lld calls are too many for one schedule", (long long)n);
-  int rc = tc_sched_reserve(s, (int)n * TC_SHM_CALL_STEPS + 1);
+  place_shared(r);
+  int rc = tc_sched_reserve(s, (int)n * TC_SHM_CALL_STEPS + 3);
+  uint64_t k = 0;
   for (int64_t i = 0; i < n && !rc; i++) {
     tc_shm_call_t call = {.give = run_give, .take = run_take, .arg = r, .sees = sees[i % period]};
-    uint64_t k;
     rc = tc_shm_call_add(s, r->g, &call, &k);
     if (i == 0) r->k0 = k;
   }
+  if (!rc && n > 0) rc = add_done(s, r, k);
   return rc ? rc : tc_sched_call(s, run_report, r, true);
 }
 

@@ -24,6 +24,7 @@
 
 #include "algo.h"
 
+#include "../node/heap.h"
 #include "../node/segment.h"
 
 typedef enum { TC_SHM_ALL_REDUCE, TC_SHM_REDUCE, TC_SHM_BROADCAST } tc_shm_kind_t;
@@ -59,18 +60,36 @@ int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, 
  * take(r, i, k) for call i of the run (number k). The run keeps its calls in step across ranks:
  * after a take fails the later ones still run, taking nothing, and the first error is the run's
  * result, reported by a last step once every call ran (the communicator's next calls stay in
- * step). Embed it first in the builder's job. */
+ * step). Embed it first in the builder's job.
+ *
+ * Symmetric storage (../node/heap.h): where the builder names this rank's input or output as
+ * storage its peers may read in place (shared[]), the run publishes where each lies in this
+ * rank's part of the heap with every call (tc_shm_peer_shared reads it), and then, after its
+ * last call, waits until every peer's DONE word says it finished that call: the work completes
+ * only once no peer reads this rank's storage any more (the user may then change it). Every rank
+ * publishes its DONE word after its last call, whether or not it shared anything. */
+typedef struct tc_shm_share {
+  const void *p; /* NULL: nothing shared */
+  size_t bytes;
+} tc_shm_share_t;
+enum { TC_SHM_SHARED_IN, TC_SHM_SHARED_OUT, TC_SHM_SHARED };
 typedef struct tc_shm_run {
   tc_node_seg_t *g;
   int (*give)(struct tc_shm_run *r, int64_t i, uint64_t k);
   int (*take)(struct tc_shm_run *r, int64_t i, uint64_t k);
-  uint64_t k0;        /* the first call's number (the others follow it) */
-  int64_t gave, took; /* calls whose give, whose take ran (they run in order) */
-  int rc;             /* the first error */
+  tc_shm_share_t shared[TC_SHM_SHARED]; /* what peers may read in place (the builder's) */
+  uint64_t offset[TC_SHM_SHARED];       /* where that lies in the heap, TC_HEAP_NONE: not there */
+  uint64_t k0;                          /* the first call's number (the others follow it) */
+  int64_t gave, took;                   /* calls whose give, whose take ran (they run in order) */
+  int rc;                               /* the first error */
 } tc_shm_run_t;
 /* Appends n calls of run r, call i seeing sees[i % period] (TC_SHM_SEES_*, or a rank), their
- * steps reserved first, then the step that reports the run's result. */
+ * steps reserved first, then the DONE word's steps, then the step that reports the run's
+ * result. */
 int tc_shm_run_add(tc_sched_t *s, tc_shm_run_t *r, const int *sees, int period, int64_t n);
+/* Whether rank q shared what (TC_SHM_SHARED_IN or _OUT) for call k, and where it lies in this
+ * process's addresses (NULL: not shared; read it from q's slot). For a take of call k. */
+const char *tc_shm_peer_shared(const tc_node_seg_t *g, int q, uint64_t k, int what);
 /* Notes call k finished on this rank: its reads of the peers' lines and slots are done. */
 static inline void tc_shm_finish(tc_node_seg_t *g, uint64_t k) {
   __atomic_store_n(&g->small_finished, k, __ATOMIC_RELEASE);

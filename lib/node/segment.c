@@ -5,29 +5,19 @@
 #include "../drive.h"
 #include "../mpiglue/mpi_calls.h"
 #include "../mpiglue/mpi_impl.h"
+#include "heap.h"
+#include "window.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 /* The smallest area worth a segment: the header and two 4 KiB slots. */
 #define MIN_AREA (TC_NODE_HEADER + 2 * 4096)
 
 /* Polls that spin before a wait yields, where every rank of the node has a core of its own. */
 #define SPIN_POLLS 20000
-
-static size_t page_size(void) {
-  long p = sysconf(_SC_PAGESIZE);
-  return p > 0 ? (size_t)p : 4096;
-}
 
 /* Every rank's verdict: the lowest of the ranks' ok (a collective on comm's control
  * communicator, driving the schedules in flight while it waits: this runs inside a post). */
@@ -43,22 +33,9 @@ static size_t agree_area(tcoll_comm_t *c) {
   if (tc_mpi_allreduce(&mine, &least, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, c->ctrl, true) !=
       MPI_SUCCESS)
     return 0;
-  size_t pg = page_size();
+  size_t pg = tc_node_page_size();
   if (least < MIN_AREA) return 0;
   return ((size_t)least + pg - 1) / pg * pg;
-}
-
-/* Whether /dev/shm (where both MPIs back shared windows) has room for p areas, with as much
- * again to spare: a window asked for beyond it fails badly (Open MPI: an error on one rank and
- * the others stuck in the call; MPICH: SIGBUS at the first touch). */
-static bool room_for(size_t bytes, char *why, size_t len) {
-  struct statvfs v;
-  if (statvfs("/dev/shm", &v) != 0) return true; /* no tmpfs there: the populate step decides */
-  unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;
-  if (avail / 2 >= bytes) return true;
-  snprintf(why, len, "/dev/shm has %llu bytes free, %zu needed (twice that kept free)", avail,
-           bytes);
-  return false;
 }
 
 /* What names this rank's node: the host name, the kernel's boot id and the network namespace
@@ -114,35 +91,19 @@ static bool node_oversubscribed(int node_ranks) {
   return tc_node_local_ranks(node_ranks) > tc_usable_cores();
 }
 
-/* Faults this rank's area in, first touched here (its NUMA node); false where the memory is not
- * there (a tmpfs that fills up: EFAULT, where a touch would raise SIGBUS). */
+/* Faults this rank's area in (window.h) and zeroes its header: the words start at 0 (a new
+ * tmpfs page is zero anyway). */
 static bool populate(char *area, size_t bytes, char *why, size_t len) {
-  size_t pg = page_size();
-  uintptr_t b = ((uintptr_t)area + pg - 1) / pg * pg, e = ((uintptr_t)area + bytes) / pg * pg;
-  if (e > b && madvise((void *)b, e - b, MADV_POPULATE_WRITE) != 0) {
-    int err = errno;
-    if (err != EINVAL) { /* EINVAL: a kernel before 5.14; the statvfs check stands alone */
-      snprintf(why, len, "populating its %zu bytes failed: %s", bytes, strerror(err));
-      return false;
-    }
-  }
-  memset(area, 0, TC_NODE_HEADER); /* the words start at 0 (a new tmpfs page is zero anyway) */
+  if (!tc_node_populate(area, bytes, why, len)) return false;
+  memset(area, 0, TC_NODE_HEADER);
   return true;
 }
 
 /* The window: every rank's area, in this process's addresses (aligned to a cache line: the
  * offset of a rank's piece within its page is the same in every process). */
 static bool map_areas(tc_node_seg_t *s) {
-  for (int r = 0; r < s->p; r++) {
-    MPI_Aint sz = 0;
-    int unit = 0;
-    void *base = NULL;
-    if (PMPI_Win_shared_query(s->win, r, &sz, &unit, &base) != MPI_SUCCESS || !base ||
-        (size_t)sz < s->area + TC_NODE_LINE)
-      return false;
-    uintptr_t a = ((uintptr_t)base + TC_NODE_LINE - 1) & ~(uintptr_t)(TC_NODE_LINE - 1);
-    s->areas[r] = (char *)a;
-  }
+  for (int r = 0; r < s->p; r++)
+    if (!(s->areas[r] = tc_node_win_piece(s->win, r, s->area))) return false;
   s->peers = calloc((size_t)TC_NODE_LINES * (size_t)s->p, sizeof *s->peers);
   if (!s->peers) return false;
   for (int line = 0; line < TC_NODE_LINES; line++)
@@ -153,25 +114,10 @@ static bool map_areas(tc_node_seg_t *s) {
 
 /* This process's memory of s (the window, MPI's, is not touched). */
 static void drop(tc_node_seg_t *s) {
+  free(s->heap);
   free(s->peers);
   free(s->areas);
   free(s);
-}
-
-/* Allocates the window over s->node (every rank of it takes part); false if MPI refused. */
-static bool allocate(tc_node_seg_t *s, char *why, size_t len) {
-  MPI_Info info = MPI_INFO_NULL;
-  if (PMPI_Info_create(&info) == MPI_SUCCESS)
-    PMPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each piece its owner's pages */
-  void *base = NULL;
-  /* one cache line more: Open MPI's pieces start past a header, off the line */
-  int rc = PMPI_Win_allocate_shared((MPI_Aint)(s->area + TC_NODE_LINE), 1, info, s->node, &base,
-                                    &s->win);
-  if (info != MPI_INFO_NULL) PMPI_Info_free(&info);
-  if (rc == MPI_SUCCESS) return true;
-  s->win = MPI_WIN_NULL;
-  snprintf(why, len, "MPI_Win_allocate_shared of %zu bytes failed", s->area);
-  return false;
 }
 
 static void free_seg(tc_node_seg_t *s) {
@@ -222,12 +168,13 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
            MPI_SUCCESS &&
        PMPI_Comm_size(s->node, &n) == MPI_SUCCESS && n == c->size;
   if (!ok) snprintf(why, len, "its ranks are not all on one node (%d of %d here)", n, c->size);
-  if (ok) ok = room_for((size_t)c->size * area, why, len);
+  if (ok) ok = tc_node_room_for((size_t)c->size * area, why, len);
   if (!agree(c, ok)) {
     free_seg(s);
     return NULL;
   }
-  ok = tc_rendezvous(c->ctrl) == MPI_SUCCESS && allocate(s, why, len);
+  ok = tc_rendezvous(c->ctrl) == MPI_SUCCESS &&
+       tc_node_win_allocate(s->node, s->area, &s->win, why, len);
   if (!agree(c, ok)) {
     /* a window some rank lacks cannot be freed (collective): it stays until finalize */
     if (s->win != MPI_WIN_NULL) tc_info("a shared window is left allocated: %s", why);
@@ -245,6 +192,11 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
     return NULL;
   }
   s->slot_bytes = (area - TC_NODE_HEADER) / 2 / TC_NODE_LINE * TC_NODE_LINE;
+  s->heap = calloc((size_t)c->size, sizeof *s->heap);
+  if (!tc_heap_parts(c, s->heap)) { /* the same verdict on every rank */
+    free(s->heap);
+    s->heap = NULL;
+  }
   return s;
 }
 
@@ -258,8 +210,9 @@ void tc_node_attach(tcoll_comm_t *c) {
     s = make(c, why, sizeof why);
   if (s) {
     if (!tc_cfg.wait_yield && !node_oversubscribed(s->p)) tc_set_spin(SPIN_POLLS);
-    tc_info("communicator %s: a node-shared segment of %zu bytes per rank (%d ranks)",
-            tc_comm_label(c, label, sizeof label), s->area, s->p);
+    tc_info("communicator %s: a node-shared segment of %zu bytes per rank (%d ranks)%s",
+            tc_comm_label(c, label, sizeof label), s->area, s->p,
+            s->heap ? ", the symmetric heap mapped" : "");
   } else {
     tc_info("communicator %s: no node-shared segment (%s); its collectives take the MPI paths",
             tc_comm_label(c, label, sizeof label), why[0] ? why : "another rank could not make it");

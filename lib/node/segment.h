@@ -26,6 +26,8 @@
 enum {
   TC_NODE_LINE_SMALL0, /* the small protocol's even calls: their number, and a tiny payload */
   TC_NODE_LINE_SMALL1, /* its odd calls */
+  TC_NODE_LINE_DONE,   /* the last call whose reads of its peers' memory this rank finished (runs
+                          of calls that read symmetric storage in place: ../mpi/shm_small.h) */
   TC_NODE_LINES
 };
 #define TC_NODE_HEADER 256 /* bytes before the slots (room for more lines) */
@@ -35,6 +37,8 @@ typedef struct tc_node_seg {
   size_t area;       /* bytes each rank owns */
   size_t slot_bytes; /* bytes of each of an area's two slots */
   char **areas;      /* [p]: each rank's area, in this process's addresses */
+  char **heap;       /* [p]: each rank's part of the symmetric heap (heap.h) in this process's
+                        addresses; NULL where some rank of the communicator has none */
   uint64_t **peers;  /* [line * p + q]: rank q's word of line, NULL for this rank's own (what a
                         reader of every peer awaits at once: tc_sched_await_all) */
   /* The small protocol's state on this rank (its calls are built in the same order on every

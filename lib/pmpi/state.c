@@ -180,6 +180,7 @@ static void start(int provided, lay_progress_t how) {
   int mine = setting_on(), all = 0;
   if (PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS || !all)
     return;
+  tcoll_layer_no_symmetric_heap();
   int started = LAY_TCOLL(tcoll_init(NULL, NULL)) == TCOLL_SUCCESS;
   if (!started)
     fprintf(stderr, "libtcoll-mpi.so: tcoll did not start (%s): every call goes to MPI\n",

@@ -4,7 +4,8 @@
  * publishes; once every peer published, every rank copies each peer's chunk from the peer's slot
  * straight into its places in the output (along a dim other than 0: one run per outer row, the
  * same code as dim 0 with more rows: place.h), and its own chunk from its input. One copy in and
- * one strided copy out per byte, so dim != 0 costs what dim 0 costs; outputs from 8 MiB along
+ * one strided copy out per byte, so dim != 0 costs what dim 0 costs (an input from the symmetric
+ * heap is not copied in: peers read it where it lies, shm_small.h); outputs from 8 MiB along
  * a dim other than 0 are written with streaming stores (as cma.c's). It needs no cross-memory
  * attach (containers forbid it) and no MPI call. */
 #include "../shm_small.h"
@@ -30,6 +31,7 @@ static size_t chunk_len(const gather_t *j, int64_t i) {
 static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
   gather_t *j = (gather_t *)r;
   tc_shm_give_bytes(j->g, k, j->total);
+  if (r->offset[TC_SHM_SHARED_IN] != TC_HEAP_NONE) return TCOLL_SUCCESS; /* read in place */
   memcpy(tc_node_slot(j->g, j->g->me, (int)(k & 1)), j->in + chunk_at(j, i), chunk_len(j, i));
   return TCOLL_SUCCESS;
 }
@@ -44,7 +46,8 @@ static int take(tc_shm_run_t *r, int64_t i, uint64_t k) {
   /* starting with the next rank, so that ranks read different peers at a time */
   for (int d = 1; d < j->g->p; d++) {
     int q = (j->g->me + d) % j->g->p;
-    tc_gather_place(&j->out, q, tc_node_slot(j->g, q, (int)(k & 1)), f0, f1);
+    const char *in = tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_IN);
+    tc_gather_place(&j->out, q, in ? in + f0 : tc_node_slot(j->g, q, (int)(k & 1)), f0, f1);
   }
   tc_gather_place(&j->out, j->g->me, j->in + f0, f0, f1);
   if (j->out.stream) tc_stream_fence(); /* the output is the user's once the work completes */
@@ -60,6 +63,7 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
                   .in = c->src,
                   .out = {c->dst, c->run, g->p, tc_gather_streamed(c->run, c->outer, g->p)},
                   .total = c->run * (size_t)c->outer};
+  j->calls.shared[TC_SHM_SHARED_IN] = (tc_shm_share_t){c->src, j->total};
   int64_t calls = (int64_t)((j->total + g->slot_bytes - 1) / g->slot_bytes);
   const int sees[1] = {TC_SHM_SEES_ALL};
   return tc_shm_run_add(&w->sched, &j->calls, sees, 1, calls);

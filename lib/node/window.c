@@ -1,0 +1,67 @@
+/* Node-shared windows (see window.h). */
+#include "window.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define LINE 64
+
+size_t tc_node_page_size(void) {
+  long p = sysconf(_SC_PAGESIZE);
+  return p > 0 ? (size_t)p : 4096;
+}
+
+bool tc_node_room_for(size_t bytes, char *why, size_t len) {
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) != 0) return true; /* no tmpfs there: the populate step decides */
+  unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;
+  if (avail / 2 >= bytes) return true;
+  snprintf(why, len, "/dev/shm has %llu bytes free, %zu needed (twice that kept free)", avail,
+           bytes);
+  return false;
+}
+
+bool tc_node_win_allocate(MPI_Comm node, size_t bytes, MPI_Win *win, char *why, size_t len) {
+  MPI_Info info = MPI_INFO_NULL;
+  if (PMPI_Info_create(&info) == MPI_SUCCESS)
+    PMPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each piece its owner's pages */
+  void *base = NULL;
+  int rc = PMPI_Win_allocate_shared((MPI_Aint)(bytes + LINE), 1, info, node, &base, win);
+  if (info != MPI_INFO_NULL) PMPI_Info_free(&info);
+  if (rc == MPI_SUCCESS) return true;
+  *win = MPI_WIN_NULL;
+  snprintf(why, len, "MPI_Win_allocate_shared of %zu bytes failed", bytes);
+  return false;
+}
+
+char *tc_node_win_piece(MPI_Win win, int r, size_t bytes) {
+  MPI_Aint sz = 0;
+  int unit = 0;
+  void *base = NULL;
+  if (PMPI_Win_shared_query(win, r, &sz, &unit, &base) != MPI_SUCCESS || !base ||
+      (size_t)sz < bytes + LINE)
+    return NULL;
+  return (char *)(((uintptr_t)base + LINE - 1) & ~(uintptr_t)(LINE - 1));
+}
+
+bool tc_node_populate(char *area, size_t bytes, char *why, size_t len) {
+  size_t pg = tc_node_page_size();
+  uintptr_t b = ((uintptr_t)area + pg - 1) / pg * pg, e = ((uintptr_t)area + bytes) / pg * pg;
+  if (e > b && madvise((void *)b, e - b, MADV_POPULATE_WRITE) != 0) {
+    int err = errno;
+    if (err != EINVAL) { /* EINVAL: a kernel before 5.14; the statvfs check stands alone */
+      snprintf(why, len, "populating its %zu bytes failed: %s", bytes, strerror(err));
+      return false;
+    }
+  }
+  return true;
+}
