@@ -459,13 +459,13 @@ static int64_t check_and_spoil(const char *what, int it, float *out, int64_t n, 
 
 typedef enum { DW_ALL_REDUCE, DW_REDUCE_SCATTER, DW_ALL_GATHER } dw_kind_t;
 
-/* `iters` calls of kind of about 3 MiB of input (all_gather: 2 slots of it on each rank), whole
- * chunks of the segment's 512 KiB slots (the last call reads as much as the others), each after
- * a random delay of up to 300 us; each rank overwrites its storage with garbage as soon as its
- * wait returns, what the peers read last first (all_reduce: the output, whose blocks the last
- * call reads; the others: the input): where a rank's wait returned before a peer finished
+/* `iters` calls of kind of about 3 MiB of input, or `least` bytes (all_gather: 2 slots of it on
+ * each rank), whole chunks of the segment's 512 KiB slots (the last call reads as much as the
+ * others), each after a random delay of up to 300 us; each rank overwrites its storage with garbage
+ * as soon as its wait returns, what the peers read last first (all_reduce: the output, whose blocks
+ * the last call reads; the others: the input): where a rank's wait returned before a peer finished
  * reading its storage, the peer's result has garbage in it. */
-static void done_wait_loop(dw_kind_t kind, int iters) {
+static void done_wait_loop(dw_kind_t kind, int iters, size_t least) {
   int p = t_size;
   const char *names[] = {"all_reduce:shm_slices", "reduce_scatter:shm_slices", "all_gather:shm"};
   char what[120];
@@ -475,6 +475,9 @@ static void done_wait_loop(dw_kind_t kind, int iters) {
   if (piece < 16) piece = 16;
   int64_t m = kind == DW_ALL_GATHER ? (int64_t)(2 * slot_bytes() / 4) : 6 * piece;
   if (m < 16) m = 16;
+  /* at least `least` bytes of input, in whole pieces (all_reduce from 8 MiB: the peers read the
+   * output in place too, lib/mpi/shm_slices.c) */
+  while ((size_t)(kind == DW_ALL_GATHER ? m : p * m) * 4 < least) m += piece;
   int64_t ishape[1] = {kind == DW_ALL_GATHER ? m : p * m};
   int64_t oshape[1] = {kind == DW_REDUCE_SCATTER ? m : p * m};
   tcoll_cache_release();
@@ -528,9 +531,10 @@ START_TEST(done_wait) {
   tcoll_cache_release();
   t_save_algo();
   t_set_algo(ALL_SHM);
-  done_wait_loop(DW_ALL_REDUCE, 200);
-  done_wait_loop(DW_REDUCE_SCATTER, 200);
-  done_wait_loop(DW_ALL_GATHER, 200);
+  done_wait_loop(DW_ALL_REDUCE, 200, 0);
+  done_wait_loop(DW_ALL_REDUCE, 20, (size_t)9 << 20);
+  done_wait_loop(DW_REDUCE_SCATTER, 200, 0);
+  done_wait_loop(DW_ALL_GATHER, 200, 0);
   t_restore_algo();
 }
 END_TEST

@@ -7,6 +7,11 @@
 
 #include <string.h>
 
+/* All_reduce outputs from this size on are read in place by the peers (from the heap) rather than
+ * copied through the slots: at 8 and 16 MiB that took 0.68-0.80x the time, at 1-4 MiB 0.9-1.7x
+ * (bench/heap-bench, 2 ranks, the CI machine; why the smaller ones lose is not understood). */
+#define SHARE_OUT_MIN_BYTES ((size_t)8 << 20)
+
 typedef struct slices {
   tc_shm_run_t calls; /* first: the run's callbacks get it */
   tc_node_seg_t *g;
@@ -116,8 +121,8 @@ static int reduce_run(slices_t *j, uint64_t k, int64_t t0, int64_t u, int64_t m,
   const char *call = "MPI_Reduce_local";
   int rc = tc_mpi_reduce_into(peer_piece(j, first, k, t0, u), own, acc, m, j->dtype, j->op, &call);
   for (int q = first + 1; q < j->g->p && rc == MPI_SUCCESS; q++)
-    if (q != me)
-      rc = tc_mpi_reduce_local(peer_piece(j, q, k, t0, u), acc, m, j->dtype, j->op, &call);
+    if (q != me) /* (C's vector loop, as for the first peer) */
+      rc = tc_mpi_reduce_into(peer_piece(j, q, k, t0, u), acc, acc, m, j->dtype, j->op, &call);
   if (rc != MPI_SUCCESS) return tc_mpi_error(rc, call);
   if (j->divisor != 1.0) tc_host_divide(acc, j->dtype, m, j->divisor);
   return TCOLL_SUCCESS;
@@ -193,7 +198,7 @@ int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t 
                   .divisor = c->divisor};
   size_t in_bytes = (size_t)(j->vector ? j->n : j->n * g->p) * es;
   j->calls.shared[TC_SHM_SHARED_IN] = (tc_shm_share_t){c->src, in_bytes};
-  if (kind == TC_SLICES_ALL_REDUCE)
+  if (kind == TC_SLICES_ALL_REDUCE && in_bytes >= SHARE_OUT_MIN_BYTES)
     j->calls.shared[TC_SHM_SHARED_OUT] = (tc_shm_share_t){c->dst, in_bytes};
   int64_t chunks = (block_len(j, 0) + j->piece - 1) / j->piece;
   /* Reduce-scatter calls see every peer; gather calls too, but reduce's off the root see none */
