@@ -104,6 +104,47 @@ static bool make(char *why, size_t len) {
   return true;
 }
 
+/* The communicator of this rank's node, or MPI_COMM_NULL (the same verdict on every rank). Its
+ * ranks are those with this rank's node key (an FNV-1a hash of it, gathered over MPI_COMM_WORLD:
+ * MPI_Comm_split by it), then the MPI's shared split of them must keep them all: the shared split
+ * of the world alone can give overlapping groups that no collective may use (Open MPI over two
+ * network namespaces of one host, tcoll's test of two hosts). */
+static MPI_Comm node_comm(char *why, size_t len) {
+  tc_node_key_t key;
+  tc_node_key(&key);
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = key.text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  int n = tc_g.world_size, color = tc_g.world_rank, have, all = 0;
+  uint64_t *keys = malloc((size_t)n * sizeof *keys);
+  have = keys != NULL;
+  if (PMPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS || !all ||
+      PMPI_Allgather(&h, 1, MPI_UINT64_T, keys, 1, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    free(keys);
+    snprintf(why, len, "no memory, or MPI_Allgather failed");
+    return MPI_COMM_NULL;
+  }
+  for (int r = n - 1; r >= 0; r--)
+    if (keys[r] == h) color = r; /* the node's lowest world rank */
+  free(keys);
+  MPI_Comm same = MPI_COMM_NULL, node = MPI_COMM_NULL;
+  int ok = PMPI_Comm_split(MPI_COMM_WORLD, color, tc_g.world_rank, &same) == MPI_SUCCESS;
+  /* (errors come back: the window is refused where the MPI has no shared one, osc pt2pt) */
+  if (ok) PMPI_Comm_set_errhandler(same, MPI_ERRORS_RETURN);
+  int want = 0, got = 0;
+  if (ok)
+    ok = PMPI_Comm_split_type(same, MPI_COMM_TYPE_SHARED, tc_g.world_rank, MPI_INFO_NULL, &node) ==
+         MPI_SUCCESS;
+  if (ok) PMPI_Comm_size(same, &want), PMPI_Comm_size(node, &got);
+  int mine = ok && want == got;
+  all = 0;
+  if (same != MPI_COMM_NULL) PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, same);
+  if (same != MPI_COMM_NULL) PMPI_Comm_free(&same);
+  if (all) return node;
+  snprintf(why, len, "MPI's shared split does not keep the %d ranks named like this node's", want);
+  if (node != MPI_COMM_NULL) PMPI_Comm_free(&node);
+  return MPI_COMM_NULL;
+}
+
 void tc_heap_open(void) {
   if (heap.win != MPI_WIN_NULL) { /* kept at the last finalize: every rank kept it */
     heap.open = true;
@@ -111,10 +152,8 @@ void tc_heap_open(void) {
     return;
   }
   char why[256] = "";
-  if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, tc_g.world_rank, MPI_INFO_NULL,
-                           &heap.node) != MPI_SUCCESS) {
-    heap.node = MPI_COMM_NULL;
-    tc_info("symmetric heap: none (MPI_Comm_split_type failed)");
+  if ((heap.node = node_comm(why, sizeof why)) == MPI_COMM_NULL) {
+    tc_info("symmetric heap: none (%s)", why);
     return;
   }
   PMPI_Comm_size(heap.node, &heap.p);

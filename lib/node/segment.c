@@ -38,43 +38,17 @@ static size_t agree_area(tcoll_comm_t *c) {
   return ((size_t)least + pg - 1) / pg * pg;
 }
 
-/* What names this rank's node: the host name, the kernel's boot id and the network namespace
- * (ranks in two network namespaces of one host are tcoll's test of two hosts, and Open MPI's
- * shared split over them gives inconsistent groups). */
-typedef struct node_key {
-  char text[192];
-} node_key_t;
-
-static void read_first_line(const char *path, char *buf, size_t len) {
-  buf[0] = '\0';
-  FILE *f = fopen(path, "r");
-  if (!f) return;
-  if (!fgets(buf, (int)len, f)) buf[0] = '\0';
-  fclose(f);
-  buf[strcspn(buf, "\n")] = '\0';
-}
-
-static void node_key_of_this_rank(node_key_t *k) {
-  char host[64] = "", boot[64] = "", net[64] = "";
-  gethostname(host, sizeof host - 1);
-  read_first_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
-  ssize_t n = readlink("/proc/self/ns/net", net, sizeof net - 1);
-  net[n > 0 ? n : 0] = '\0';
-  memset(k, 0, sizeof *k);
-  snprintf(k->text, sizeof k->text, "%.63s|%.63s|%.60s", host, boot, net);
-}
-
 /* Whether every rank runs on this rank's node (the same answer everywhere: every rank sees every
  * key). A collective on comm's control communicator. */
 static bool one_node(tcoll_comm_t *c, char *why, size_t len) {
-  node_key_t mine, *all = calloc((size_t)c->size, sizeof *all);
+  tc_node_key_t mine, *all = calloc((size_t)c->size, sizeof *all);
   int ok = all != NULL;
   if (!agree(c, ok)) {
     free(all);
     snprintf(why, len, "no memory");
     return false;
   }
-  node_key_of_this_rank(&mine);
+  tc_node_key(&mine);
   if (tc_mpi_allgather(&mine, (int64_t)sizeof mine, MPI_BYTE, all, (int64_t)sizeof mine, MPI_BYTE,
                        c->ctrl, true) != MPI_SUCCESS)
     ok = 0, snprintf(why, len, "exchanging node names failed");

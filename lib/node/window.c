@@ -15,6 +15,25 @@
 
 #define LINE 64
 
+static void read_first_line(const char *path, char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (!fgets(buf, (int)len, f)) buf[0] = '\0';
+  fclose(f);
+  buf[strcspn(buf, "\n")] = '\0';
+}
+
+void tc_node_key(tc_node_key_t *k) {
+  char host[64] = "", boot[64] = "", net[64] = "";
+  gethostname(host, sizeof host - 1);
+  read_first_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+  ssize_t n = readlink("/proc/self/ns/net", net, sizeof net - 1);
+  net[n > 0 ? n : 0] = '\0';
+  memset(k, 0, sizeof *k);
+  snprintf(k->text, sizeof k->text, "%.63s|%.63s|%.60s", host, boot, net);
+}
+
 size_t tc_node_page_size(void) {
   long p = sysconf(_SC_PAGESIZE);
   return p > 0 ? (size_t)p : 4096;

@@ -13,6 +13,13 @@
 #include <stddef.h>
 
 size_t tc_node_page_size(void);
+/* What names this rank's node: the host name, the kernel's boot id and the network namespace
+ * (ranks in two network namespaces of one host are tcoll's test of two hosts, and Open MPI's
+ * shared split over them gives inconsistent groups: checked against these keys). */
+typedef struct tc_node_key {
+  char text[192];
+} tc_node_key_t;
+void tc_node_key(tc_node_key_t *k);
 /* Whether /dev/shm (where both MPIs back shared windows) has room for bytes, with as much again
  * to spare; why says what is missing where not. */
 bool tc_node_room_for(size_t bytes, char *why, size_t len);
