@@ -33,7 +33,7 @@ enum {
 #define COAL_N 64      /* tensors in the coalesced case */
 #define COAL_NUMEL 256 /* elements per tensor */
 #define MAX_VARIANTS 11
-#define MAX_TUNE 5 /* algorithms of one op besides auto */
+#define MAX_TUNE 6 /* algorithms of one op besides auto */
 #define MAX_ROWS 3 /* rows one point makes (coalesced: three) */
 
 /* ------------------------------------------------------------------ options (args.c) */

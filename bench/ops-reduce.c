@@ -14,10 +14,10 @@ static void t_allreduce_alloc_post(point_t *p) {
 }
 
 static const tune_set_t tune_all_reduce = {
-    5,
-    {"mpi", "ring", "ring_allgather", "shm", "shm_slices"},
+    6,
+    {"mpi", "ring", "ring_allgather", "shm", "shm_slices", "hier"},
     {"all_reduce:mpi", "all_reduce:ring", "all_reduce:ring_allgather", "all_reduce:shm",
-     "all_reduce:shm_slices"},
+     "all_reduce:shm_slices", "all_reduce:hier"},
 };
 
 static void m_allreduce_blocking(point_t *p) {

@@ -31,6 +31,9 @@ struct tcoll_comm {
   /* the node-shared segment (lib/node): 0 not decided yet, 1 made (node), -1 none */
   int shm;
   struct tc_node_seg *node;
+  /* where its ranks span several nodes and each node's ranks have a segment: the two levels
+   * (lib/node/hier.h); NULL otherwise. Decided with shm. */
+  struct tc_node_hier *hier;
   /* TC_COMM_CACHED: the request it answers, and how many holders it has. */
   const tcoll_comm_t *key_parent;
   int *key_ranks;

@@ -2,6 +2,7 @@
 #include "algo.h"
 
 #include "../base/dtype.h"
+#include "../node/hier.h"
 #include "../node/segment.h"
 
 #include <stdio.h>
@@ -90,6 +91,7 @@ static bool row_applies(const tc_algo_row_t *r, const tc_algo_query_t *q) {
   if ((r->where & TC_WHERE_HOST) && q->device) return false;
   if ((r->where & TC_WHERE_STRIDED) && q->layout != TC_LAYOUT_STRIDED) return false;
   if ((r->where & TC_WHERE_SHM) && !tc_node_of(q->comm)) return false;
+  if ((r->where & TC_WHERE_HIER) && !tc_node_hier_of(q->comm)) return false;
   return q->layout != TC_LAYOUT_STRIDED || q->run >= r->min_run;
 }
 

@@ -122,7 +122,9 @@ enum {
   TC_WHERE_STRIDED = 2, /* strided blocks only */
   /* communicators with a node-shared segment only (lib/node/): a row of a shared-memory
    * algorithm, so that the rows after it, today's, still apply where there is none */
-  TC_WHERE_SHM = 4
+  TC_WHERE_SHM = 4,
+  /* communicators spanning several nodes, each with a segment (lib/node/hier.h) only */
+  TC_WHERE_HIER = 8
 };
 typedef struct tc_algo_row {
   tc_mpi_impl_t impl;

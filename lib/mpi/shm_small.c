@@ -213,7 +213,11 @@ int tc_shm_run_add(tc_sched_t *s, tc_shm_run_t *r, const int *sees, int period, 
 }
 
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind) {
-  tc_node_seg_t *g = w->comm->node;
+  return tc_shm_small_build_on(w, w->comm->node, c, kind);
+}
+
+int tc_shm_small_build_on(tc_work_t *w, tc_node_seg_t *g, const tc_algo_call_t *c,
+                          tc_shm_kind_t kind) {
   small_job_t *j = tc_work_small(w, sizeof *j);
   if (!j) return TCOLL_ERR_NO_MEMORY;
   *j = (small_job_t){

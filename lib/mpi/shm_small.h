@@ -35,6 +35,10 @@ bool tc_shm_small_supported(const tc_algo_query_t *q);
 /* Appends call c's steps (c->root: reduce's and broadcast's root; broadcast: c->src is the root's
  * input, c->dst every rank's output). Keeps its state in the work's private bytes. */
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind);
+/* The same on segment g, whose ranks are not the work's communicator's (one node's of it:
+ * hier.h; c->root is g's rank). Calls on g are built in the same order on its ranks. */
+int tc_shm_small_build_on(tc_work_t *w, tc_node_seg_t *g, const tc_algo_call_t *c,
+                          tc_shm_kind_t kind);
 
 /* ---- the protocol's calls, for builders of other collectives on it (shm_slices.c: a large
  * collective is a run of calls, a chunk each) ---- */

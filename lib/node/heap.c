@@ -110,10 +110,7 @@ static bool make(char *why, size_t len) {
  * of the world alone can give overlapping groups that no collective may use (Open MPI over two
  * network namespaces of one host, tcoll's test of two hosts). */
 static MPI_Comm node_comm(char *why, size_t len) {
-  tc_node_key_t key;
-  tc_node_key(&key);
-  uint64_t h = 1469598103934665603ull;
-  for (const char *c = key.text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  uint64_t h = tc_node_key_hash();
   int n = tc_g.world_size, color = tc_g.world_rank, have, all = 0;
   uint64_t *keys = malloc((size_t)n * sizeof *keys);
   have = keys != NULL;

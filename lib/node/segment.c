@@ -6,6 +6,7 @@
 #include "../mpiglue/mpi_calls.h"
 #include "../mpiglue/mpi_impl.h"
 #include "heap.h"
+#include "hier.h"
 #include "window.h"
 
 #include <stdio.h>
@@ -19,16 +20,23 @@
 /* Polls that spin before a wait yields, where every rank of the node has a core of its own. */
 #define SPIN_POLLS 20000
 
+/* The ranks a segment is made for: a communicator's, or one node's ranks of it (hier.c). */
+typedef struct group {
+  MPI_Comm ctrl; /* control traffic among them */
+  int size, rank;
+  tcoll_comm_t *comm; /* where the symmetric heap's view is made; NULL: none */
+} group_t;
+
 /* Every rank's verdict: the lowest of the ranks' ok (a collective on comm's control
  * communicator, driving the schedules in flight while it waits: this runs inside a post). */
-static int agree(tcoll_comm_t *c, int ok) {
+static int agree(const group_t *c, int ok) {
   int all = 0;
   if (tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->ctrl, true) != MPI_SUCCESS) return 0;
   return all;
 }
 
 /* The area every rank asks for: the smallest TCOLL_SHM_BYTES of any rank, in pages. */
-static size_t agree_area(tcoll_comm_t *c) {
+static size_t agree_area(const group_t *c) {
   unsigned long long mine = tc_set.shm ? (unsigned long long)tc_set.shm_bytes : 0, least = 0;
   if (tc_mpi_allreduce(&mine, &least, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, c->ctrl, true) !=
       MPI_SUCCESS)
@@ -40,7 +48,7 @@ static size_t agree_area(tcoll_comm_t *c) {
 
 /* Whether every rank runs on this rank's node (the same answer everywhere: every rank sees every
  * key). A collective on comm's control communicator. */
-static bool one_node(tcoll_comm_t *c, char *why, size_t len) {
+static bool one_node(const group_t *c, char *why, size_t len) {
   tc_node_key_t mine, *all = calloc((size_t)c->size, sizeof *all);
   int ok = all != NULL;
   if (!agree(c, ok)) {
@@ -101,9 +109,10 @@ static void free_seg(tc_node_seg_t *s) {
   drop(s);
 }
 
-/* The segment every rank agreed on, or NULL (why says this rank's reason). Every rank makes the
- * same calls whatever it finds, each step agreed before the next. */
-static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
+/* The segment every rank agreed on, or NULL (why says this rank's reason; *several: because its
+ * ranks are on several nodes, the same on every rank). Every rank makes the same calls whatever it
+ * finds, each step agreed before the next. */
+static tc_node_seg_t *make(const group_t *c, char *why, size_t len, bool *several) {
   size_t area = agree_area(c);
   if (!area) {
     if (!tc_set.shm)
@@ -132,6 +141,7 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
     return NULL;
   }
   if (!one_node(c, why, len)) {
+    *several = true; /* (or no memory for the keys: hier.c's own checks say which) */
     free_seg(s);
     return NULL;
   }
@@ -142,7 +152,12 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
            MPI_SUCCESS &&
        PMPI_Comm_size(s->node, &n) == MPI_SUCCESS && n == c->size;
   if (!ok) snprintf(why, len, "its ranks are not all on one node (%d of %d here)", n, c->size);
-  if (ok) ok = tc_node_room_for((size_t)c->size * area, why, len);
+  if (!agree(c, ok)) { /* a shared split smaller than the keys say: MPICH's cliques */
+    *several = true;
+    free_seg(s);
+    return NULL;
+  }
+  ok = tc_node_room_for((size_t)c->size * area, why, len);
   if (!agree(c, ok)) {
     free_seg(s);
     return NULL;
@@ -166,11 +181,24 @@ static tc_node_seg_t *make(tcoll_comm_t *c, char *why, size_t len) {
     return NULL;
   }
   s->slot_bytes = (area - TC_NODE_HEADER) / 2 / TC_NODE_LINE * TC_NODE_LINE;
-  s->heap = calloc((size_t)c->size, sizeof *s->heap);
-  if (!tc_heap_parts(c, s->heap)) { /* the same verdict on every rank */
+  s->heap = c->comm ? calloc((size_t)c->size, sizeof *s->heap) : NULL;
+  if (c->comm && !tc_heap_parts(c->comm, s->heap)) { /* the same verdict on every rank */
     free(s->heap);
     s->heap = NULL;
   }
+  return s;
+}
+
+/* Spin rather than yield in waits where every rank of the node has a core of its own. */
+static void choose_spin(const tc_node_seg_t *s) {
+  if (!tc_cfg.wait_yield && !node_oversubscribed(s->p)) tc_set_spin(SPIN_POLLS);
+}
+
+tc_node_seg_t *tc_node_seg_make(MPI_Comm ctrl, int size, int rank, char *why, size_t len) {
+  group_t grp = {.ctrl = ctrl, .size = size, .rank = rank, .comm = NULL};
+  bool several = false;
+  tc_node_seg_t *s = make(&grp, why, len, &several);
+  if (s) choose_spin(s);
   return s;
 }
 
@@ -178,38 +206,31 @@ void tc_node_attach(tcoll_comm_t *c) {
   if (__atomic_load_n(&c->shm, __ATOMIC_ACQUIRE)) return;
   char why[256] = "", label[TC_COMM_NAME_LEN + 16];
   tc_node_seg_t *s = NULL;
+  bool several = false;
   if (c->size == 1)
     snprintf(why, sizeof why, "one rank");
   else
-    s = make(c, why, sizeof why);
+    s = make(&(group_t){.ctrl = c->ctrl, .size = c->size, .rank = c->rank, .comm = c}, why,
+             sizeof why, &several);
+  tc_comm_label(c, label, sizeof label);
   if (s) {
-    if (!tc_cfg.wait_yield && !node_oversubscribed(s->p)) tc_set_spin(SPIN_POLLS);
-    tc_info("communicator %s: a node-shared segment of %zu bytes per rank (%d ranks)%s",
-            tc_comm_label(c, label, sizeof label), s->area, s->p,
-            s->heap ? ", the symmetric heap mapped" : "");
+    choose_spin(s);
+    tc_info("communicator %s: a node-shared segment of %zu bytes per rank (%d ranks)%s", label,
+            s->area, s->p, s->heap ? ", the symmetric heap mapped" : "");
   } else {
     tc_info("communicator %s: no node-shared segment (%s); its collectives take the MPI paths",
-            tc_comm_label(c, label, sizeof label), why[0] ? why : "another rank could not make it");
+            label, why[0] ? why : "another rank could not make it");
   }
   c->node = s;
+  if (several) c->hier = tc_node_hier_make(c); /* collective: several is the same everywhere */
   __atomic_store_n(&c->shm, s ? 1 : -1, __ATOMIC_RELEASE);
 }
 
-void tc_node_release(tcoll_comm_t *c) {
-  tc_node_seg_t *s = c->node;
+void tc_node_seg_free(tc_node_seg_t *s) {
   if (!s) return;
-  c->node = NULL;
-  c->shm = 0;
   int fin = 0;
   PMPI_Finalized(&fin);
   if (fin) { /* MPI freed its windows already */
-    drop(s);
-    return;
-  }
-  /* A communicator a DETAIL check found a rank missing from is unusable, and that rank may never
-   * free it: the window stays until finalize (MPI frees it there). */
-  if (__atomic_load_n(&c->detail_timed_out, __ATOMIC_ACQUIRE)) {
-    tc_info("a node-shared segment stays allocated: its communicator lost a rank");
     drop(s);
     return;
   }
@@ -218,4 +239,22 @@ void tc_node_release(tcoll_comm_t *c) {
    * room's alone (the control one may hold an abandoned DETAIL exchange). */
   tc_rendezvous(s->node);
   free_seg(s);
+}
+
+void tc_node_release(tcoll_comm_t *c) {
+  tc_node_seg_t *s = c->node;
+  struct tc_node_hier *h = c->hier;
+  c->node = NULL;
+  c->hier = NULL;
+  c->shm = 0;
+  /* A communicator a DETAIL check found a rank missing from is unusable, and that rank may never
+   * free it: the windows stay until finalize (MPI frees them there). */
+  if (__atomic_load_n(&c->detail_timed_out, __ATOMIC_ACQUIRE)) {
+    if (s || h) tc_info("a node-shared segment stays allocated: its communicator lost a rank");
+    if (s) drop(s);
+    tc_node_hier_drop(h);
+    return;
+  }
+  tc_node_seg_free(s);
+  tc_node_hier_free(h);
 }

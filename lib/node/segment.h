@@ -59,6 +59,13 @@ static inline tc_node_seg_t *tc_node_of(const tcoll_comm_t *comm) {
   return __atomic_load_n(&comm->shm, __ATOMIC_ACQUIRE) > 0 ? comm->node : NULL;
 }
 
+/* A segment over the ranks of ctrl (one node's ranks of a communicator spanning several: hier.h),
+ * without the symmetric heap's view; NULL where not made (the same on every rank; why: this
+ * rank's reason). Collective on ctrl. */
+tc_node_seg_t *tc_node_seg_make(MPI_Comm ctrl, int size, int rank, char *why, size_t len);
+/* Frees it (collective: its ranks free it together). */
+void tc_node_seg_free(tc_node_seg_t *s);
+
 /* Frees comm's segment, if it has one (collective: comm's ranks free comm together). */
 void tc_node_release(tcoll_comm_t *comm);
 

@@ -34,6 +34,14 @@ void tc_node_key(tc_node_key_t *k) {
   snprintf(k->text, sizeof k->text, "%.63s|%.63s|%.60s", host, boot, net);
 }
 
+uint64_t tc_node_key_hash(void) {
+  tc_node_key_t key;
+  tc_node_key(&key);
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = key.text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  return h;
+}
+
 size_t tc_node_page_size(void) {
   long p = sysconf(_SC_PAGESIZE);
   return p > 0 ? (size_t)p : 4096;

@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 size_t tc_node_page_size(void);
 /* What names this rank's node: the host name, the kernel's boot id and the network namespace
@@ -20,6 +21,8 @@ typedef struct tc_node_key {
   char text[192];
 } tc_node_key_t;
 void tc_node_key(tc_node_key_t *k);
+/* This rank's key as a 64-bit FNV-1a hash (what ranks gather to find their node's peers). */
+uint64_t tc_node_key_hash(void);
 /* Whether /dev/shm (where both MPIs back shared windows) has room for bytes, with as much again
  * to spare; why says what is missing where not. */
 bool tc_node_room_for(size_t bytes, char *why, size_t len);

@@ -278,6 +278,7 @@ int tc_sched_coll(tc_sched_t *s, tc_coll_kind_t what, const void *sbuf, void *rb
   st->u.coll.dt = dt;
   st->u.coll.op = op;
   st->u.coll.root = root;
+  st->u.coll.on = MPI_COMM_NULL;
   return TCOLL_SUCCESS;
 }
 
@@ -475,6 +476,7 @@ static bool start_comm(tc_sched_t *s, tc_step_t *st) {
       if (s->sc->fifo_head != s) return false;
       comm = s->sc->mpi;
     }
+    if (st->u.coll.on != MPI_COMM_NULL) comm = st->u.coll.on;
     rc = post_coll(s, st, comm);
     s->coll_started++;
     if (--s->unposted_coll == 0) fifo_remove(s);

@@ -98,8 +98,10 @@ typedef struct tc_step {
                                       MPI_Aint when large */
       MPI_Datatype dt;
       MPI_Op op;
-      int root; /* BCAST */
-      int nth;  /* the schedule's COLL steps post in this order (0, 1, ...) on every rank */
+      int root;    /* BCAST */
+      int nth;     /* the schedule's COLL steps post in this order (0, 1, ...) on every rank */
+      MPI_Comm on; /* MPI_COMM_NULL: the schedule's communicator; else this one (a subset of its
+                      ranks: the node leaders of lib/node/hier.h), in the same order */
     } coll;
     struct { /* SEND, RECV */
       void *buf;
