@@ -194,7 +194,8 @@ typedef struct tcoll_config {
 
 /* The algorithm that ran this thread's last posted collective: "mpi" (the literal one-to-one
  * MPI call), "ring", "alltoall", "ring_allgather", "scattered", "cma", "shm", "shm_slices"
- * (node-shared memory; see doc/guide.md, "Algorithms"). A literal. */
+ * (node-shared memory), "hier" (two levels across nodes; see doc/guide.md, "Algorithms"). A
+ * literal. */
 TCOLL_API const char *tcoll_last_algorithm(void);
 
 /* The configuration in force. */

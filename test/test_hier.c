@@ -1,8 +1,9 @@
-/* The two-level all_reduce ("hier", lib/node/hier.h): on a communicator whose ranks span several
- * nodes, each node reduces to its leader through its own segment, the leaders all-reduce through
- * MPI, and each leader publishes the result to its node. Nodes here are what the MPI's shared
- * split says: MPICH's pretend nodes (MPIR_CVAR_NUM_CLIQUES=2: the -cliques runs) or ranks in two
- * network namespaces with hostnames of their own (scripts/netns-run with NETNS_SHM=1: the
+/* The two-level algorithms ("hier", lib/node/hier.h, lib/mpi/hier.h): on a communicator whose
+ * ranks span several nodes, all_reduce reduces each node to its leader through its own segment,
+ * the leaders all-reduce through MPI, and each leader publishes the result to its node; reduce
+ * and broadcast go the same way (up, across, down where needed). Nodes here are what the MPI's
+ * shared split says: MPICH's pretend nodes (MPIR_CVAR_NUM_CLIQUES=2: the -cliques runs) or ranks in
+ * two network namespaces with hostnames of their own (scripts/netns-run with NETNS_SHM=1: the
  * netns-hier run). Where all ranks share one node (the plain runs) hier never runs, and forcing
  * it gives the other algorithms' results.
  *
@@ -10,9 +11,11 @@
  * nodes says there are several (T_EXPECT_HIER=1: there must be); every integer and floating
  * dtype with sum, max, min, product, avg and premul_sum, in place and out of place, at sizes in a
  * line, in a slot and past what a slot holds (another algorithm then, the same results), against
- * closed forms; the same bits on every rank; many calls in flight at once interleaved with other
- * collectives (the leaders' MPI calls keep their order); communicators split from world by parity
- * and reversed (two levels or one node, whatever they span). Every test that sets the algorithm
+ * closed forms; the same bits on every rank; many calls in flight at once interleaved with
+ * broadcasts and reduce_scatters (the leaders' MPI calls keep their order: a leader alone on its
+ * node could post before the others' earlier calls); communicators split from world by parity and
+ * reversed (two levels or one node, whatever they span); broadcast and reduce (AVG, MAX) from
+ * every root, leader or not, in place and not. Every test that sets the algorithm
  * puts back the setting it found. */
 #include "algo_util.h"
 
@@ -297,6 +300,52 @@ START_TEST(sub_communicators) {
 }
 END_TEST
 
+/* Broadcast and reduce from every root (leaders or not), in place and not: the values, and hier
+ * where expected. */
+START_TEST(broadcast_and_reduce) {
+  t_save_algo();
+  t_set_algo("broadcast:hier,reduce:hier");
+  static const int64_t ns[] = {1, 13, 1000};
+  for (int root = 0; root < t_size; root++)
+    for (size_t b = 0; b < TC_LEN(ns); b++)
+      for (int inplace = 0; inplace < 2; inplace++) {
+        int64_t n = ns[b];
+        double *in = malloc((size_t)n * sizeof *in), *out = inplace ? in : malloc(n * sizeof *out);
+        for (int64_t i = 0; i < n; i++) in[i] = t_rank == root ? (double)(root * 1000 + i) : -7;
+        tcoll_tensor_t ti = tcoll_tensor_make(in, TCOLL_FLOAT64, 1, &n, TCOLL_HOST);
+        tcoll_tensor_t to = tcoll_tensor_make(out, TCOLL_FLOAT64, 1, &n, TCOLL_HOST);
+        T_OK(tcoll_broadcast(&ti, root, NULL, &to));
+        const char *algo = tcoll_last_algorithm();
+        T_OK(tcoll_wait(out));
+        T_EXPECT(!hier_expected() || !strcmp(algo, "hier"), "broadcast: algorithm \"%s\"", algo);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+          if (out[i] != (double)(root * 1000 + i) && bad++ < 2)
+            T_EXPECT(false, "broadcast from %d, %lld elements: element %lld is %g", root,
+                     (long long)n, (long long)i, out[i]);
+        /* reduce: AVG (divided once, at the root) and MAX */
+        for (int k = 0; k < 2; k++) {
+          tcoll_redop_t op = k ? TCOLL_MAX : TCOLL_AVG;
+          for (int64_t i = 0; i < n; i++) in[i] = value(t_rank, i, op);
+          if (!inplace) memset(out, 0, (size_t)n * sizeof *out);
+          T_OK(tcoll_reduce(&ti, root, op, NULL, &to));
+          algo = tcoll_last_algorithm();
+          T_OK(tcoll_wait(out));
+          T_EXPECT(!hier_expected() || !strcmp(algo, "hier"), "reduce: algorithm \"%s\"", algo);
+          for (int64_t i = 0; t_rank == root && i < n; i++) {
+            double want = expected(t_size, i, op, 1);
+            if (fabs(out[i] - want) > 1e-12 * fabs(want) && bad++ < 2)
+              T_EXPECT(false, "reduce %s to %d, %lld elements: element %lld is %g (expected %g)",
+                       tcoll_redop_name(op), root, (long long)n, (long long)i, out[i], want);
+          }
+        }
+        if (!inplace) free(out);
+        free(in);
+      }
+  t_restore_algo();
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("hier");
   TCase *tc = t_tcase("hier");
@@ -304,6 +353,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, forced_values);
   tcase_add_test(tc, many_in_flight);
   tcase_add_test(tc, sub_communicators);
+  tcase_add_test(tc, broadcast_and_reduce);
   suite_add_tcase(s, tc);
   return s;
 }

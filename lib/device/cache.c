@@ -221,6 +221,37 @@ static const char *place_name(int place) {
   return place == TCOLL_HOST ? "host" : place == TC_PLACE_PINNED ? "pinned host" : "device";
 }
 
+/* Counts the chained victims as given back (mu held). */
+static void count_freed_locked(const block_t *victims) {
+  for (const block_t *v = victims; v; v = v->next) st.freed++;
+}
+
+/* Unlinks every cached block of the host source (mu held), chained on *victims. */
+static void evict_host_source_locked(block_t **victims) {
+  for (block_t *b = oldest, *newer; b; b = newer) {
+    newer = b->newer;
+    if (b->origin != FROM_HOST_SOURCE) continue;
+    list_unlink(b);
+    b->next = *victims;
+    *victims = b;
+  }
+}
+
+/* size bytes from the host source (the symmetric heap); where it is full but the cache holds
+ * free blocks of it (of other sizes), those go back to it first and it is asked again. */
+static bool host_source_alloc(size_t size, void **p) {
+  if (!host_source.alloc) return false;
+  if (host_source.alloc(size, p)) return true;
+  block_t *victims = NULL;
+  pthread_mutex_lock(&mu);
+  evict_host_source_locked(&victims);
+  count_freed_locked(victims);
+  pthread_mutex_unlock(&mu);
+  if (!victims) return false;
+  free_chain(victims, NULL);
+  return host_source.alloc(size, p);
+}
+
 static int system_alloc(int place, int cls, size_t size, block_t **out) {
   block_t *b = calloc(1, sizeof *b);
   if (!b)
@@ -236,7 +267,7 @@ static int system_alloc(int place, int cls, size_t size, block_t **out) {
   } else if (place == TC_PLACE_PINNED && tc_dev()->host_alloc) {
     b->origin = FROM_HOST_ALLOC;
     rc = tc_dev()->host_alloc(size, &b->p);
-  } else if (place == TCOLL_HOST && host_source.alloc && host_source.alloc(size, &b->p)) {
+  } else if (place == TCOLL_HOST && host_source_alloc(size, &b->p)) {
     b->origin = FROM_HOST_SOURCE;
   } else {
     b->origin = FROM_MALLOC;
@@ -355,11 +386,6 @@ int tc_cache_alloc(int place, size_t n, bool zero, void **p) {
   if (zero && (rc = zero_fill(b, n))) return drop_lent(b, rc);
   *p = b->p;
   return TCOLL_SUCCESS;
-}
-
-/* Counts the chained victims as given back (mu held). */
-static void count_freed_locked(const block_t *victims) {
-  for (const block_t *v = victims; v; v = v->next) st.freed++;
 }
 
 static block_t *lookup(const void *p) {

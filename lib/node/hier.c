@@ -46,6 +46,20 @@ static bool partition(const int *ids, const int *sizes, int p, int *nodes) {
   return true;
 }
 
+/* Each rank's node's leader among the leaders (split by rank: leaders in rank order) and its rank
+ * on its node (split by rank too), from every rank's node id (its lowest rank). */
+static bool place_ranks(tc_node_hier_t *h, const int *ids, int p) {
+  h->leader_of = malloc((size_t)p * sizeof *h->leader_of);
+  h->local_of = malloc((size_t)p * sizeof *h->local_of);
+  if (!h->leader_of || !h->local_of) return false;
+  for (int q = 0; q < p; q++) {
+    h->leader_of[q] = h->local_of[q] = 0;
+    for (int r = 0; r < ids[q]; r++) h->leader_of[q] += ids[r] == r;
+    for (int r = 0; r < q; r++) h->local_of[q] += ids[r] == ids[q];
+  }
+  return true;
+}
+
 /* This rank's node: the MPI's shared split of the ranks with its key (MPICH's cliques make
  * several of one host), checked by every rank to be the same partition everywhere. */
 static bool split_nodes(tcoll_comm_t *c, tc_node_hier_t *h, char *why, size_t len) {
@@ -76,9 +90,10 @@ static bool split_nodes(tcoll_comm_t *c, tc_node_hier_t *h, char *why, size_t le
     ok = 0, snprintf(why, len, "the MPI's shared split gives groups that overlap");
   if (ok && h->nodes < 2) ok = 0, snprintf(why, len, "one node");
   if (ok && h->nodes == c->size) ok = 0, snprintf(why, len, "one rank per node: nothing to share");
+  if (ok && !place_ranks(h, ids, c->size)) ok = 0, snprintf(why, len, "no memory");
   free(sizes);
   free(all);
-  return ok; /* the same on every rank: each checked every rank's */
+  return agree(c->ctrl, ok); /* (each checked every rank's: only memory differs) */
 }
 
 /* The node's segment (none for a rank alone on its node) and the largest payload all hold. */
@@ -127,6 +142,8 @@ tc_node_hier_t *tc_node_hier_make(tcoll_comm_t *c) {
 
 void tc_node_hier_drop(tc_node_hier_t *h) {
   if (!h) return;
+  free(h->leader_of);
+  free(h->local_of);
   free(h); /* (its segment's memory too: a communicator that lost a rank is not freed again) */
 }
 
@@ -137,5 +154,5 @@ void tc_node_hier_free(tc_node_hier_t *h) {
   PMPI_Finalized(&fin);
   if (!fin && h->leaders != MPI_COMM_NULL) PMPI_Comm_free(&h->leaders);
   if (!fin && h->node != MPI_COMM_NULL) PMPI_Comm_free(&h->node);
-  free(h);
+  tc_node_hier_drop(h);
 }

@@ -21,6 +21,9 @@ typedef struct tc_node_hier {
   MPI_Comm leaders;     /* the leaders, in communicator order; MPI_COMM_NULL off the leaders */
   size_t max_bytes;     /* the largest payload every node's slots hold (the same everywhere) */
   MPI_Comm node;        /* this node's ranks of the communicator (local's control traffic) */
+  /* [p], by communicator rank q: the rank in leaders of q's node's leader, and q's rank on its
+   * node (in local) */
+  int *leader_of, *local_of;
 } tc_node_hier_t;
 
 /* The two levels of comm, or NULL (the same verdict on every rank); logs at INFO what it decided.

@@ -415,6 +415,7 @@ static const char *step_call_name(const tc_step_t *st) {
     case TC_COLL_ALLREDUCE: return NAME("MPI_Iallreduce");
     case TC_COLL_ALLGATHER: return NAME("MPI_Iallgather");
     case TC_COLL_BCAST: return NAME("MPI_Ibcast");
+    case TC_COLL_REDUCE: return NAME("MPI_Ireduce");
     case TC_COLL_REDUCE_SCATTER_BLOCK: return NAME("MPI_Ireduce_scatter_block");
     }
     break;
@@ -445,6 +446,8 @@ static int post_coll(tc_sched_t *s, tc_step_t *st, MPI_Comm comm) {
   case TC_COLL_ALLGATHER:
     return tc_mpi_iallgather(c->sbuf, c->count, c->dt, c->rbuf, c->count, c->dt, comm, &st->req);
   case TC_COLL_BCAST: return tc_mpi_ibcast(c->rbuf, c->count, c->dt, c->root, comm, &st->req);
+  case TC_COLL_REDUCE:
+    return tc_mpi_ireduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, c->root, comm, &st->req);
   case TC_COLL_REDUCE_SCATTER_BLOCK:
     return tc_mpi_ireduce_scatter_block(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, &st->req);
   }
@@ -471,6 +474,11 @@ static bool start_comm(tc_sched_t *s, tc_step_t *st) {
      * itself, in program order like any other call; later ones go on the schedule
      * communicator, in FIFO order. */
     if (st->u.coll.nth != s->coll_started || (s->starting && s->coll_later)) return false;
+    /* On another communicator (a subset's: hier's leaders) every collective waits for its turn
+     * in the FIFO: whether one could post while starting differs between its ranks (a leader
+     * alone on its node has nothing to wait for first), and one posted then would pass the
+     * earlier calls' that wait there. */
+    if (st->u.coll.on != MPI_COMM_NULL && s->starting) return false;
     MPI_Comm comm = s->comm->mpi;
     if (!s->starting) {
       if (s->sc->fifo_head != s) return false;

@@ -65,6 +65,7 @@ typedef enum {
   TC_COLL_ALLREDUCE,
   TC_COLL_ALLGATHER,
   TC_COLL_BCAST,
+  TC_COLL_REDUCE, /* to root; sbuf may be MPI_IN_PLACE there */
   TC_COLL_REDUCE_SCATTER_BLOCK
 } tc_coll_kind_t;
 

@@ -38,16 +38,9 @@ static const tc_algo_t *const algos[] = {
  * shm_slices 0.41-0.46x from 64 KiB (ring 0.61-0.87), 0.77x at 16 KiB (shm 0.89). Beyond 2
  * ranks not measured (the CI machine has 2 cores): the ring's rows stay. */
 #define TUNE_SLICES "tcoll-bench --tune-algorithms, 2-core CI machine, 2 ranks (issue 26)"
-/* Across nodes: small vectors cross the network once per node instead of once per rank. Chosen
- * by that count, not by a measured win: the only "network" here is a veth pair at memory speed,
- * where hier took 1.14-1.18x raw MPI's time at 8-512 B (3 ranks, 2 + 1, scripts/netns-run with
- * NETNS_SHM=1, Open MPI) with no latency to save; real nodes are to be measured. */
-#define TUNE_HIER                                                                                \
-  "design (one network message per node); netns 2+1 ranks on the 2-core CI machine: 1.14-1.18x " \
-  "raw MPI at 8-512 B over a memory-speed veth (issue 26's note)"
 static const tc_algo_row_t table[] = {
-    {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TUNE_HIER},
-    {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TUNE_HIER},
+    {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TC_TUNE_HIER},
+    {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TC_TUNE_HIER},
     {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_OPEN_MPI, 2, 2, 16 * TC_KiB, 256 * TC_KiB, TC_WHERE_SHM, 0, "shm", TUNE_SLICES},

@@ -8,8 +8,8 @@
 #include "../algo.h"
 #include "../post.h"
 
-extern const tc_algo_t tc_broadcast_shm;
-static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_broadcast_shm};
+extern const tc_algo_t tc_broadcast_shm, tc_broadcast_hier;
+static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_broadcast_shm, &tc_broadcast_hier};
 
 #define TUNE_SHM "tcoll-bench, 2-core CI machine and the 16-core host of the GPU machine (issue 26)"
 /* At 2 ranks on Open MPI's default settings (no yield_when_idle) MPI_Ibcast of up to 128 B takes
@@ -17,6 +17,8 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_broadcast_shm};
 #define TUNE_SHM_2 \
   "tcoll-bench, 2-core CI machine, 2 ranks, Open MPI without yield_when_idle (issue 28)"
 static const tc_algo_row_t table[] = {
+    {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TC_TUNE_HIER},
+    {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TC_TUNE_HIER},
     {TC_MPI_OPEN_MPI, 2, 2, 512, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM_2},
     {TC_MPI_OPEN_MPI, 3, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},

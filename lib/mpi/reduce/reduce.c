@@ -9,9 +9,9 @@
 
 /* ------------------------------------------------------------------ algorithms and table */
 
-extern const tc_algo_t tc_reduce_ring, tc_reduce_shm, tc_reduce_shm_slices;
+extern const tc_algo_t tc_reduce_ring, tc_reduce_shm, tc_reduce_shm_slices, tc_reduce_hier;
 static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring, &tc_reduce_shm,
-                                         &tc_reduce_shm_slices};
+                                         &tc_reduce_shm_slices, &tc_reduce_hier};
 
 #define TUNE_CI "tcoll-bench --tune, 2-core CI machine (doc/guide.md, Algorithms)"
 /* shm below 16 KiB (0.2-0.3x MPI_Ireduce from 64 B at 4-16 ranks on 16 cores), but not for the
@@ -26,6 +26,8 @@ static const tc_algo_t *const algos[] = {&tc_algo_literal, &tc_reduce_ring, &tc_
  * 0.05-0.40x (MPICH) from 1 MiB (ring 0.06-0.85x); shm runs up to a slot (half the segment). */
 #define TUNE_SLICES "tcoll-bench --tune-algorithms, 2-core CI machine, 2 ranks (issue 26)"
 static const tc_algo_row_t table[] = {
+    {TC_MPI_OPEN_MPI, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TC_TUNE_HIER},
+    {TC_MPI_MPICH, 2, INT_MAX, 0, 16 * TC_KiB, TC_WHERE_HIER, 0, "hier", TC_TUNE_HIER},
     {TC_MPI_OPEN_MPI, 2, 2, 0, 16 * TC_KiB, 0, 0, "shm", TUNE_SHM},
     {TC_MPI_OPEN_MPI, 2, 2, 16 * TC_KiB, 512 * TC_KiB, TC_WHERE_SHM, 0, "shm", TUNE_SLICES},
     {TC_MPI_OPEN_MPI, 2, 2, 512 * TC_KiB, TC_ANY_SIZE, TC_WHERE_SHM, 0, "shm_slices", TUNE_SLICES},

@@ -1,0 +1,35 @@
+/* The two-level reduce (TCOLL_ALGO reduce:hier), for communicators spanning several nodes
+ * (../hier.h): each node reduces its ranks' inputs to its leader through the small shared-memory
+ * protocol, the leaders reduce their nodes' results with MPI_Ireduce to the root's node's leader,
+ * which publishes the result to its node when the root is not the leader itself. AVG divides
+ * once, at the root. */
+#include "../hier.h"
+
+#include "../../base/dtype.h"
+
+static int build(tc_work_t *w, const tc_algo_call_t *c) {
+  tc_node_hier_t *h = w->comm->hier;
+  int me = w->comm->rank, root = c->root;
+  bool root_node = h->leader_of[me] == h->leader_of[root];
+  bool root_leads = h->local_of[root] == 0;
+  size_t bytes = (size_t)c->n * tc_dtype_size(c->dtype);
+  /* the leader's node sum: in the root's output where the root leads, else scratch */
+  void *acc = me == root && root_leads ? c->dst : NULL;
+  if (!acc && (h->leader || (root_node && me != root)) && !(acc = tc_work_scratch(w, bytes)))
+    return TCOLL_ERR_NO_MEMORY;
+  tc_algo_call_t up = *c, down = *c;
+  up.dst = h->leader ? acc : NULL;
+  up.root = down.root = 0;
+  up.divisor = 1.0;
+  down.src = acc;
+  down.dst = me == root ? c->dst : acc;
+  int rc = tc_hier_node_phase(w, h, &up, TC_SHM_REDUCE);
+  if (!rc) rc = tc_hier_leaders_step(&w->sched, h, TC_COLL_REDUCE, acc, c, h->leader_of[root]);
+  if (!rc && root_node && !root_leads) rc = tc_hier_node_phase(w, h, &down, TC_SHM_BROADCAST);
+  if (!rc && me == root && c->divisor != 1.0)
+    rc = tc_sched_scale(&w->sched, c->dst, c->dst, c->n, c->dtype, 1.0, c->divisor, true);
+  return rc;
+}
+
+const tc_algo_t tc_reduce_hier = {
+    .name = "hier", .layouts = TC_LAYOUT_CONTIG, .supported = tc_hier_supported, .build = build};
