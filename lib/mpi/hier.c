@@ -21,8 +21,7 @@ int tc_hier_node_phase(tc_work_t *w, const tc_node_hier_t *h, const tc_algo_call
 int tc_hier_leaders_step(tc_sched_t *s, const tc_node_hier_t *h, tc_coll_kind_t what, void *buf,
                          const tc_algo_call_t *c, int root) {
   if (!h->leader) return TCOLL_SUCCESS;
-  int me = 0;
-  PMPI_Comm_rank(h->leaders, &me);
+  int me = h->leader_of[s->comm->rank]; /* (a leader: its own rank among the leaders) */
   /* (MPI_Ireduce: in place at its root only; the others send buf) */
   const void *send = what == TC_COLL_REDUCE && me != root ? buf : MPI_IN_PLACE;
   int rc = tc_sched_coll(s, what, send, buf, c->n, tc_mpi_dtype(c->dtype), c->op, root, true);

@@ -9,19 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* The lowest of the ranks' ok over ctrl (driving the schedules in flight while it waits). */
-static int agree(MPI_Comm ctrl, int ok) {
-  int all = 0;
-  if (tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, ctrl, true) != MPI_SUCCESS) return 0;
-  return all;
-}
-
 /* The ranks of c sharing this rank's node key (the color: the lowest of them), a communicator of
  * their own in *same. */
 static bool split_by_key(tcoll_comm_t *c, MPI_Comm *same) {
   uint64_t h = tc_node_key_hash(), *keys = malloc((size_t)c->size * sizeof *keys);
   int have = keys != NULL, color = c->rank;
-  if (!agree(c->ctrl, have) ||
+  if (!tc_node_agree(c->ctrl, have) ||
       tc_mpi_allgather(&h, 1, MPI_UINT64_T, keys, 1, MPI_UINT64_T, c->ctrl, true) != MPI_SUCCESS) {
     free(keys);
     return false;
@@ -77,7 +70,7 @@ static bool split_nodes(tcoll_comm_t *c, tc_node_hier_t *h, char *why, size_t le
     ok = PMPI_Bcast(&mine[0], 1, MPI_INT, 0, h->node) == MPI_SUCCESS &&
          PMPI_Comm_size(h->node, &mine[1]) == MPI_SUCCESS;
   }
-  if (!agree(c->ctrl, ok && all != NULL)) {
+  if (!tc_node_agree(c->ctrl, ok && all != NULL)) {
     snprintf(why, len, "splitting it by node failed (or no memory)");
     free(all);
     return false;
@@ -93,7 +86,7 @@ static bool split_nodes(tcoll_comm_t *c, tc_node_hier_t *h, char *why, size_t le
   if (ok && !place_ranks(h, ids, c->size)) ok = 0, snprintf(why, len, "no memory");
   free(sizes);
   free(all);
-  return agree(c->ctrl, ok); /* (each checked every rank's: only memory differs) */
+  return tc_node_agree(c->ctrl, ok); /* (each checked every rank's: only memory differs) */
 }
 
 /* The node's segment (none for a rank alone on its node) and the largest payload all hold. */
@@ -103,7 +96,7 @@ static bool make_local(tcoll_comm_t *c, tc_node_hier_t *h, char *why, size_t len
   PMPI_Comm_rank(h->node, &me);
   h->leader = me == 0;
   if (n > 1) h->local = tc_node_seg_make(h->node, n, me, why, len);
-  if (!agree(c->ctrl, n == 1 || h->local)) return false;
+  if (!tc_node_agree(c->ctrl, n == 1 || h->local)) return false;
   /* (signed: MPICH 4.0.2's MPI_MIN on MPI_UNSIGNED_LONG_LONG compares as signed, and takes
    * ULLONG_MAX for the least) */
   long long mine = h->local ? (long long)h->local->slot_bytes : LLONG_MAX, least = 0;
@@ -118,7 +111,7 @@ static bool make_leaders(tcoll_comm_t *c, tc_node_hier_t *h) {
       tc_rendezvous(c->ctrl) == MPI_SUCCESS &&
       PMPI_Comm_split(c->ctrl, h->leader ? 0 : MPI_UNDEFINED, c->rank, &h->leaders) == MPI_SUCCESS;
   if (ok && h->leader) ok = PMPI_Comm_set_errhandler(h->leaders, MPI_ERRORS_RETURN) == MPI_SUCCESS;
-  return agree(c->ctrl, ok);
+  return tc_node_agree(c->ctrl, ok);
 }
 
 tc_node_hier_t *tc_node_hier_make(tcoll_comm_t *c) {
@@ -127,7 +120,7 @@ tc_node_hier_t *tc_node_hier_make(tcoll_comm_t *c) {
   if (h) *h = (tc_node_hier_t){.leaders = MPI_COMM_NULL, .node = MPI_COMM_NULL};
   int ok = h && tc_set.shm;
   if (!ok) snprintf(why, sizeof why, h ? "TCOLL_SHM=0" : "no memory");
-  if (!agree(c->ctrl, ok) || !split_nodes(c, h, why, sizeof why) ||
+  if (!tc_node_agree(c->ctrl, ok) || !split_nodes(c, h, why, sizeof why) ||
       !make_local(c, h, why, sizeof why) || !make_leaders(c, h)) {
     tc_info("communicator %s: no two levels (%s)", tc_comm_label(c, label, sizeof label),
             why[0] ? why : "another rank could not make them");
@@ -144,7 +137,7 @@ void tc_node_hier_drop(tc_node_hier_t *h) {
   if (!h) return;
   free(h->leader_of);
   free(h->local_of);
-  free(h); /* (its segment's memory too: a communicator that lost a rank is not freed again) */
+  free(h); /* (its segment's own memory stays: MPI frees the window at finalize) */
 }
 
 void tc_node_hier_free(tc_node_hier_t *h) {

@@ -27,13 +27,8 @@ typedef struct group {
   tcoll_comm_t *comm; /* where the symmetric heap's view is made; NULL: none */
 } group_t;
 
-/* Every rank's verdict: the lowest of the ranks' ok (a collective on comm's control
- * communicator, driving the schedules in flight while it waits: this runs inside a post). */
-static int agree(const group_t *c, int ok) {
-  int all = 0;
-  if (tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->ctrl, true) != MPI_SUCCESS) return 0;
-  return all;
-}
+/* Every rank's verdict, over the group's control communicator (window.h). */
+static int agree(const group_t *c, int ok) { return tc_node_agree(c->ctrl, ok); }
 
 /* The area every rank asks for: the smallest TCOLL_SHM_BYTES of any rank, in pages. */
 static size_t agree_area(const group_t *c) {

@@ -1,6 +1,8 @@
 /* Node-shared windows (see window.h). */
 #include "window.h"
 
+#include "../mpiglue/mpi_calls.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +42,12 @@ uint64_t tc_node_key_hash(void) {
   uint64_t h = 1469598103934665603ull;
   for (const char *c = key.text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
   return h;
+}
+
+int tc_node_agree(MPI_Comm ctrl, int ok) {
+  int all = 0;
+  if (tc_mpi_allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, ctrl, true) != MPI_SUCCESS) return 0;
+  return all;
 }
 
 size_t tc_node_page_size(void) {

@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 size_t tc_node_page_size(void);
+/* Every rank's verdict: the lowest of the ranks' ok over ctrl (a collective, driving the
+ * schedules in flight while it waits: segments are made inside posts). */
+int tc_node_agree(MPI_Comm ctrl, int ok);
 /* What names this rank's node: the host name, the kernel's boot id and the network namespace
  * (ranks in two network namespaces of one host are tcoll's test of two hosts, and Open MPI's
  * shared split over them gives inconsistent groups: checked against these keys). */
