@@ -55,6 +55,9 @@
  *                       does), which must then start at the first blocking collective on
  *                       MPI_COMM_WORLD and stop inside PMPI_Finalize; =serialized: ask for
  *                       MPI_THREAD_SERIALIZED, and run two cases again in a second thread.
+ *   T_PMPI_NO_CONTEXT=1 the layer runs over a mock CUDA runtime with devices (the mock build of
+ *                       libtcoll): asking where this program's host buffers live must have
+ *                       created no device context (mock_cuda_context_mask() is 0 at the end).
  *   T_PMPI_PROGRESS=x   with the layer: what drives its routed nonblocking calls must be x (hook,
  *                       thread or none, as tcoll_mpi_layer_progress says); with hook and
  *                       T_PMPI_THREAD=single or serialized, the program must get the level it
@@ -1801,6 +1804,20 @@ static void test_persistent_collectives(void) {
 static void test_persistent_collectives(void) {} /* MPI-3: none to test */
 #endif
 
+/* T_PMPI_NO_CONTEXT=1: the mock runtime has devices (tcoll sees them, so the layer asks where
+ * buffers live), and none has a context: a host program pays no GPU memory for the layer. */
+static void check_no_device_context(void) {
+  if (!env_is("T_PMPI_NO_CONTEXT", "1")) return;
+  unsigned (*contexts)(void) = (unsigned (*)(void))dlsym(RTLD_DEFAULT, "mock_cuda_context_mask");
+  int (*devices)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "tcoll_device_count");
+  if (!contexts || !devices)
+    fail("no device context", "the mock CUDA runtime is not loaded (mock_cuda_context_mask)");
+  else if (devices() < 1)
+    fail("no device context", "tcoll sees no device: the layer asks nothing");
+  else if (contexts() != 0)
+    fail("no device context", "device contexts %#x after a host-only program", contexts());
+}
+
 typedef struct {
   const char *name;
   void (*run)(void);
@@ -1867,6 +1884,7 @@ int main(int argc, char **argv) {
   check_routed_as_required();
   check_verdicts();
   check_progress_way(single || late || level == MPI_THREAD_SERIALIZED);
+  check_no_device_context();
   print_layer_counters();
   /* The verdict goes through the MPI library's own allreduce, not through the code under test. */
   int mine = atomic_load(&failures), worst = 0;

@@ -236,6 +236,12 @@ static int cu_pointer_device(const void *p, int near, int *dev) {
   return TCOLL_SUCCESS;
 }
 
+static int cu_context_device(void) {
+  for (int d = 0; d < ndev && d < 64; d++)
+    if (has_context(d)) return d;
+  return -1;
+}
+
 /* ------------------------------------------------------------------ copies, streams, events */
 
 static int cu_copy_async(void *dst, const void *src, size_t n, int dev, void *stream) {
@@ -359,6 +365,7 @@ const tc_device_ops_t tc_cuda_device_ops = {
     .event_query = cu_event_query,
     .stream_wait_event = cu_stream_wait_event,
     .pointer_device = cu_pointer_device,
+    .context_device = cu_context_device,
     .add = cu_add,
     .device_sync = cu_device_sync,
 };

@@ -158,6 +158,15 @@ int tc_dev_check_pointer_query(const void *p, int device, const char *argname) {
                   argname, p, where(actual, a, sizeof a), where(device, b, sizeof b));
 }
 
+int tc_dev_locate(const void *p) {
+  if (!p || !active->pointer_device || active->count() <= 0) return TCOLL_HOST;
+  int near = active->context_device ? active->context_device() : 0;
+  if (near < 0) return TCOLL_HOST;
+  int dev = TCOLL_HOST;
+  if (active->pointer_device(p, near, &dev) != TCOLL_SUCCESS) return TCOLL_HOST;
+  return dev == TC_DEV_MANAGED ? TCOLL_HOST : dev; /* the host reads managed memory */
+}
+
 int tc_dev_alloc(int device, size_t nbytes, void **p) { return active->alloc(device, nbytes, p); }
 
 void tc_dev_free(int device, void *p) { warn_failed(active->free(device, p)); }

@@ -53,6 +53,9 @@ typedef struct tc_device_ops {
   /* Where p lives: a device ordinal, TCOLL_HOST, or TC_DEV_MANAGED. `near` is a device the
    * query may make current (one the caller uses anyway). */
   int (*pointer_device)(const void *p, int near, int *dev);
+  /* A device that has a context now (the lowest), or -1 where none has: then no device memory
+   * exists in this process and a query could only create a context. NULL: no contexts (fake). */
+  int (*context_device)(void);
   /* dst[i] += src[i] on device memory, asynchronous on stream. */
   int (*add)(int dev, void *stream, void *dst, const void *src, tcoll_dtype_t dt, int64_t n);
   /* Waits for everything queued on any stream of dev. */
@@ -89,6 +92,10 @@ static inline int tc_dev_check_pointer(const void *p, int device, const char *ar
   if (!p || !tc_dev_queries_pointers) return TCOLL_SUCCESS;
   return tc_dev_check_pointer_query(p, device, argname);
 }
+/* Where p lives for a caller that does not know (the drop-in layer, handed an MPI program's
+ * buffer): a device ordinal, or TCOLL_HOST (host memory, managed memory, or a query that failed).
+ * Creates no context: where no device has one, p cannot be device memory. */
+int tc_dev_locate(const void *p);
 /* Uninitialized memory on a device (dev >= 0), straight from the backend: tcoll's storage comes
  * from the cache (cache.h), which calls this when it grows. */
 int tc_dev_alloc(int device, size_t nbytes, void **p);

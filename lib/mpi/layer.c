@@ -17,6 +17,7 @@
 #include "../base/base.h"
 #include "../base/cores.h"
 #include "../base/dtype.h"
+#include "../device/device.h"
 
 #include <pthread.h>
 
@@ -199,6 +200,8 @@ const char *tcoll_layer_algorithm(tcoll_layer_op_t op, tcoll_comm_t *comm, int64
 }
 
 bool tcoll_layer_mpi_persistent_wrong(void) { return tc_mpi_persistent_wrong(); }
+
+int tcoll_layer_pointer_device(const void *p) { return tc_dev_locate(p); }
 
 bool tcoll_layer_internal_thread(void) { return tc_is_internal_thread(); }
 

@@ -49,6 +49,12 @@ TCOLL_API void tcoll_layer_expect_mpi_finalize(void);
  * tcoll allocates; the heap would only take memory). */
 TCOLL_API void tcoll_layer_no_symmetric_heap(void);
 
+/* Where an MPI program's buffer p lives: a device ordinal (device memory, which an MPI that is not
+ * CUDA-aware cannot read: the layer stages it through host memory), or TCOLL_HOST (host or
+ * managed memory, or no device backend). Never creates a device context (in a process where no
+ * device has one, no buffer can be device memory); one load where tcoll has no devices. */
+TCOLL_API int tcoll_layer_pointer_device(const void *p);
+
 /* Whether the calling thread is one of tcoll's own (its progress or bootstrap thread). The layer's
  * hook in MPI's progress loop runs inside any MPI call, theirs too, and must not enter tcoll
  * there. */

@@ -10,7 +10,9 @@
  *     or it is a persistent call on an MPI whose own are wrong (lay_mpi_persistent_wrong):
  *     elsewhere the call goes to PMPI unchanged.
  * Buffers of a non-contiguous type, and in-place inputs that overlap the output, go through a
- * packed copy (the call's scratch); every other buffer is handed to tcoll as it is. */
+ * packed copy (the call's scratch); every other buffer is handed to tcoll as it is. Before any
+ * of this, a rank's device buffers are replaced by host mirrors where the MPI cannot read them
+ * (device.c): the plan, and a call passed to MPI, see host memory only. */
 #include "layer.h"
 
 #include <stdlib.h>
@@ -32,6 +34,8 @@ static bool begin(lay_call_t *c, lay_fn_t fn, tcoll_layer_op_t op, MPI_Comm comm
   c->pack_from = c->copy = NULL;
   c->persistent = false;
   c->root = 0, c->redop = -1;
+  c->stage.n = 0;
+  c->inner = MPI_REQUEST_NULL;
   return true;
 }
 
@@ -220,7 +224,9 @@ static int equal_counts(const lay_call_t *c, const int *counts) {
 
 /* ------------------------------------------------------------------ entry points */
 
-static int run(lay_call_t *c, MPI_Request *request) {
+/* A routed call, on the mirrors of its device buffers where st has some. */
+static int run(lay_call_t *c, const lay_stage_t *st, MPI_Request *request) {
+  c->stage = *st;
   return request ? lay_run_nonblocking(c, request) : lay_run_blocking(c);
 }
 
@@ -230,130 +236,187 @@ static int run(lay_call_t *c, MPI_Request *request) {
     return call;         \
   } while (0)
 
+/* A call passed to MPI: on the mirrors of its device buffers where st has some (staged), else
+ * untouched. A nonblocking one posts `call` with &inner as its request (PASS_NB). */
+#define PASS_STAGED(fn, st, staged, call)                                              \
+  do {                                                                                 \
+    if (!(staged)) PASS(fn, call);                                                     \
+    int trc_ = lay_stage_in(&(st));                                                    \
+    int rc_ = trc_ != TCOLL_SUCCESS ? lay_error(comm, trc_, lay_fn_name(fn)) : (call); \
+    return lay_pass_staged(&(st), fn, comm, rc_);                                      \
+  } while (0)
+#define PASS_NB(fn, st, staged, call, staged_call)                                            \
+  do {                                                                                        \
+    if (!(staged)) PASS(fn, call);                                                            \
+    MPI_Request inner = MPI_REQUEST_NULL;                                                     \
+    int trc_ = lay_stage_in(&(st));                                                           \
+    int rc_ = trc_ != TCOLL_SUCCESS ? lay_error(comm, trc_, lay_fn_name(fn)) : (staged_call); \
+    return lay_pass_staged_nonblocking(&(st), fn, comm, rc_, inner, request);                 \
+  } while (0)
+
 LAY_EXPORT int MPI_Allreduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
                              MPI_Comm comm) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduction(&st, &s, &r, count, dt, -1, comm);
   if (begin(&c, LAY_ALLREDUCE, TCOLL_LAYER_ALL_REDUCE, comm, true) &&
       plan_reduction(&c, s, r, count, dt, op, -1))
-    return run(&c, NULL);
-  PASS(LAY_ALLREDUCE, lay_next.Allreduce(s, r, count, dt, op, comm));
+    return run(&c, &st, NULL);
+  PASS_STAGED(LAY_ALLREDUCE, st, dev, lay_next.Allreduce(s, r, count, dt, op, comm));
 }
 
 LAY_EXPORT int MPI_Iallreduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
                               MPI_Comm comm, MPI_Request *request) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduction(&st, &s, &r, count, dt, -1, comm);
   if (begin(&c, LAY_IALLREDUCE, TCOLL_LAYER_ALL_REDUCE, comm, false) &&
       plan_reduction(&c, s, r, count, dt, op, -1))
-    return run(&c, request);
-  PASS(LAY_IALLREDUCE, lay_next.Iallreduce(s, r, count, dt, op, comm, request));
+    return run(&c, &st, request);
+  PASS_NB(LAY_IALLREDUCE, st, dev, lay_next.Iallreduce(s, r, count, dt, op, comm, request),
+          lay_next.Iallreduce(s, r, count, dt, op, comm, &inner));
 }
 
 LAY_EXPORT int MPI_Reduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op, int root,
                           MPI_Comm comm) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduction(&st, &s, &r, count, dt, root, comm);
   if (begin(&c, LAY_REDUCE, TCOLL_LAYER_REDUCE, comm, true) &&
       plan_reduction(&c, s, r, count, dt, op, root))
-    return run(&c, NULL);
-  PASS(LAY_REDUCE, lay_next.Reduce(s, r, count, dt, op, root, comm));
+    return run(&c, &st, NULL);
+  PASS_STAGED(LAY_REDUCE, st, dev, lay_next.Reduce(s, r, count, dt, op, root, comm));
 }
 
 LAY_EXPORT int MPI_Ireduce(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op, int root,
                            MPI_Comm comm, MPI_Request *request) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduction(&st, &s, &r, count, dt, root, comm);
   if (begin(&c, LAY_IREDUCE, TCOLL_LAYER_REDUCE, comm, false) &&
       plan_reduction(&c, s, r, count, dt, op, root))
-    return run(&c, request);
-  PASS(LAY_IREDUCE, lay_next.Ireduce(s, r, count, dt, op, root, comm, request));
+    return run(&c, &st, request);
+  PASS_NB(LAY_IREDUCE, st, dev, lay_next.Ireduce(s, r, count, dt, op, root, comm, request),
+          lay_next.Ireduce(s, r, count, dt, op, root, comm, &inner));
 }
 
 LAY_EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_bcast(&st, &buf, count, dt, root, comm);
   if (begin(&c, LAY_BCAST, TCOLL_LAYER_BROADCAST, comm, true) &&
       plan_bcast(&c, buf, count, dt, root))
-    return run(&c, NULL);
-  PASS(LAY_BCAST, lay_next.Bcast(buf, count, dt, root, comm));
+    return run(&c, &st, NULL);
+  PASS_STAGED(LAY_BCAST, st, dev, lay_next.Bcast(buf, count, dt, root, comm));
 }
 
 LAY_EXPORT int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
                           MPI_Request *request) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_bcast(&st, &buf, count, dt, root, comm);
   if (begin(&c, LAY_IBCAST, TCOLL_LAYER_BROADCAST, comm, false) &&
       plan_bcast(&c, buf, count, dt, root))
-    return run(&c, request);
-  PASS(LAY_IBCAST, lay_next.Ibcast(buf, count, dt, root, comm, request));
+    return run(&c, &st, request);
+  PASS_NB(LAY_IBCAST, st, dev, lay_next.Ibcast(buf, count, dt, root, comm, request),
+          lay_next.Ibcast(buf, count, dt, root, comm, &inner));
 }
 
 LAY_EXPORT int MPI_Allgather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
                              MPI_Datatype rtype, MPI_Comm comm) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_gather(&st, &s, scount, stype, &r, rcount, rtype, false, comm);
   if (begin(&c, LAY_ALLGATHER, TCOLL_LAYER_ALL_GATHER, comm, true) &&
       plan_allgather(&c, s, scount, stype, r, rcount, rtype))
-    return run(&c, NULL);
-  PASS(LAY_ALLGATHER, lay_next.Allgather(s, scount, stype, r, rcount, rtype, comm));
+    return run(&c, &st, NULL);
+  PASS_STAGED(LAY_ALLGATHER, st, dev, lay_next.Allgather(s, scount, stype, r, rcount, rtype, comm));
 }
 
 LAY_EXPORT int MPI_Iallgather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
                               MPI_Datatype rtype, MPI_Comm comm, MPI_Request *request) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_gather(&st, &s, scount, stype, &r, rcount, rtype, false, comm);
   if (begin(&c, LAY_IALLGATHER, TCOLL_LAYER_ALL_GATHER, comm, false) &&
       plan_allgather(&c, s, scount, stype, r, rcount, rtype))
-    return run(&c, request);
-  PASS(LAY_IALLGATHER, lay_next.Iallgather(s, scount, stype, r, rcount, rtype, comm, request));
+    return run(&c, &st, request);
+  PASS_NB(LAY_IALLGATHER, st, dev,
+          lay_next.Iallgather(s, scount, stype, r, rcount, rtype, comm, request),
+          lay_next.Iallgather(s, scount, stype, r, rcount, rtype, comm, &inner));
 }
 
 LAY_EXPORT int MPI_Alltoall(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
                             MPI_Datatype rtype, MPI_Comm comm) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_gather(&st, &s, scount, stype, &r, rcount, rtype, true, comm);
   if (begin(&c, LAY_ALLTOALL, TCOLL_LAYER_ALL_TO_ALL, comm, true) &&
       plan_alltoall(&c, s, scount, stype, r, rcount, rtype))
-    return run(&c, NULL);
-  PASS(LAY_ALLTOALL, lay_next.Alltoall(s, scount, stype, r, rcount, rtype, comm));
+    return run(&c, &st, NULL);
+  PASS_STAGED(LAY_ALLTOALL, st, dev, lay_next.Alltoall(s, scount, stype, r, rcount, rtype, comm));
 }
 
 LAY_EXPORT int MPI_Ialltoall(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
                              MPI_Datatype rtype, MPI_Comm comm, MPI_Request *request) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_gather(&st, &s, scount, stype, &r, rcount, rtype, true, comm);
   if (begin(&c, LAY_IALLTOALL, TCOLL_LAYER_ALL_TO_ALL, comm, false) &&
       plan_alltoall(&c, s, scount, stype, r, rcount, rtype))
-    return run(&c, request);
-  PASS(LAY_IALLTOALL, lay_next.Ialltoall(s, scount, stype, r, rcount, rtype, comm, request));
+    return run(&c, &st, request);
+  PASS_NB(LAY_IALLTOALL, st, dev,
+          lay_next.Ialltoall(s, scount, stype, r, rcount, rtype, comm, request),
+          lay_next.Ialltoall(s, scount, stype, r, rcount, rtype, comm, &inner));
 }
 
 LAY_EXPORT int MPI_Reduce_scatter_block(const void *s, void *r, int rcount, MPI_Datatype dt,
                                         MPI_Op op, MPI_Comm comm) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduce_scatter(&st, &s, &r, NULL, rcount, dt, comm);
   if (begin(&c, LAY_REDUCE_SCATTER_BLOCK, TCOLL_LAYER_REDUCE_SCATTER, comm, true) &&
       plan_reduce_scatter(&c, s, r, rcount, dt, op))
-    return run(&c, NULL);
-  PASS(LAY_REDUCE_SCATTER_BLOCK, lay_next.Reduce_scatter_block(s, r, rcount, dt, op, comm));
+    return run(&c, &st, NULL);
+  PASS_STAGED(LAY_REDUCE_SCATTER_BLOCK, st, dev,
+              lay_next.Reduce_scatter_block(s, r, rcount, dt, op, comm));
 }
 
 LAY_EXPORT int MPI_Ireduce_scatter_block(const void *s, void *r, int rcount, MPI_Datatype dt,
                                          MPI_Op op, MPI_Comm comm, MPI_Request *request) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduce_scatter(&st, &s, &r, NULL, rcount, dt, comm);
   if (begin(&c, LAY_IREDUCE_SCATTER_BLOCK, TCOLL_LAYER_REDUCE_SCATTER, comm, false) &&
       plan_reduce_scatter(&c, s, r, rcount, dt, op))
-    return run(&c, request);
-  PASS(LAY_IREDUCE_SCATTER_BLOCK,
-       lay_next.Ireduce_scatter_block(s, r, rcount, dt, op, comm, request));
+    return run(&c, &st, request);
+  PASS_NB(LAY_IREDUCE_SCATTER_BLOCK, st, dev,
+          lay_next.Ireduce_scatter_block(s, r, rcount, dt, op, comm, request),
+          lay_next.Ireduce_scatter_block(s, r, rcount, dt, op, comm, &inner));
 }
 
 LAY_EXPORT int MPI_Reduce_scatter(const void *s, void *r, const int counts[], MPI_Datatype dt,
                                   MPI_Op op, MPI_Comm comm) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduce_scatter(&st, &s, &r, counts, -1, dt, comm);
   if (begin(&c, LAY_REDUCE_SCATTER, TCOLL_LAYER_REDUCE_SCATTER, comm, true) && counts &&
       equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, s, r, counts[0], dt, op))
-    return run(&c, NULL);
-  PASS(LAY_REDUCE_SCATTER, lay_next.Reduce_scatter(s, r, counts, dt, op, comm));
+    return run(&c, &st, NULL);
+  PASS_STAGED(LAY_REDUCE_SCATTER, st, dev, lay_next.Reduce_scatter(s, r, counts, dt, op, comm));
 }
 
 LAY_EXPORT int MPI_Ireduce_scatter(const void *s, void *r, const int counts[], MPI_Datatype dt,
                                    MPI_Op op, MPI_Comm comm, MPI_Request *request) {
   lay_call_t c;
+  lay_stage_t st;
+  bool dev = lay_stage_reduce_scatter(&st, &s, &r, counts, -1, dt, comm);
   if (begin(&c, LAY_IREDUCE_SCATTER, TCOLL_LAYER_REDUCE_SCATTER, comm, false) && counts &&
       equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, s, r, counts[0], dt, op))
-    return run(&c, request);
-  PASS(LAY_IREDUCE_SCATTER, lay_next.Ireduce_scatter(s, r, counts, dt, op, comm, request));
+    return run(&c, &st, request);
+  PASS_NB(LAY_IREDUCE_SCATTER, st, dev,
+          lay_next.Ireduce_scatter(s, r, counts, dt, op, comm, request),
+          lay_next.Ireduce_scatter(s, r, counts, dt, op, comm, &inner));
 }
 
 /* ------------------------------------------------------------------ persistent forms (MPI-4) */
@@ -361,64 +424,105 @@ LAY_EXPORT int MPI_Ireduce_scatter(const void *s, void *r, const int counts[], M
 #if MPI_VERSION >= 4
 /* A persistent call is routed only on a communicator that already has its twin (as a nonblocking
  * one: its initialization makes no collective call of the layer's). A routed one is counted at
- * each start, a passed one at its initialization. */
-#define PERSISTENT(fn, op, plan, pass)                                 \
-  do {                                                                 \
-    lay_call_t c;                                                      \
-    if (begin(&c, fn, op, comm, false) && (c.persistent = true, plan)) \
-      return lay_run_persistent(&c, request);                          \
-    PASS(fn, pass);                                                    \
+ * each start, a passed one at its initialization, or at each start where it runs on host mirrors
+ * of its device buffers (hs, hr; `staged_pass` initializes MPI's own on them, with &inner: a
+ * persistent request of the layer's around it copies them in at each start and back at each
+ * completion, where the layer has a way to drive calls; else it passes as it is). */
+#define PERSISTENT(fn, op, staging, plan, pass, staged_pass)                 \
+  do {                                                                       \
+    lay_call_t c;                                                            \
+    lay_stage_t st;                                                          \
+    bool dev = (staging);                                                    \
+    if (begin(&c, fn, op, comm, false) && (c.persistent = true, plan)) {     \
+      c.stage = st;                                                          \
+      return lay_run_persistent(&c, request);                                \
+    }                                                                        \
+    if (dev && lay_nonblocking) {                                            \
+      MPI_Request inner = MPI_REQUEST_NULL;                                  \
+      int rc_ = (staged_pass);                                               \
+      return lay_pass_staged_persistent(&st, fn, comm, rc_, inner, request); \
+    }                                                                        \
+    if (dev) lay_stage_free(&st);                                            \
+    PASS(fn, pass);                                                          \
   } while (0)
 
 LAY_EXPORT int MPI_Allreduce_init(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
                                   MPI_Comm comm, MPI_Info info, MPI_Request *request) {
+  const void *hs = s;
+  void *hr = r;
   PERSISTENT(LAY_ALLREDUCE_INIT, TCOLL_LAYER_ALL_REDUCE,
-             plan_reduction(&c, s, r, count, dt, op, -1),
-             lay_next.Allreduce_init(s, r, count, dt, op, comm, info, request));
+             lay_stage_reduction(&st, &hs, &hr, count, dt, -1, comm),
+             plan_reduction(&c, hs, hr, count, dt, op, -1),
+             lay_next.Allreduce_init(s, r, count, dt, op, comm, info, request),
+             lay_next.Allreduce_init(hs, hr, count, dt, op, comm, info, &inner));
 }
 
 LAY_EXPORT int MPI_Reduce_init(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
                                int root, MPI_Comm comm, MPI_Info info, MPI_Request *request) {
-  PERSISTENT(LAY_REDUCE_INIT, TCOLL_LAYER_REDUCE, plan_reduction(&c, s, r, count, dt, op, root),
-             lay_next.Reduce_init(s, r, count, dt, op, root, comm, info, request));
+  const void *hs = s;
+  void *hr = r;
+  PERSISTENT(LAY_REDUCE_INIT, TCOLL_LAYER_REDUCE,
+             lay_stage_reduction(&st, &hs, &hr, count, dt, root, comm),
+             plan_reduction(&c, hs, hr, count, dt, op, root),
+             lay_next.Reduce_init(s, r, count, dt, op, root, comm, info, request),
+             lay_next.Reduce_init(hs, hr, count, dt, op, root, comm, info, &inner));
 }
 
 LAY_EXPORT int MPI_Bcast_init(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
                               MPI_Info info, MPI_Request *request) {
-  PERSISTENT(LAY_BCAST_INIT, TCOLL_LAYER_BROADCAST, plan_bcast(&c, buf, count, dt, root),
-             lay_next.Bcast_init(buf, count, dt, root, comm, info, request));
+  void *hb = buf;
+  PERSISTENT(LAY_BCAST_INIT, TCOLL_LAYER_BROADCAST,
+             lay_stage_bcast(&st, &hb, count, dt, root, comm), plan_bcast(&c, hb, count, dt, root),
+             lay_next.Bcast_init(buf, count, dt, root, comm, info, request),
+             lay_next.Bcast_init(hb, count, dt, root, comm, info, &inner));
 }
 
 LAY_EXPORT int MPI_Allgather_init(const void *s, int scount, MPI_Datatype stype, void *r,
                                   int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
                                   MPI_Request *request) {
+  const void *hs = s;
+  void *hr = r;
   PERSISTENT(LAY_ALLGATHER_INIT, TCOLL_LAYER_ALL_GATHER,
-             plan_allgather(&c, s, scount, stype, r, rcount, rtype),
-             lay_next.Allgather_init(s, scount, stype, r, rcount, rtype, comm, info, request));
+             lay_stage_gather(&st, &hs, scount, stype, &hr, rcount, rtype, false, comm),
+             plan_allgather(&c, hs, scount, stype, hr, rcount, rtype),
+             lay_next.Allgather_init(s, scount, stype, r, rcount, rtype, comm, info, request),
+             lay_next.Allgather_init(hs, scount, stype, hr, rcount, rtype, comm, info, &inner));
 }
 
 LAY_EXPORT int MPI_Alltoall_init(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
                                  MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
                                  MPI_Request *request) {
+  const void *hs = s;
+  void *hr = r;
   PERSISTENT(LAY_ALLTOALL_INIT, TCOLL_LAYER_ALL_TO_ALL,
-             plan_alltoall(&c, s, scount, stype, r, rcount, rtype),
-             lay_next.Alltoall_init(s, scount, stype, r, rcount, rtype, comm, info, request));
+             lay_stage_gather(&st, &hs, scount, stype, &hr, rcount, rtype, true, comm),
+             plan_alltoall(&c, hs, scount, stype, hr, rcount, rtype),
+             lay_next.Alltoall_init(s, scount, stype, r, rcount, rtype, comm, info, request),
+             lay_next.Alltoall_init(hs, scount, stype, hr, rcount, rtype, comm, info, &inner));
 }
 
 LAY_EXPORT int MPI_Reduce_scatter_block_init(const void *s, void *r, int rcount, MPI_Datatype dt,
                                              MPI_Op op, MPI_Comm comm, MPI_Info info,
                                              MPI_Request *request) {
+  const void *hs = s;
+  void *hr = r;
   PERSISTENT(LAY_REDUCE_SCATTER_BLOCK_INIT, TCOLL_LAYER_REDUCE_SCATTER,
-             plan_reduce_scatter(&c, s, r, rcount, dt, op),
-             lay_next.Reduce_scatter_block_init(s, r, rcount, dt, op, comm, info, request));
+             lay_stage_reduce_scatter(&st, &hs, &hr, NULL, rcount, dt, comm),
+             plan_reduce_scatter(&c, hs, hr, rcount, dt, op),
+             lay_next.Reduce_scatter_block_init(s, r, rcount, dt, op, comm, info, request),
+             lay_next.Reduce_scatter_block_init(hs, hr, rcount, dt, op, comm, info, &inner));
 }
 
 LAY_EXPORT int MPI_Reduce_scatter_init(const void *s, void *r, const int counts[], MPI_Datatype dt,
                                        MPI_Op op, MPI_Comm comm, MPI_Info info,
                                        MPI_Request *request) {
+  const void *hs = s;
+  void *hr = r;
   PERSISTENT(
       LAY_REDUCE_SCATTER_INIT, TCOLL_LAYER_REDUCE_SCATTER,
-      counts && equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, s, r, counts[0], dt, op),
-      lay_next.Reduce_scatter_init(s, r, counts, dt, op, comm, info, request));
+      lay_stage_reduce_scatter(&st, &hs, &hr, counts, -1, dt, comm),
+      counts && equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, hs, hr, counts[0], dt, op),
+      lay_next.Reduce_scatter_init(s, r, counts, dt, op, comm, info, request),
+      lay_next.Reduce_scatter_init(hs, hr, counts, dt, op, comm, info, &inner));
 }
 #endif

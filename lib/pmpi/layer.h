@@ -16,6 +16,7 @@
  *                  progress loop (Open MPI) or a progress thread
  *   waits.c        the completion calls (MPI_Wait, MPI_Test..., MPI_Request_free)
  *   persistent.c   MPI-4's persistent collectives, MPI_Start, MPI_Startall
+ *   device.c       device buffers on an MPI that cannot read them: host mirrors around a call
  * Uses tcoll's public API and one internal header, lib/mpi/layer.h (the table's verdict). */
 #ifndef TC_PMPI_LAYER_H
 #define TC_PMPI_LAYER_H
@@ -160,6 +161,8 @@ bool lay_start_late(void);
 const char *lay_fn_name(lay_fn_t fn);
 /* Counts one call: routed by algo, or passed through (algo NULL). */
 void lay_count(lay_fn_t fn, const char *algo);
+/* Counts one call (routed or passed) that ran on host mirrors of device buffers (device.c). */
+void lay_count_staged(lay_fn_t fn);
 
 /* ------------------------------------------------------------------ types.c */
 
@@ -190,6 +193,58 @@ tcoll_comm_t *lay_twin(MPI_Comm comm, bool create);
 /* At MPI_Init: the keyval and the world's twin (tcoll's world). */
 int lay_twins_init(void);
 
+/* ------------------------------------------------------------------ device.c */
+
+/* A host copy of a device buffer's span, standing in for the buffer during one call. */
+typedef struct lay_mirror {
+  char *device_at; /* the span's first byte, on the device */
+  char *host;      /* the copy (owned) */
+  size_t bytes;
+  int device;
+  bool read;    /* copied to the host before the call */
+  bool written; /* copied back to the device after it */
+} lay_mirror_t;
+
+/* The device buffers of one call: an input and an output at most. */
+typedef struct lay_stage {
+  lay_mirror_t m[2];
+  int n;
+  bool failed; /* a mirror could not be allocated: nothing staged */
+} lay_stage_t;
+
+/* Whether device buffers are staged at all: the layer is on, tcoll sees devices, and the MPI
+ * cannot read device memory. Set at start (lay_stage_init); false costs one load per call. */
+extern bool lay_stages;
+void lay_stage_init(void);
+/* Each looks at the buffers of one call of its shape on comm and, for each that lies on a device,
+ * makes a host mirror in *s and puts the pointer that stands for it in the call in place of the
+ * buffer's. Whether any was staged (*s is then the call's, freed by lay_stage_free). root: -1 for
+ * all_reduce. counts: reduce_scatter's (NULL: block to each rank). */
+bool lay_stage_reduction(lay_stage_t *s, const void **sbuf, void **rbuf, int count, MPI_Datatype dt,
+                         int root, MPI_Comm comm);
+bool lay_stage_bcast(lay_stage_t *s, void **buf, int count, MPI_Datatype dt, int root,
+                     MPI_Comm comm);
+bool lay_stage_gather(lay_stage_t *s, const void **sbuf, int scount, MPI_Datatype stype,
+                      void **rbuf, int rcount, MPI_Datatype rtype, bool all_to_all, MPI_Comm comm);
+bool lay_stage_reduce_scatter(lay_stage_t *s, const void **sbuf, void **rbuf, const int *counts,
+                              int block, MPI_Datatype dt, MPI_Comm comm);
+/* Copies the mirrors the call reads from the device, and back those it wrote (tcoll codes). */
+int lay_stage_in(const lay_stage_t *s);
+int lay_stage_out(const lay_stage_t *s);
+void lay_stage_free(lay_stage_t *s);
+/* The end of a staged call passed to MPI that returned rc: the mirrors copied back (where rc is
+ * MPI_SUCCESS) and freed, the call counted. Returns MPI's code. */
+int lay_pass_staged(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc);
+/* A staged nonblocking call passed to MPI, which returned rc and inner: *request, the program's,
+ * completes once inner did and the mirrors went back (an entry of requests.c). */
+int lay_pass_staged_nonblocking(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc,
+                                MPI_Request inner, MPI_Request *request);
+
+/* A staged persistent call passed to MPI, whose MPI_X_init on the mirrors returned rc and inner:
+ * *request, a persistent request of the layer's (persistent.c). */
+int lay_pass_staged_persistent(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc,
+                               MPI_Request inner, MPI_Request *request);
+
 /* ------------------------------------------------------------------ requests.c and plans */
 
 /* One routed call, from its plan to its completion. */
@@ -210,15 +265,18 @@ typedef struct lay_call {
   void *unpack_to; /* non-NULL: out went to scratch and is unpacked here at completion */
   int unpack_count;
   MPI_Datatype unpack_type;
-  bool blocking;   /* the program's call blocks (the verdict compares with MPI's blocking call) */
-  bool persistent; /* a persistent call's template: scratch lives until the request is freed */
+  bool blocking;     /* the program's call blocks (the verdict compares with MPI's blocking call) */
+  bool persistent;   /* a persistent call's template: scratch lives until the request is freed */
+  lay_stage_t stage; /* host mirrors of its device buffers (device.c) */
+  MPI_Request inner; /* a staged call passed to MPI: MPI's request (tcoll has no work for it) */
 } lay_call_t;
 
-/* Posts c on tcoll: packs its input first where it has to (TCOLL_ERR_BUSY where the key is
- * pending: copies to scratch and retries). */
+/* Posts c on tcoll: copies its device buffers' mirrors in and packs its input first where it has
+ * to (TCOLL_ERR_BUSY where the key is pending: copies to scratch and retries). */
 int lay_post(lay_call_t *c);
-/* After tcoll completed c (ok: without error): unpacks, frees scratch. */
-void lay_finish(lay_call_t *c, bool ok);
+/* After c completed with rc (tcoll's): unpacks, copies mirrors back to the device, frees scratch
+ * (a persistent call's stays). Returns rc, or the error of a copy back. */
+int lay_finish(lay_call_t *c, int rc);
 /* An MPI error code for a tcoll failure, through comm's error handler (what: the MPI function;
  * TCOLL_DEBUG=INFO prints it with tcoll's message). */
 int lay_error(MPI_Comm comm, int tcoll_rc, const char *what);

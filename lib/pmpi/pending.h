@@ -60,6 +60,9 @@ entry_t *lay_claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool *bu
 void lay_unclaim(entry_t *e);
 /* Ends a claimed entry whose collective finished with rc: unpacks, then tells MPI. */
 void lay_complete(entry_t *e, int rc);
+/* Waits for a posted call to its end in this thread: tcoll's work, or MPI's request of a staged
+ * call passed to MPI. Returns a tcoll code. */
+int lay_call_wait(lay_call_t *c);
 /* Tests a claimed entry once: completes it (true) if tcoll is done, else leaves it claimed. */
 bool lay_test_claimed(entry_t *e);
 

@@ -1,6 +1,9 @@
 /* Persistent collectives (MPI-4): a routed one is a plan kept from its initialization, posted
  * on tcoll at each MPI_Start / MPI_Startall; the program holds a persistent receive of the
- * layer's, started with it and satisfied by the layer's send when tcoll completes the call. */
+ * layer's, started with it and satisfied by the layer's send when tcoll completes the call. A
+ * passed one with device buffers (device.c) is kept the same way around MPI's own persistent
+ * request on the host mirrors: each start copies the mirrors in and starts it, its completion
+ * copies them back. */
 #include "pending.h"
 
 #include <stdlib.h>
@@ -19,7 +22,8 @@ static long npersists;      /* read without the lock */
 int lay_run_persistent(lay_call_t *c, MPI_Request *request) {
   persist_t *p = calloc(1, sizeof *p);
   if (!p) {
-    lay_finish(c, false);
+    free(c->scratch);
+    lay_stage_free(&c->stage);
     return lay_error(c->comm, TCOLL_ERR_NO_MEMORY, lay_fn_name(c->fn));
   }
   p->plan = *c;
@@ -27,6 +31,8 @@ int lay_run_persistent(lay_call_t *c, MPI_Request *request) {
   int rc = PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, p->tag, lay_self_comm, &p->req);
   if (rc != MPI_SUCCESS) {
     free(c->scratch);
+    lay_stage_free(&c->stage);
+    if (c->inner != MPI_REQUEST_NULL) PMPI_Request_free(&c->inner);
     free(p);
     PMPI_Comm_call_errhandler(c->comm, rc);
     return rc;
@@ -49,15 +55,33 @@ static persist_t *find_persist(MPI_Request req) {
   return p;
 }
 
+int lay_pass_staged_persistent(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc,
+                               MPI_Request inner, MPI_Request *request) {
+  if (rc != MPI_SUCCESS) {
+    lay_stage_free(s);
+    lay_count(fn, NULL);
+    return rc;
+  }
+  lay_call_t c = {.fn = fn, .comm = comm, .persistent = true, .stage = *s, .inner = inner};
+  return lay_run_persistent(&c, request);
+}
+
+/* A staged call passed to MPI: its mirrors copied in, MPI's persistent request started. */
+static int start_passed(lay_call_t *c) {
+  int rc = lay_stage_in(&c->stage);
+  if (rc != TCOLL_SUCCESS) return rc;
+  return PMPI_Start(&c->inner) == MPI_SUCCESS ? TCOLL_SUCCESS : TCOLL_ERR_MPI;
+}
+
 /* One start: the plan posted on tcoll (its input packed again), the receive started, the call
  * lay_pending as any nonblocking one. */
 static int start_persist(persist_t *p, MPI_Request *request) {
   entry_t *e = calloc(1, sizeof *e);
   if (!e) return lay_error(p->plan.comm, TCOLL_ERR_NO_MEMORY, lay_fn_name(p->plan.fn));
   e->call = p->plan;
-  int rc = lay_post(&e->call);
+  int rc = p->plan.inner != MPI_REQUEST_NULL ? start_passed(&e->call) : lay_post(&e->call);
   if (rc != TCOLL_SUCCESS) {
-    lay_finish(&e->call, false);
+    lay_finish(&e->call, rc);
     free(e);
     return lay_error(p->plan.comm, rc, lay_fn_name(p->plan.fn));
   }
@@ -65,13 +89,13 @@ static int start_persist(persist_t *p, MPI_Request *request) {
   e->req = p->req;
   int mrc = PMPI_Start(request);
   if (mrc != MPI_SUCCESS) { /* the collective is posted on every rank: finish it here */
-    LAY_TCOLL(tcoll_wait(e->call.key));
-    lay_finish(&e->call, true);
+    lay_finish(&e->call, lay_call_wait(&e->call));
     free(e);
     PMPI_Comm_call_errhandler(p->plan.comm, mrc);
     return mrc;
   }
   lay_count(p->plan.fn, p->plan.algo);
+  if (p->plan.stage.n) lay_count_staged(p->plan.fn);
   lay_enlist(e);
   return MPI_SUCCESS;
 }
@@ -114,5 +138,7 @@ void lay_persistent_free(MPI_Request req) {
   __atomic_sub_fetch(&npersists, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&lay_mu);
   free(p->plan.scratch);
+  lay_stage_free(&p->plan.stage);
+  if (p->plan.inner != MPI_REQUEST_NULL) PMPI_Request_free(&p->plan.inner);
   free(p);
 }

@@ -49,7 +49,7 @@ bool lay_take_telling(entry_t *e) {
  * so that no thread waits on it), and MPI's free function unlinks it, unless MPI ran that
  * already (released): then it goes here. */
 void lay_complete(entry_t *e, int rc) {
-  lay_finish(&e->call, rc == TCOLL_SUCCESS);
+  rc = lay_finish(&e->call, rc);
   if (!e->grequest) {
     char byte = 0;
     PMPI_Send(&byte, rc == TCOLL_SUCCESS ? 0 : 1, MPI_BYTE, 0, e->tag, lay_self_comm);
@@ -151,15 +151,29 @@ entry_t *lay_claim_on(const tcoll_comm_t *twin, uint64_t posted_before, bool *bu
   return e;
 }
 
+/* A staged call passed to MPI (device.c) waits on MPI's request (an error reached the
+ * communicator's error handler in MPI already); a routed one on tcoll's work. */
+static int call_done(lay_call_t *c, bool wait) {
+  if (c->inner == MPI_REQUEST_NULL)
+    return LAY_TCOLL(wait ? tcoll_wait(c->key) : tcoll_test(c->key));
+  int flag = 1;
+  int rc = wait ? PMPI_Wait(&c->inner, MPI_STATUS_IGNORE)
+                : PMPI_Test(&c->inner, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) return TCOLL_ERR_MPI;
+  return flag ? TCOLL_SUCCESS : TCOLL_IN_PROGRESS;
+}
+
+int lay_call_wait(lay_call_t *c) { return call_done(c, true); }
+
 /* Drives a claimed entry to its end in this thread. Returns tcoll's result. */
 static int drive_to_end(entry_t *e) {
-  int rc = LAY_TCOLL(tcoll_wait(e->call.key));
+  int rc = call_done(&e->call, true);
   lay_complete(e, rc);
   return rc;
 }
 
 bool lay_test_claimed(entry_t *e) {
-  int rc = LAY_TCOLL(tcoll_test(e->call.key));
+  int rc = call_done(&e->call, false);
   if (rc == TCOLL_IN_PROGRESS) return false;
   lay_complete(e, rc);
   return true;
@@ -208,21 +222,48 @@ int lay_run_nonblocking(lay_call_t *c, MPI_Request *request) {
   if (!e) return lay_error(c->comm, TCOLL_ERR_NO_MEMORY, lay_fn_name(c->fn));
   int rc = lay_post(c);
   if (rc != TCOLL_SUCCESS) {
-    lay_finish(c, false);
+    lay_finish(c, rc);
     free(e);
     return lay_error(c->comm, rc, lay_fn_name(c->fn));
   }
   e->call = *c;
   int mrc = lay_make_request(e);
   if (mrc != MPI_SUCCESS) { /* the collective is posted on every rank: finish it here */
-    LAY_TCOLL(tcoll_wait(e->call.key));
-    lay_finish(&e->call, true);
+    lay_finish(&e->call, LAY_TCOLL(tcoll_wait(e->call.key)));
     free(e);
     PMPI_Comm_call_errhandler(c->comm, mrc);
     return mrc;
   }
   *request = e->req;
   lay_count(c->fn, c->algo);
+  if (c->stage.n) lay_count_staged(c->fn);
+  lay_enlist(e);
+  return MPI_SUCCESS;
+}
+
+/* Where no way drives calls while the program blocks elsewhere (lay_nonblocking), or no request
+ * of the layer's can be made, the call completes here, and the program gets a request that is
+ * complete already (a receive from MPI_PROC_NULL). */
+static int pass_staged_now(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, MPI_Request inner,
+                           MPI_Request *request) {
+  int rc = lay_pass_staged(s, fn, comm, PMPI_Wait(&inner, MPI_STATUS_IGNORE));
+  if (rc != MPI_SUCCESS) return rc;
+  return PMPI_Irecv(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, comm, request);
+}
+
+int lay_pass_staged_nonblocking(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc,
+                                MPI_Request inner, MPI_Request *request) {
+  if (rc != MPI_SUCCESS) return lay_pass_staged(s, fn, comm, rc);
+  entry_t *e = lay_nonblocking ? calloc(1, sizeof *e) : NULL;
+  if (!e) return pass_staged_now(s, fn, comm, inner, request);
+  e->call = (lay_call_t){.fn = fn, .comm = comm, .stage = *s, .inner = inner};
+  if (lay_make_request(e) != MPI_SUCCESS) {
+    free(e);
+    return pass_staged_now(s, fn, comm, inner, request);
+  }
+  *request = e->req;
+  lay_count(fn, NULL);
+  lay_count_staged(fn);
   lay_enlist(e);
   return MPI_SUCCESS;
 }

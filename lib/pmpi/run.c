@@ -32,6 +32,8 @@ static int post_once(lay_call_t *c) {
 }
 
 int lay_post(lay_call_t *c) {
+  int src = lay_stage_in(&c->stage);
+  if (src != TCOLL_SUCCESS) return src;
   if (c->pack_from) {
     int at = 0;
     int rc = PMPI_Pack(c->pack_from, c->pack_count, c->pack_type, c->in.data,
@@ -53,23 +55,28 @@ int lay_post(lay_call_t *c) {
   return rc;
 }
 
-void lay_finish(lay_call_t *c, bool ok) {
-  if (ok && c->unpack_to) {
+int lay_finish(lay_call_t *c, int rc) {
+  if (rc == TCOLL_SUCCESS && c->unpack_to) {
     int at = 0;
     PMPI_Unpack(c->out.data, (int)tcoll_tensor_nbytes(&c->out), &at, c->unpack_to, c->unpack_count,
                 c->unpack_type, c->comm);
   }
+  if (rc == TCOLL_SUCCESS) rc = lay_stage_out(&c->stage);
   free(c->copy);
   c->copy = NULL;
-  if (c->persistent) return; /* its scratch serves the next start */
+  if (c->persistent) return rc; /* its scratch and mirrors serve the next start */
   free(c->scratch);
   c->scratch = NULL;
+  lay_stage_free(&c->stage);
+  return rc;
 }
 
 int lay_run_blocking(lay_call_t *c) {
+  bool staged = c->stage.n > 0; /* lay_finish frees the mirrors */
   int rc = lay_post(c);
   if (rc == TCOLL_SUCCESS) rc = LAY_TCOLL(tcoll_wait(c->key));
-  lay_finish(c, rc == TCOLL_SUCCESS);
+  rc = lay_finish(c, rc);
   lay_count(c->fn, c->algo);
+  if (staged) lay_count_staged(c->fn);
   return rc == TCOLL_SUCCESS ? MPI_SUCCESS : lay_error(c->comm, rc, lay_fn_name(c->fn));
 }

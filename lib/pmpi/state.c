@@ -97,6 +97,7 @@ static struct {
   long passed;
   const char *algo[ALGOS];
   long routed[ALGOS];
+  long staged; /* of those, calls on host mirrors of device buffers */
 } counts[LAY_NUM_FNS];
 
 const char *lay_fn_name(lay_fn_t fn) { return names[fn]; }
@@ -117,6 +118,8 @@ void lay_count(lay_fn_t fn, const char *algo) {
     }
   }
 }
+
+void lay_count_staged(lay_fn_t fn) { __atomic_add_fetch(&counts[fn].staged, 1, __ATOMIC_RELAXED); }
 
 static long routed_total(int fn) {
   long n = 0;
@@ -140,6 +143,16 @@ LAY_EXPORT long tcoll_mpi_layer_calls(const char *mpi_function_name, int routed)
   return -1;
 }
 
+/* For tests and tools (found with dlsym): how many calls of the MPI function named so, routed or
+ * passed, ran on host mirrors of device buffers (the MPI cannot read device memory); -1 for a name
+ * the layer does not define. */
+LAY_EXPORT long tcoll_mpi_layer_staged(const char *mpi_function_name) {
+  for (int fn = 0; fn < LAY_NUM_FNS; fn++)
+    if (mpi_function_name && !strcmp(names[fn], mpi_function_name))
+      return __atomic_load_n(&counts[fn].staged, __ATOMIC_RELAXED);
+  return -1;
+}
+
 /* TCOLL_DEBUG=INFO: one line per function this rank called. */
 static void print_counts(void) {
   tcoll_config_t cfg;
@@ -155,8 +168,11 @@ static void print_counts(void) {
       at += snprintf(line + at, sizeof line - (size_t)at, "%s%s %ld", i ? ", " : " (",
                      counts[fn].algo[i], counts[fn].routed[i]);
     if (at < (int)sizeof line)
-      snprintf(line + at, sizeof line - (size_t)at, "%s, %ld passed to MPI",
-               counts[fn].algo[0] ? ")" : "", counts[fn].passed);
+      at += snprintf(line + at, sizeof line - (size_t)at, "%s, %ld passed to MPI",
+                     counts[fn].algo[0] ? ")" : "", counts[fn].passed);
+    if (counts[fn].staged && at < (int)sizeof line)
+      snprintf(line + at, sizeof line - (size_t)at, "; %ld on host copies of device buffers",
+               counts[fn].staged);
     fprintf(stderr, "%s\n", line);
   }
   fprintf(stderr, "tcoll-mpi [rank %d] nonblocking calls progress: %s\n", rank,
@@ -198,6 +214,7 @@ static void start(int provided, lay_progress_t how) {
   lay_nonblocking = all_too[1];
   lay_mpi_persistent_wrong = all_too[2];
   lay_on = all_too[0];
+  lay_stage_init();
 }
 
 /* The program gets the thread level it asked for; MPI_THREAD_MULTIPLE is asked for it only where
@@ -218,6 +235,7 @@ static void stop_layer(void) {
   print_counts();
   lay_requests_stop();
   lay_on = false;
+  lay_stages = false;
 }
 
 /* Such a program may finalize MPI without the layer too (MPICH's mpi_f08 calls PMPI_Finalize): an

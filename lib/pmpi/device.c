@@ -1,0 +1,190 @@
+/* Device buffers on an MPI that cannot read them (one that is not CUDA-aware, as Debian's Open
+ * MPI and MPICH). Whether a call is routed rests only on what matches across ranks, never on where
+ * a rank's buffers live (collectives.c): each rank alone makes its own device buffers readable
+ * for the call, routed or passed. Each device buffer gets a host mirror of the span its (count,
+ * datatype) covers, copied from the device before the call where the call reads it (or where
+ * the datatype has gaps that the call must leave as they are), and back to the device once the
+ * call completed where the call writes it. The call then runs on the mirrors as on any host
+ * buffer. Whole buffers are copied, not pipelined chunks: tcoll's own device path overlaps its
+ * copies with the transfers, but it takes tensors that say where they live, with no datatype.
+ *
+ * A nonblocking call passed to MPI completes the program's request once MPI's completed and its
+ * mirrors went back (requests.c); a persistent one, at each start (persistent.c). Left alone:
+ * intercommunicators, persistent calls passed where the layer has no way to drive calls, and an
+ * MPI that reads device memory itself (MPIX_Query_cuda_support on Open MPI,
+ * MPIX_GPU_query_support on MPICH). */
+#include "layer.h"
+
+#if defined(OPEN_MPI)
+#include <mpi-ext.h>
+#endif
+
+#include <stdint.h>
+#include <stdlib.h>
+
+bool lay_stages;
+
+/* Whether the MPI moves CUDA device memory itself. */
+static bool mpi_reads_device_memory(void) {
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+  return MPIX_Query_cuda_support() == 1;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+  int yes = 0;
+  return PMPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS && yes;
+#else
+  return false;
+#endif
+}
+
+void lay_stage_init(void) {
+  lay_stages = lay_on && tcoll_device_count() > 0 && !mpi_reads_device_memory();
+}
+
+/* The bytes count elements of t cover, from buf + *lb. */
+static size_t span_of(int count, MPI_Datatype t, MPI_Aint *lb, bool *gaps) {
+  MPI_Aint tlb, textent, elb, extent;
+  int size = 0;
+  if (PMPI_Type_get_true_extent(t, &tlb, &textent) != MPI_SUCCESS ||
+      PMPI_Type_get_extent(t, &elb, &extent) != MPI_SUCCESS ||
+      PMPI_Type_size(t, &size) != MPI_SUCCESS)
+    return 0;
+  MPI_Aint first = tlb, last = tlb + textent; /* a negative extent runs backwards */
+  if (extent >= 0)
+    last += (MPI_Aint)(count - 1) * extent;
+  else
+    first += (MPI_Aint)(count - 1) * extent;
+  *lb = first;
+  size_t bytes = (size_t)(last - first);
+  *gaps = (size_t)size * (size_t)count != bytes;
+  return bytes;
+}
+
+/* The host pointer standing for buf: a mirror of its span where it lies on a device. */
+static void *mirror(lay_stage_t *s, const void *buf, int count, MPI_Datatype t, bool read,
+                    bool written) {
+  if (count <= 0 || !buf || buf == MPI_IN_PLACE || s->n == 2) return (void *)buf;
+  int dev = tcoll_layer_pointer_device(buf);
+  if (dev == TCOLL_HOST) return (void *)buf;
+  MPI_Aint lb = 0;
+  bool gaps = false;
+  size_t bytes = span_of(count, t, &lb, &gaps);
+  char *host = bytes ? malloc(bytes) : NULL;
+  if (!host) { /* left as it is: MPI fails on it as it would without the layer */
+    s->failed = true;
+    return (void *)buf;
+  }
+  s->m[s->n++] = (lay_mirror_t){.device_at = (char *)buf + lb,
+                                .host = host,
+                                .bytes = bytes,
+                                .device = dev,
+                                .read = read || (written && gaps),
+                                .written = written};
+  return host - lb;
+}
+
+/* Whether a call with buffers a and b on comm may stage: staging is on, one of them lies on a
+ * device (asked first: a host call pays no communicator query), comm is an intracommunicator. */
+static bool stage_on(lay_stage_t *s, const void *a, const void *b, MPI_Comm comm, int *p, int *me) {
+  s->n = 0;
+  s->failed = false;
+  if (!__atomic_load_n(&lay_stages, __ATOMIC_RELAXED)) return false;
+  bool a_dev = a && a != MPI_IN_PLACE && tcoll_layer_pointer_device(a) != TCOLL_HOST;
+  if (!a_dev && !(b && b != MPI_IN_PLACE && tcoll_layer_pointer_device(b) != TCOLL_HOST))
+    return false;
+  int inter = 0;
+  if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
+    return false;
+  PMPI_Comm_size(comm, p);
+  PMPI_Comm_rank(comm, me);
+  return true;
+}
+
+static bool staged(lay_stage_t *s) {
+  if (s->failed) lay_stage_free(s);
+  return s->n > 0;
+}
+
+bool lay_stage_reduction(lay_stage_t *s, const void **sbuf, void **rbuf, int count, MPI_Datatype dt,
+                         int root, MPI_Comm comm) {
+  int p, me;
+  if (!stage_on(s, *sbuf, *rbuf, comm, &p, &me)) return false;
+  bool out_here = root < 0 || me == root;
+  bool in_place = *sbuf == MPI_IN_PLACE;
+  if (!in_place) *sbuf = mirror(s, *sbuf, count, dt, true, false);
+  if (out_here) *rbuf = mirror(s, *rbuf, count, dt, in_place, true);
+  return staged(s);
+}
+
+bool lay_stage_bcast(lay_stage_t *s, void **buf, int count, MPI_Datatype dt, int root,
+                     MPI_Comm comm) {
+  int p, me;
+  if (!stage_on(s, *buf, NULL, comm, &p, &me)) return false;
+  *buf = mirror(s, *buf, count, dt, me == root, me != root);
+  return staged(s);
+}
+
+bool lay_stage_gather(lay_stage_t *s, const void **sbuf, int scount, MPI_Datatype stype,
+                      void **rbuf, int rcount, MPI_Datatype rtype, bool all_to_all, MPI_Comm comm) {
+  int p, me;
+  if (!stage_on(s, *sbuf, *rbuf, comm, &p, &me)) return false;
+  bool in_place = *sbuf == MPI_IN_PLACE;
+  if (!in_place) *sbuf = mirror(s, *sbuf, all_to_all ? scount * p : scount, stype, true, false);
+  *rbuf = mirror(s, *rbuf, rcount * p, rtype, in_place, true);
+  return staged(s);
+}
+
+bool lay_stage_reduce_scatter(lay_stage_t *s, const void **sbuf, void **rbuf, const int *counts,
+                              int block, MPI_Datatype dt, MPI_Comm comm) {
+  int p, me;
+  if (!stage_on(s, *sbuf, *rbuf, comm, &p, &me)) return false;
+  if (!counts && block < 0) return false;
+  long total = 0;
+  for (int i = 0; i < p; i++) total += counts ? counts[i] : block;
+  int mine = counts ? counts[me] : block;
+  if (total > INT32_MAX) return false;
+  bool in_place = *sbuf == MPI_IN_PLACE;
+  if (!in_place) *sbuf = mirror(s, *sbuf, (int)total, dt, true, false);
+  *rbuf = mirror(s, *rbuf, in_place ? (int)total : mine, dt, in_place, true);
+  return staged(s);
+}
+
+static int copy(void *dst, int dst_dev, const void *src, int src_dev, size_t bytes) {
+  int64_t n[1] = {(int64_t)bytes};
+  tcoll_tensor_t d = tcoll_tensor_make(dst, TCOLL_UINT8, 1, n, dst_dev);
+  tcoll_tensor_t s = tcoll_tensor_make((void *)src, TCOLL_UINT8, 1, n, src_dev);
+  return LAY_TCOLL(tcoll_tensor_copy(&d, &s));
+}
+
+int lay_stage_in(const lay_stage_t *s) {
+  for (int i = 0; i < s->n; i++) {
+    const lay_mirror_t *m = &s->m[i];
+    int rc = m->read ? copy(m->host, TCOLL_HOST, m->device_at, m->device, m->bytes) : 0;
+    if (rc) return rc;
+  }
+  return TCOLL_SUCCESS;
+}
+
+int lay_stage_out(const lay_stage_t *s) {
+  for (int i = 0; i < s->n; i++) {
+    const lay_mirror_t *m = &s->m[i];
+    int rc = m->written ? copy(m->device_at, m->device, m->host, TCOLL_HOST, m->bytes) : 0;
+    if (rc) return rc;
+  }
+  return TCOLL_SUCCESS;
+}
+
+void lay_stage_free(lay_stage_t *s) {
+  for (int i = 0; i < s->n; i++) free(s->m[i].host);
+  s->n = 0;
+}
+
+int lay_pass_staged(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc) {
+  if (rc == MPI_SUCCESS) {
+    int trc = lay_stage_out(s);
+    if (trc != TCOLL_SUCCESS) rc = lay_error(comm, trc, lay_fn_name(fn));
+  }
+  lay_stage_free(s);
+  lay_count(fn, NULL);
+  lay_count_staged(fn);
+  return rc;
+}
