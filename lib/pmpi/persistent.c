@@ -108,19 +108,17 @@ LAY_EXPORT int MPI_Start(MPI_Request *request) {
 LAY_EXPORT int MPI_Startall(int count, MPI_Request requests[]) {
   if (!__atomic_load_n(&npersists, __ATOMIC_ACQUIRE)) return lay_next.Startall(count, requests);
   /* The layer's one at a time, each run of the MPI's own in one MPI_Startall, in order. */
-  persist_t *p = count > 0 ? find_persist(requests[0]) : NULL, *next = NULL;
-  for (int i = 0; i < count; p = next) {
-    int rc, run = 1;
-    next = NULL;
+  for (int i = 0, run; i < count; i += run) {
+    persist_t *p = find_persist(requests[i]);
+    int rc;
+    run = 1;
     if (p) {
       rc = start_persist(p, &requests[i]);
-      if (i + 1 < count) next = find_persist(requests[i + 1]);
     } else {
-      while (i + run < count && !(next = find_persist(requests[i + run]))) run++;
+      while (i + run < count && !find_persist(requests[i + run])) run++;
       rc = lay_next.Startall(run, &requests[i]);
     }
     if (rc != MPI_SUCCESS) return rc;
-    i += run;
   }
   return MPI_SUCCESS;
 }
