@@ -18,6 +18,7 @@
 #include "../base/cores.h"
 #include "../base/dtype.h"
 #include "../device/device.h"
+#include "../device/pinned.h"
 
 #include <pthread.h>
 
@@ -202,6 +203,15 @@ const char *tcoll_layer_algorithm(tcoll_layer_op_t op, tcoll_comm_t *comm, int64
 bool tcoll_layer_mpi_persistent_wrong(void) { return tc_mpi_persistent_wrong(); }
 
 int tcoll_layer_pointer_device(const void *p) { return tc_dev_locate(p); }
+
+void *tcoll_layer_host_get(size_t bytes) {
+  void *p = NULL;
+  return tc_pinned_get(bytes, &p) == TCOLL_SUCCESS ? p : NULL;
+}
+
+void tcoll_layer_host_put(void *p) {
+  if (p) tc_pinned_put(p);
+}
 
 bool tcoll_layer_internal_thread(void) { return tc_is_internal_thread(); }
 

@@ -55,6 +55,12 @@ TCOLL_API void tcoll_layer_no_symmetric_heap(void);
  * device has one, no buffer can be device memory); one load where tcoll has no devices. */
 TCOLL_API int tcoll_layer_pointer_device(const void *p);
 
+/* At least bytes of page-locked host memory for a host mirror of a device buffer (tcoll's staging
+ * pool: copies to and from devices run at full speed, and no allocation in steady state), or
+ * NULL; tcoll_layer_host_put returns it once nothing uses it. */
+TCOLL_API void *tcoll_layer_host_get(size_t bytes);
+TCOLL_API void tcoll_layer_host_put(void *p);
+
 /* Whether the calling thread is one of tcoll's own (its progress or bootstrap thread). The layer's
  * hook in MPI's progress loop runs inside any MPI call, theirs too, and must not enter tcoll
  * there. */

@@ -5,8 +5,9 @@
  * datatype) covers, copied from the device before the call where the call reads it (or where
  * the datatype has gaps that the call must leave as they are), and back to the device once the
  * call completed where the call writes it. The call then runs on the mirrors as on any host
- * buffer. Whole buffers are copied, not pipelined chunks: tcoll's own device path overlaps its
- * copies with the transfers, but it takes tensors that say where they live, with no datatype.
+ * buffer. Mirrors are page-locked memory from tcoll's staging pool. Whole buffers are copied, not
+ * pipelined chunks: tcoll's own device path overlaps its copies with the transfers, but it takes
+ * tensors that say where they live, with no datatype.
  *
  * A nonblocking call passed to MPI completes the program's request once MPI's completed and its
  * mirrors went back (requests.c); a persistent one, at each start (persistent.c). Left alone:
@@ -68,7 +69,7 @@ static void *mirror(lay_stage_t *s, const void *buf, int count, MPI_Datatype t, 
   MPI_Aint lb = 0;
   bool gaps = false;
   size_t bytes = span_of(count, t, &lb, &gaps);
-  char *host = bytes ? malloc(bytes) : NULL;
+  char *host = bytes ? tcoll_layer_host_get(bytes) : NULL;
   if (!host) { /* left as it is: MPI fails on it as it would without the layer */
     s->failed = true;
     return (void *)buf;
@@ -174,7 +175,7 @@ int lay_stage_out(const lay_stage_t *s) {
 }
 
 void lay_stage_free(lay_stage_t *s) {
-  for (int i = 0; i < s->n; i++) free(s->m[i].host);
+  for (int i = 0; i < s->n; i++) tcoll_layer_host_put(s->m[i].host);
   s->n = 0;
 }
 

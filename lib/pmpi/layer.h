@@ -198,7 +198,7 @@ int lay_twins_init(void);
 /* A host copy of a device buffer's span, standing in for the buffer during one call. */
 typedef struct lay_mirror {
   char *device_at; /* the span's first byte, on the device */
-  char *host;      /* the copy (owned) */
+  char *host;      /* the copy (owned: tcoll_layer_host_get) */
   size_t bytes;
   int device;
   bool read;    /* copied to the host before the call */
