@@ -10,7 +10,7 @@
  * Checked: the table picks hier for small vectors exactly where the test's own reading of the
  * nodes says there are several (T_EXPECT_HIER=1: there must be); every integer and floating
  * dtype with sum, max, min, product, avg and premul_sum, in place and out of place, at sizes in a
- * line, in a slot and past what a slot holds (another algorithm then, the same results), against
+ * line, in a slot and past what a slot holds (chunk by chunk, several chunks), against
  * closed forms; the same bits on every rank; many calls in flight at once interleaved with
  * broadcasts and reduce_scatters (the leaders' MPI calls keep their order: a leader alone on its
  * node could post before the others' earlier calls); communicators split from world by parity and
@@ -185,7 +185,7 @@ START_TEST(table_picks_hier) {
 END_TEST
 
 /* Every dtype and op, in place and not, sizes in a line (up to 48 bytes), in a slot, and past a
- * slot (hier does not support it: another algorithm, the same results). */
+ * slot (chunk by chunk: 4 MiB and a remainder, past the default 1 MiB slot). */
 START_TEST(forced_values) {
   t_save_algo();
   t_set_algo("all_reduce:hier");
@@ -198,18 +198,17 @@ START_TEST(forced_values) {
         bool floating = dts[a] == TCOLL_FLOAT32 || dts[a] == TCOLL_FLOAT64;
         bool premul = o == TC_LEN(ops);
         if (!floating && (premul || ops[o] == TCOLL_AVG)) continue;
-        size_t bytes = (size_t)ns[b] * tcoll_dtype_size(dts[a]);
-        /* hier where expected and the vector fits a slot (of the default segment: 1 MiB) */
-        const char *want = hier_expected() && bytes <= 64 * 1024 ? "hier" : NULL;
+        const char *want = hier_expected() ? "hier" : NULL;
         for (int inplace = 0; inplace < 2; inplace++) {
           call_t c = {dts[a], ns[b], premul ? TCOLL_SUM : ops[o], premul ? 0.5 : 0, inplace};
           run_one(&c, NULL, want);
         }
       }
-  if (hier_expected()) { /* past a slot: not hier */
-    call_t big = {TCOLL_FLOAT32, 1 << 20, TCOLL_SUM, 0, false};
-    run_one(&big, NULL, NULL);
-    T_EXPECT(!is_hier(), "a 4 MiB all_reduce ran hier (larger than a slot)");
+  for (int inplace = 0; inplace < 2; inplace++) { /* past a slot: in chunks */
+    call_t big = {TCOLL_FLOAT32, (1 << 20) + 3, TCOLL_SUM, 0, inplace};
+    call_t avg = {TCOLL_FLOAT64, (1 << 18) + 5, TCOLL_AVG, 0, inplace};
+    run_one(&big, NULL, hier_expected() ? "hier" : NULL);
+    run_one(&avg, NULL, hier_expected() ? "hier" : NULL);
   }
   t_restore_algo();
 }
@@ -301,11 +300,11 @@ START_TEST(sub_communicators) {
 END_TEST
 
 /* Broadcast and reduce from every root (leaders or not), in place and not: the values, and hier
- * where expected. */
+ * where expected; past a slot (1 MiB by default) in chunks. */
 START_TEST(broadcast_and_reduce) {
   t_save_algo();
   t_set_algo("broadcast:hier,reduce:hier");
-  static const int64_t ns[] = {1, 13, 1000};
+  static const int64_t ns[] = {1, 13, 1000, (1 << 17) + 777};
   for (int root = 0; root < t_size; root++)
     for (size_t b = 0; b < TC_LEN(ns); b++)
       for (int inplace = 0; inplace < 2; inplace++) {

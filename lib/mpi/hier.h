@@ -9,8 +9,17 @@
 
 #include "../node/hier.h"
 
-/* Whether the call fits: two levels, a payload every node's slots hold. The same on every rank. */
+/* Whether the call fits: two levels, an element every node's slots hold, and few enough chunks
+ * for a schedule. The same on every rank. */
 bool tc_hier_supported(const tc_algo_query_t *q);
+
+/* Builds call c as a run of chunks of at most max_bytes each, one after the other (each chunk's
+ * phases complete on a node before the next chunk's start there; the leaders' step of one chunk
+ * overlaps nothing of the next's): chunk(w, part, at, arg) builds part, c's elements [at, at +
+ * part->n) (src and dst moved there; NULL stays NULL). Reserves the steps first, so that no rank
+ * stops half-way for memory where the others go on. */
+typedef int (*tc_hier_chunk_fn)(tc_work_t *w, const tc_algo_call_t *part, int64_t at, void *arg);
+int tc_hier_build_chunked(tc_work_t *w, const tc_algo_call_t *c, tc_hier_chunk_fn chunk, void *arg);
 
 /* A phase on this rank's node: kind (TC_SHM_REDUCE, TC_SHM_BROADCAST) with c->root a rank of the
  * node (local numbering). On a node of one rank (no segment): its src to its dst (scaled by

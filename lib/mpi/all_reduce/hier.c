@@ -2,10 +2,12 @@
  * (../hier.h): each node reduces its ranks' inputs to its leader through the small shared-memory
  * protocol, the leaders all-reduce their nodes' results with MPI_Iallreduce, and each leader
  * publishes the result to its node. Every rank gets the leaders' bits: each node's sum in rank
- * order, then the MPI's sum of the nodes'. AVG divides once, at the leaders. */
+ * order, then the MPI's sum of the nodes'. AVG divides once, at the leaders. A vector larger than
+ * a slot goes chunk by chunk (hier.h). */
 #include "../hier.h"
 
-static int build(tc_work_t *w, const tc_algo_call_t *c) {
+static int build_chunk(tc_work_t *w, const tc_algo_call_t *c, int64_t at, void *arg) {
+  (void)at, (void)arg;
   tc_node_hier_t *h = w->comm->hier;
   tc_algo_call_t up = *c, down = *c;
   up.root = down.root = 0; /* the leader: its node's rank 0 */
@@ -17,6 +19,10 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
     rc = tc_sched_scale(&w->sched, c->dst, c->dst, c->n, c->dtype, 1.0, c->divisor, true);
   if (!rc && h->local) rc = tc_hier_node_phase(w, h, &down, TC_SHM_BROADCAST);
   return rc;
+}
+
+static int build(tc_work_t *w, const tc_algo_call_t *c) {
+  return tc_hier_build_chunked(w, c, build_chunk, NULL);
 }
 
 const tc_algo_t tc_all_reduce_hier = {

@@ -2,21 +2,20 @@
  * (../hier.h): each node reduces its ranks' inputs to its leader through the small shared-memory
  * protocol, the leaders reduce their nodes' results with MPI_Ireduce to the root's node's leader,
  * which publishes the result to its node when the root is not the leader itself. AVG divides
- * once, at the root. */
+ * once, at the root. A vector larger than a slot goes chunk by chunk (hier.h). */
 #include "../hier.h"
 
 #include "../../base/dtype.h"
 
-static int build(tc_work_t *w, const tc_algo_call_t *c) {
+/* One chunk; acc: the leader's node sum of the whole vector (NULL where this rank needs none). */
+static int build_chunk(tc_work_t *w, const tc_algo_call_t *c, int64_t at, void *arg) {
   tc_node_hier_t *h = w->comm->hier;
   int me = w->comm->rank, root = c->root;
   bool root_node = h->leader_of[me] == h->leader_of[root];
   bool root_leads = h->local_of[root] == 0;
-  size_t bytes = (size_t)c->n * tc_dtype_size(c->dtype);
-  /* the leader's node sum: in the root's output where the root leads, else scratch */
-  void *acc = me == root && root_leads ? c->dst : NULL;
-  if (!acc && (h->leader || (root_node && me != root)) && !(acc = tc_work_scratch(w, bytes)))
-    return TCOLL_ERR_NO_MEMORY;
+  void *acc = me == root && root_leads ? c->dst
+              : arg                    ? (char *)arg + (size_t)at * tc_dtype_size(c->dtype)
+                                       : NULL;
   tc_algo_call_t up = *c, down = *c;
   up.dst = h->leader ? acc : NULL;
   up.root = down.root = 0;
@@ -29,6 +28,19 @@ static int build(tc_work_t *w, const tc_algo_call_t *c) {
   if (!rc && me == root && c->divisor != 1.0)
     rc = tc_sched_scale(&w->sched, c->dst, c->dst, c->n, c->dtype, 1.0, c->divisor, true);
   return rc;
+}
+
+static int build(tc_work_t *w, const tc_algo_call_t *c) {
+  tc_node_hier_t *h = w->comm->hier;
+  int me = w->comm->rank, root = c->root;
+  bool root_node = h->leader_of[me] == h->leader_of[root];
+  bool root_leads = h->local_of[root] == 0;
+  /* the leader's node sum: in the root's output where the root leads, else scratch */
+  void *acc = NULL;
+  if (!(me == root && root_leads) && (h->leader || (root_node && me != root)) &&
+      !(acc = tc_work_scratch(w, (size_t)c->n * tc_dtype_size(c->dtype))))
+    return TCOLL_ERR_NO_MEMORY;
+  return tc_hier_build_chunked(w, c, build_chunk, acc);
 }
 
 const tc_algo_t tc_reduce_hier = {
