@@ -69,14 +69,14 @@ static int node_ranks(void) {
   return n;
 }
 
-/* Whether the heap must be there: asked for, and room in /dev/shm for the node's parts with as
- * much again to spare (the library's condition, lib/node/window.c; where the room is short now
- * the test does not insist). The same on every rank (decided by rank 0); collective the first
- * time (t_suite). */
+/* Whether the heap must be there: asked for, peers on the node, and room in /dev/shm for the node's
+ * parts with as much again to spare (the library's condition, lib/node/window.c; where the room is
+ * short now the test does not insist). The same on every rank (decided by rank 0); collective the
+ * first time (t_suite). */
 static bool heap_expected(void) {
   static int known = -1;
   if (known >= 0) return known;
-  int on = sym_bytes() > 0, ranks = node_ranks();
+  int ranks = node_ranks(), on = sym_bytes() > 0 && ranks > 1; /* none for a rank alone */
   struct statvfs v;
   if (on && t_rank == 0 && statvfs("/dev/shm", &v) == 0) {
     unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;

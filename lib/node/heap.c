@@ -155,6 +155,12 @@ void tc_heap_open(void) {
   }
   PMPI_Comm_size(heap.node, &heap.p);
   PMPI_Comm_rank(heap.node, &heap.me);
+  if (heap.p == 1) { /* no peer could read it: only memory and time (a page fault per page) */
+    tc_info("symmetric heap: none (one rank on this node)");
+    PMPI_Comm_free(&heap.node);
+    heap.node = MPI_COMM_NULL;
+    return;
+  }
   if (make(why, sizeof why)) {
     heap.open = true;
     tc_info("symmetric heap: %zu bytes per rank, %d ranks on this node", heap.bytes, heap.p);
