@@ -100,38 +100,56 @@ static bool stage_on(lay_stage_t *s, const void *a, const void *b, MPI_Comm comm
   return true;
 }
 
-static bool staged(lay_stage_t *s) {
-  if (s->failed) lay_stage_free(s);
-  return s->n > 0;
+/* Whether anything is staged. Where a mirror could not be made, none is: the call's buffers go
+ * back to what the program gave (sbuf0, rbuf0) and the mirrors made are freed. */
+static bool staged(lay_stage_t *s, const void **sbuf, const void *sbuf0, void **rbuf, void *rbuf0) {
+  if (!s->failed) return s->n > 0;
+  if (sbuf) *sbuf = sbuf0;
+  *rbuf = rbuf0;
+  lay_stage_free(s);
+  return false;
+}
+
+/* count times p as an int count, or -1 past INT_MAX (then nothing is staged). */
+static int times(int count, int p) {
+  int64_t n = (int64_t)count * p;
+  return n > INT32_MAX ? -1 : (int)n;
 }
 
 bool lay_stage_reduction(lay_stage_t *s, const void **sbuf, void **rbuf, int count, MPI_Datatype dt,
                          int root, MPI_Comm comm) {
   int p, me;
   if (!stage_on(s, *sbuf, *rbuf, comm, &p, &me)) return false;
+  const void *s0 = *sbuf;
+  void *r0 = *rbuf;
   bool out_here = root < 0 || me == root;
   bool in_place = *sbuf == MPI_IN_PLACE;
   if (!in_place) *sbuf = mirror(s, *sbuf, count, dt, true, false);
   if (out_here) *rbuf = mirror(s, *rbuf, count, dt, in_place, true);
-  return staged(s);
+  return staged(s, sbuf, s0, rbuf, r0);
 }
 
 bool lay_stage_bcast(lay_stage_t *s, void **buf, int count, MPI_Datatype dt, int root,
                      MPI_Comm comm) {
   int p, me;
   if (!stage_on(s, *buf, NULL, comm, &p, &me)) return false;
+  void *b0 = *buf;
   *buf = mirror(s, *buf, count, dt, me == root, me != root);
-  return staged(s);
+  return staged(s, NULL, NULL, buf, b0);
 }
 
 bool lay_stage_gather(lay_stage_t *s, const void **sbuf, int scount, MPI_Datatype stype,
                       void **rbuf, int rcount, MPI_Datatype rtype, bool all_to_all, MPI_Comm comm) {
   int p, me;
   if (!stage_on(s, *sbuf, *rbuf, comm, &p, &me)) return false;
+  int sn = all_to_all ? times(scount, p) : scount, rn = times(rcount, p);
+  if (sn < 0 || rn < 0) return false;
+  const void *s0 = *sbuf;
+  void *r0 = *rbuf;
   bool in_place = *sbuf == MPI_IN_PLACE;
-  if (!in_place) *sbuf = mirror(s, *sbuf, all_to_all ? scount * p : scount, stype, true, false);
-  *rbuf = mirror(s, *rbuf, rcount * p, rtype, in_place, true);
-  return staged(s);
+  if (!in_place) *sbuf = mirror(s, *sbuf, sn, stype, true, false);
+  *rbuf = mirror(s, *rbuf, rn, rtype, in_place, true);
+  return staged(s, sbuf, s0, rbuf, r0);
 }
 
 bool lay_stage_reduce_scatter(lay_stage_t *s, const void **sbuf, void **rbuf, const int *counts,
@@ -139,14 +157,16 @@ bool lay_stage_reduce_scatter(lay_stage_t *s, const void **sbuf, void **rbuf, co
   int p, me;
   if (!stage_on(s, *sbuf, *rbuf, comm, &p, &me)) return false;
   if (!counts && block < 0) return false;
-  long total = 0;
+  int64_t total = 0;
   for (int i = 0; i < p; i++) total += counts ? counts[i] : block;
   int mine = counts ? counts[me] : block;
   if (total > INT32_MAX) return false;
+  const void *s0 = *sbuf;
+  void *r0 = *rbuf;
   bool in_place = *sbuf == MPI_IN_PLACE;
   if (!in_place) *sbuf = mirror(s, *sbuf, (int)total, dt, true, false);
   *rbuf = mirror(s, *rbuf, in_place ? (int)total : mine, dt, in_place, true);
-  return staged(s);
+  return staged(s, sbuf, s0, rbuf, r0);
 }
 
 static int copy(void *dst, int dst_dev, const void *src, int src_dev, size_t bytes) {
