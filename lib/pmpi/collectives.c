@@ -230,10 +230,10 @@ static int run(lay_call_t *c, const lay_stage_t *st, MPI_Request *request) {
   return request ? lay_run_nonblocking(c, request) : lay_run_blocking(c);
 }
 
-#define PASS(fn, call)   \
-  do {                   \
-    lay_count(fn, NULL); \
-    return call;         \
+#define PASS(fn, call)          \
+  do {                          \
+    lay_count(fn, NULL, false); \
+    return call;                \
   } while (0)
 
 /* A call passed to MPI: on the mirrors of its device buffers where st has some (staged), else

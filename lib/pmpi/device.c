@@ -205,7 +205,6 @@ int lay_pass_staged(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc) {
     if (trc != TCOLL_SUCCESS) rc = lay_error(comm, trc, lay_fn_name(fn));
   }
   lay_stage_free(s);
-  lay_count(fn, NULL);
-  lay_count_staged(fn);
+  lay_count(fn, NULL, true);
   return rc;
 }

@@ -159,10 +159,9 @@ extern _Thread_local __attribute__((tls_model("initial-exec"))) int lay_in_tcoll
 bool lay_start_late(void);
 /* The MPI function's name ("MPI_Iallreduce"). */
 const char *lay_fn_name(lay_fn_t fn);
-/* Counts one call: routed by algo, or passed through (algo NULL). */
-void lay_count(lay_fn_t fn, const char *algo);
-/* Counts one call (routed or passed) that ran on host mirrors of device buffers (device.c). */
-void lay_count_staged(lay_fn_t fn);
+/* Counts one call: routed by algo, or passed through (algo NULL); staged: it ran on host mirrors
+ * of device buffers (device.c). */
+void lay_count(lay_fn_t fn, const char *algo, bool staged);
 
 /* ------------------------------------------------------------------ types.c */
 

@@ -57,11 +57,7 @@ static persist_t *find_persist(MPI_Request req) {
 
 int lay_pass_staged_persistent(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int rc,
                                MPI_Request inner, MPI_Request *request) {
-  if (rc != MPI_SUCCESS) {
-    lay_stage_free(s);
-    lay_count(fn, NULL);
-    return rc;
-  }
+  if (rc != MPI_SUCCESS) return lay_pass_staged(s, fn, comm, rc);
   lay_call_t c = {.fn = fn, .comm = comm, .persistent = true, .stage = *s, .inner = inner};
   return lay_run_persistent(&c, request);
 }
@@ -94,8 +90,7 @@ static int start_persist(persist_t *p, MPI_Request *request) {
     PMPI_Comm_call_errhandler(p->plan.comm, mrc);
     return mrc;
   }
-  lay_count(p->plan.fn, p->plan.algo);
-  if (p->plan.stage.n) lay_count_staged(p->plan.fn);
+  lay_count(p->plan.fn, p->plan.algo, p->plan.stage.n > 0);
   lay_enlist(e);
   return MPI_SUCCESS;
 }

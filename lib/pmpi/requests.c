@@ -235,8 +235,7 @@ int lay_run_nonblocking(lay_call_t *c, MPI_Request *request) {
     return mrc;
   }
   *request = e->req;
-  lay_count(c->fn, c->algo);
-  if (c->stage.n) lay_count_staged(c->fn);
+  lay_count(c->fn, c->algo, c->stage.n > 0);
   lay_enlist(e);
   return MPI_SUCCESS;
 }
@@ -262,8 +261,7 @@ int lay_pass_staged_nonblocking(lay_stage_t *s, lay_fn_t fn, MPI_Comm comm, int 
     return pass_staged_now(s, fn, comm, inner, request);
   }
   *request = e->req;
-  lay_count(fn, NULL);
-  lay_count_staged(fn);
+  lay_count(fn, NULL, true);
   lay_enlist(e);
   return MPI_SUCCESS;
 }

@@ -76,7 +76,6 @@ int lay_run_blocking(lay_call_t *c) {
   int rc = lay_post(c);
   if (rc == TCOLL_SUCCESS) rc = LAY_TCOLL(tcoll_wait(c->key));
   rc = lay_finish(c, rc);
-  lay_count(c->fn, c->algo);
-  if (staged) lay_count_staged(c->fn);
+  lay_count(c->fn, c->algo, staged);
   return rc == TCOLL_SUCCESS ? MPI_SUCCESS : lay_error(c->comm, rc, lay_fn_name(c->fn));
 }

@@ -102,7 +102,8 @@ static struct {
 
 const char *lay_fn_name(lay_fn_t fn) { return names[fn]; }
 
-void lay_count(lay_fn_t fn, const char *algo) {
+void lay_count(lay_fn_t fn, const char *algo, bool staged) {
+  if (staged) __atomic_add_fetch(&counts[fn].staged, 1, __ATOMIC_RELAXED);
   if (!algo) {
     __atomic_add_fetch(&counts[fn].passed, 1, __ATOMIC_RELAXED);
     return;
@@ -118,8 +119,6 @@ void lay_count(lay_fn_t fn, const char *algo) {
     }
   }
 }
-
-void lay_count_staged(lay_fn_t fn) { __atomic_add_fetch(&counts[fn].staged, 1, __ATOMIC_RELAXED); }
 
 static long routed_total(int fn) {
   long n = 0;
