@@ -425,25 +425,28 @@ LAY_EXPORT int MPI_Ireduce_scatter(const void *s, void *r, const int counts[], M
 /* A persistent call is routed only on a communicator that already has its twin (as a nonblocking
  * one: its initialization makes no collective call of the layer's). A routed one is counted at
  * each start, a passed one at its initialization, or at each start where it runs on host mirrors
- * of its device buffers (hs, hr; `staged_pass` initializes MPI's own on them, with &inner: a
- * persistent request of the layer's around it copies them in at each start and back at each
- * completion, where the layer has a way to drive calls; else it passes as it is). */
-#define PERSISTENT(fn, op, staging, plan, pass, staged_pass)                 \
-  do {                                                                       \
-    lay_call_t c;                                                            \
-    lay_stage_t st;                                                          \
-    bool dev = (staging);                                                    \
-    if (begin(&c, fn, op, comm, false) && (c.persistent = true, plan)) {     \
-      c.stage = st;                                                          \
-      return lay_run_persistent(&c, request);                                \
-    }                                                                        \
-    if (dev && lay_nonblocking) {                                            \
-      MPI_Request inner = MPI_REQUEST_NULL;                                  \
-      int rc_ = (staged_pass);                                               \
-      return lay_pass_staged_persistent(&st, fn, comm, rc_, inner, request); \
-    }                                                                        \
-    if (dev) lay_stage_free(&st);                                            \
-    PASS(fn, pass);                                                          \
+ * of its device buffers (hs, hr). `init` initializes MPI's own persistent call on hs, hr with
+ * request req: the program's, or where hs, hr are mirrors, &inner, inside a persistent request of
+ * the layer's that copies them in at each start and back at each completion. Where the layer has
+ * no way to drive calls, `unstage` puts the program's buffers back and the call passes as it is. */
+#define PERSISTENT(fn, op, staging, plan, unstage, init)                   \
+  do {                                                                     \
+    lay_call_t c;                                                          \
+    lay_stage_t st;                                                        \
+    bool dev = (staging);                                                  \
+    if (begin(&c, fn, op, comm, false) && (c.persistent = true, plan)) {   \
+      c.stage = st;                                                        \
+      return lay_run_persistent(&c, request);                              \
+    }                                                                      \
+    if (dev && !lay_nonblocking) { /* no way to drive it: as it is */      \
+      lay_stage_free(&st);                                                 \
+      unstage;                                                             \
+      dev = false;                                                         \
+    }                                                                      \
+    MPI_Request inner = MPI_REQUEST_NULL, *req = dev ? &inner : request;   \
+    if (!dev) PASS(fn, init);                                              \
+    int rc_ = (init);                                                      \
+    return lay_pass_staged_persistent(&st, fn, comm, rc_, inner, request); \
   } while (0)
 
 LAY_EXPORT int MPI_Allreduce_init(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
@@ -452,9 +455,8 @@ LAY_EXPORT int MPI_Allreduce_init(const void *s, void *r, int count, MPI_Datatyp
   void *hr = r;
   PERSISTENT(LAY_ALLREDUCE_INIT, TCOLL_LAYER_ALL_REDUCE,
              lay_stage_reduction(&st, &hs, &hr, count, dt, -1, comm),
-             plan_reduction(&c, hs, hr, count, dt, op, -1),
-             lay_next.Allreduce_init(s, r, count, dt, op, comm, info, request),
-             lay_next.Allreduce_init(hs, hr, count, dt, op, comm, info, &inner));
+             plan_reduction(&c, hs, hr, count, dt, op, -1), (hs = s, hr = r),
+             lay_next.Allreduce_init(hs, hr, count, dt, op, comm, info, req));
 }
 
 LAY_EXPORT int MPI_Reduce_init(const void *s, void *r, int count, MPI_Datatype dt, MPI_Op op,
@@ -463,9 +465,8 @@ LAY_EXPORT int MPI_Reduce_init(const void *s, void *r, int count, MPI_Datatype d
   void *hr = r;
   PERSISTENT(LAY_REDUCE_INIT, TCOLL_LAYER_REDUCE,
              lay_stage_reduction(&st, &hs, &hr, count, dt, root, comm),
-             plan_reduction(&c, hs, hr, count, dt, op, root),
-             lay_next.Reduce_init(s, r, count, dt, op, root, comm, info, request),
-             lay_next.Reduce_init(hs, hr, count, dt, op, root, comm, info, &inner));
+             plan_reduction(&c, hs, hr, count, dt, op, root), (hs = s, hr = r),
+             lay_next.Reduce_init(hs, hr, count, dt, op, root, comm, info, req));
 }
 
 LAY_EXPORT int MPI_Bcast_init(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
@@ -473,8 +474,7 @@ LAY_EXPORT int MPI_Bcast_init(void *buf, int count, MPI_Datatype dt, int root, M
   void *hb = buf;
   PERSISTENT(LAY_BCAST_INIT, TCOLL_LAYER_BROADCAST,
              lay_stage_bcast(&st, &hb, count, dt, root, comm), plan_bcast(&c, hb, count, dt, root),
-             lay_next.Bcast_init(buf, count, dt, root, comm, info, request),
-             lay_next.Bcast_init(hb, count, dt, root, comm, info, &inner));
+             (hb = buf), lay_next.Bcast_init(hb, count, dt, root, comm, info, req));
 }
 
 LAY_EXPORT int MPI_Allgather_init(const void *s, int scount, MPI_Datatype stype, void *r,
@@ -484,9 +484,8 @@ LAY_EXPORT int MPI_Allgather_init(const void *s, int scount, MPI_Datatype stype,
   void *hr = r;
   PERSISTENT(LAY_ALLGATHER_INIT, TCOLL_LAYER_ALL_GATHER,
              lay_stage_gather(&st, &hs, scount, stype, &hr, rcount, rtype, false, comm),
-             plan_allgather(&c, hs, scount, stype, hr, rcount, rtype),
-             lay_next.Allgather_init(s, scount, stype, r, rcount, rtype, comm, info, request),
-             lay_next.Allgather_init(hs, scount, stype, hr, rcount, rtype, comm, info, &inner));
+             plan_allgather(&c, hs, scount, stype, hr, rcount, rtype), (hs = s, hr = r),
+             lay_next.Allgather_init(hs, scount, stype, hr, rcount, rtype, comm, info, req));
 }
 
 LAY_EXPORT int MPI_Alltoall_init(const void *s, int scount, MPI_Datatype stype, void *r, int rcount,
@@ -496,9 +495,8 @@ LAY_EXPORT int MPI_Alltoall_init(const void *s, int scount, MPI_Datatype stype, 
   void *hr = r;
   PERSISTENT(LAY_ALLTOALL_INIT, TCOLL_LAYER_ALL_TO_ALL,
              lay_stage_gather(&st, &hs, scount, stype, &hr, rcount, rtype, true, comm),
-             plan_alltoall(&c, hs, scount, stype, hr, rcount, rtype),
-             lay_next.Alltoall_init(s, scount, stype, r, rcount, rtype, comm, info, request),
-             lay_next.Alltoall_init(hs, scount, stype, hr, rcount, rtype, comm, info, &inner));
+             plan_alltoall(&c, hs, scount, stype, hr, rcount, rtype), (hs = s, hr = r),
+             lay_next.Alltoall_init(hs, scount, stype, hr, rcount, rtype, comm, info, req));
 }
 
 LAY_EXPORT int MPI_Reduce_scatter_block_init(const void *s, void *r, int rcount, MPI_Datatype dt,
@@ -508,9 +506,8 @@ LAY_EXPORT int MPI_Reduce_scatter_block_init(const void *s, void *r, int rcount,
   void *hr = r;
   PERSISTENT(LAY_REDUCE_SCATTER_BLOCK_INIT, TCOLL_LAYER_REDUCE_SCATTER,
              lay_stage_reduce_scatter(&st, &hs, &hr, NULL, rcount, dt, comm),
-             plan_reduce_scatter(&c, hs, hr, rcount, dt, op),
-             lay_next.Reduce_scatter_block_init(s, r, rcount, dt, op, comm, info, request),
-             lay_next.Reduce_scatter_block_init(hs, hr, rcount, dt, op, comm, info, &inner));
+             plan_reduce_scatter(&c, hs, hr, rcount, dt, op), (hs = s, hr = r),
+             lay_next.Reduce_scatter_block_init(hs, hr, rcount, dt, op, comm, info, req));
 }
 
 LAY_EXPORT int MPI_Reduce_scatter_init(const void *s, void *r, const int counts[], MPI_Datatype dt,
@@ -522,7 +519,6 @@ LAY_EXPORT int MPI_Reduce_scatter_init(const void *s, void *r, const int counts[
       LAY_REDUCE_SCATTER_INIT, TCOLL_LAYER_REDUCE_SCATTER,
       lay_stage_reduce_scatter(&st, &hs, &hr, counts, -1, dt, comm),
       counts && equal_counts(&c, counts) > 0 && plan_reduce_scatter(&c, hs, hr, counts[0], dt, op),
-      lay_next.Reduce_scatter_init(s, r, counts, dt, op, comm, info, request),
-      lay_next.Reduce_scatter_init(hs, hr, counts, dt, op, comm, info, &inner));
+      (hs = s, hr = r), lay_next.Reduce_scatter_init(hs, hr, counts, dt, op, comm, info, req));
 }
 #endif

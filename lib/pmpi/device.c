@@ -60,11 +60,22 @@ static size_t span_of(int count, MPI_Datatype t, MPI_Aint *lb, bool *gaps) {
   return bytes;
 }
 
-/* The host pointer standing for buf: a mirror of its span where it lies on a device. */
-static void *mirror(lay_stage_t *s, const void *buf, int count, MPI_Datatype t, bool read,
+/* Where buf lies (TCOLL_HOST for none, MPI_IN_PLACE): asked of tcoll once per call and buffer. */
+static int device_of(lay_stage_t *s, int i, const void *buf) {
+  if (!buf || buf == MPI_IN_PLACE) return TCOLL_HOST;
+  if (s->asked[i] != buf) {
+    s->asked[i] = buf;
+    s->device[i] = tcoll_layer_pointer_device(buf);
+  }
+  return s->device[i];
+}
+
+/* The host pointer standing for buf, the call's buffer i (0: send, 1: receive): a mirror of its
+ * span where it lies on a device. */
+static void *mirror(lay_stage_t *s, int i, const void *buf, int count, MPI_Datatype t, bool read,
                     bool written) {
-  if (count <= 0 || !buf || buf == MPI_IN_PLACE || s->n == 2) return (void *)buf;
-  int dev = tcoll_layer_pointer_device(buf);
+  if (count <= 0 || s->n == 2) return (void *)buf;
+  int dev = device_of(s, i, buf);
   if (dev == TCOLL_HOST) return (void *)buf;
   MPI_Aint lb = 0;
   bool gaps = false;
@@ -88,10 +99,9 @@ static void *mirror(lay_stage_t *s, const void *buf, int count, MPI_Datatype t, 
 static bool stage_on(lay_stage_t *s, const void *a, const void *b, MPI_Comm comm, int *p, int *me) {
   s->n = 0;
   s->failed = false;
+  s->asked[0] = s->asked[1] = NULL;
   if (!__atomic_load_n(&lay_stages, __ATOMIC_RELAXED)) return false;
-  bool a_dev = a && a != MPI_IN_PLACE && tcoll_layer_pointer_device(a) != TCOLL_HOST;
-  if (!a_dev && !(b && b != MPI_IN_PLACE && tcoll_layer_pointer_device(b) != TCOLL_HOST))
-    return false;
+  if (device_of(s, 0, a) == TCOLL_HOST && device_of(s, 1, b) == TCOLL_HOST) return false;
   int inter = 0;
   if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
     return false;
@@ -124,8 +134,8 @@ bool lay_stage_reduction(lay_stage_t *s, const void **sbuf, void **rbuf, int cou
   void *r0 = *rbuf;
   bool out_here = root < 0 || me == root;
   bool in_place = *sbuf == MPI_IN_PLACE;
-  if (!in_place) *sbuf = mirror(s, *sbuf, count, dt, true, false);
-  if (out_here) *rbuf = mirror(s, *rbuf, count, dt, in_place, true);
+  if (!in_place) *sbuf = mirror(s, 0, *sbuf, count, dt, true, false);
+  if (out_here) *rbuf = mirror(s, 1, *rbuf, count, dt, in_place, true);
   return staged(s, sbuf, s0, rbuf, r0);
 }
 
@@ -134,7 +144,7 @@ bool lay_stage_bcast(lay_stage_t *s, void **buf, int count, MPI_Datatype dt, int
   int p, me;
   if (!stage_on(s, *buf, NULL, comm, &p, &me)) return false;
   void *b0 = *buf;
-  *buf = mirror(s, *buf, count, dt, me == root, me != root);
+  *buf = mirror(s, 0, *buf, count, dt, me == root, me != root);
   return staged(s, NULL, NULL, buf, b0);
 }
 
@@ -147,8 +157,8 @@ bool lay_stage_gather(lay_stage_t *s, const void **sbuf, int scount, MPI_Datatyp
   const void *s0 = *sbuf;
   void *r0 = *rbuf;
   bool in_place = *sbuf == MPI_IN_PLACE;
-  if (!in_place) *sbuf = mirror(s, *sbuf, sn, stype, true, false);
-  *rbuf = mirror(s, *rbuf, rn, rtype, in_place, true);
+  if (!in_place) *sbuf = mirror(s, 0, *sbuf, sn, stype, true, false);
+  *rbuf = mirror(s, 1, *rbuf, rn, rtype, in_place, true);
   return staged(s, sbuf, s0, rbuf, r0);
 }
 
@@ -164,8 +174,8 @@ bool lay_stage_reduce_scatter(lay_stage_t *s, const void **sbuf, void **rbuf, co
   const void *s0 = *sbuf;
   void *r0 = *rbuf;
   bool in_place = *sbuf == MPI_IN_PLACE;
-  if (!in_place) *sbuf = mirror(s, *sbuf, (int)total, dt, true, false);
-  *rbuf = mirror(s, *rbuf, in_place ? (int)total : mine, dt, in_place, true);
+  if (!in_place) *sbuf = mirror(s, 0, *sbuf, (int)total, dt, true, false);
+  *rbuf = mirror(s, 1, *rbuf, in_place ? (int)total : mine, dt, in_place, true);
   return staged(s, sbuf, s0, rbuf, r0);
 }
 

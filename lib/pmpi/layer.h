@@ -209,6 +209,9 @@ typedef struct lay_stage {
   lay_mirror_t m[2];
   int n;
   bool failed; /* a mirror could not be allocated: nothing staged */
+  /* where the call's two buffers lie, as asked once (NULL: not asked) */
+  const void *asked[2];
+  int device[2];
 } lay_stage_t;
 
 /* Whether device buffers are staged at all: the layer is on, tcoll sees devices, and the MPI
