@@ -26,7 +26,9 @@
  *     tcoll_cache_info's in_use back where it started, and the heap whole again afterwards (a
  *     tensor of 3/4 of it still comes from it);
  *   - cached_blocks_go_back: the cache's free blocks of the heap go back to it when an allocation
- *     finds it full (without them, a tensor of 3/4 of the heap after two of 3/8 were freed).
+ *     finds it full (without them, a tensor of 3/4 of the heap after two of 3/8 were freed);
+ *   - mpi_settings_kept: the MPI control variable tcoll changes around its window allocations
+ *     (MPICH's) has the program's value after tcoll_init and after a new communicator's segment.
  * Expected values are closed forms (small integers: float32 sums exact in any order). What is in
  * the heap is read from getenv("TCOLL_SYMMETRIC_BYTES") (and the room in /dev/shm, as the library
  * checks it), so that the -off and -tiny runs skip the assertions about the mechanism where the
@@ -917,6 +919,52 @@ START_TEST(cached_blocks_go_back) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- 9. mpi_settings_kept */
+
+/* The program's own MPI settings survive tcoll's: around its window allocations tcoll turns
+ * MPICH's search for addresses free on every rank off (MPIR_CVAR_SHM_SYMHEAP_RETRY, through the
+ * MPI tool interface; lib/node/window.c) and puts the program's value back. tcoll_init (the heap)
+ * left the value it found at start; a value the program then sets survives a new communicator's
+ * first shared-memory collective (its segment is made then). Nothing to check on an MPI without
+ * the variable (Open MPI). The tool interface stays initialized (as tcoll leaves it). */
+START_TEST(mpi_settings_kept) {
+  int provided, index, count = 0, found = -1, mine = 7, now = -1;
+  MPI_T_cvar_handle h;
+  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS ||
+      MPI_T_cvar_get_index("MPIR_CVAR_SHM_SYMHEAP_RETRY", &index) != MPI_SUCCESS ||
+      MPI_T_cvar_handle_alloc(index, NULL, &h, &count) != MPI_SUCCESS)
+    return;
+  const char *env = getenv("MPIR_CVAR_SHM_SYMHEAP_RETRY");
+  int at_start = env ? atoi(env) : 100; /* MPICH's default */
+  T_EXPECT(count == 1 && MPI_T_cvar_read(h, &found) == MPI_SUCCESS && found == at_start,
+           "mpi_settings_kept: MPIR_CVAR_SHM_SYMHEAP_RETRY is %d after tcoll_init (expected %d)",
+           found, at_start);
+  T_EXPECT(MPI_T_cvar_write(h, &mine) == MPI_SUCCESS, "mpi_settings_kept: cannot set it");
+  t_save_algo();
+  t_set_algo(ALL_SHM);
+  tcoll_comm_t *dup = NULL;
+  T_OK(tcoll_comm_split(NULL, 0, t_rank, &dup));
+  if (dup) {
+    int64_t one[1] = {1};
+    tcoll_tensor_t x = t_host(F32, 1, one);
+    ((float *)x.data)[0] = 1.0f;
+    T_OK(tcoll_all_reduce(&x, TCOLL_SUM, dup, &x));
+    T_OK(tcoll_wait(x.data));
+    T_EXPECT(((float *)x.data)[0] == (float)t_size, "mpi_settings_kept: all_reduce gave %g",
+             ((float *)x.data)[0]);
+    tcoll_tensor_free(&x);
+    T_OK(tcoll_comm_free(&dup));
+  }
+  t_restore_algo();
+  T_EXPECT(MPI_T_cvar_read(h, &now) == MPI_SUCCESS && now == mine,
+           "mpi_settings_kept: MPIR_CVAR_SHM_SYMHEAP_RETRY is %d after a new communicator's "
+           "first shared-memory collective, the program set %d",
+           now, mine);
+  MPI_T_cvar_write(h, &found);
+  MPI_T_cvar_handle_free(&h);
+}
+END_TEST
+
 Suite *t_suite(void) {
   /* (collective the first time: every rank, before any test) */
   node_ranks();
@@ -931,6 +979,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, sub_communicator);
   tcase_add_test(tc, reuse);
   tcase_add_test(tc, cached_blocks_go_back);
+  tcase_add_test(tc, mpi_settings_kept);
   suite_add_tcase(s, tc);
   return s;
 }

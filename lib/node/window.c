@@ -2,6 +2,8 @@
 #include "window.h"
 
 #include "../mpiglue/mpi_calls.h"
+#include "../mpiglue/mpi_cvar.h"
+#include "../mpiglue/mpi_impl.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -70,7 +72,16 @@ bool tc_node_win_allocate(MPI_Comm node, size_t bytes, MPI_Win *win, char *why, 
   if (PMPI_Info_create(&info) == MPI_SUCCESS)
     PMPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each piece its owner's pages */
   void *base = NULL;
+  /* MPICH first looks for an address range free on every rank of the node, so that the window
+   * lies at the same address everywhere, testing each page with msync: 0.3 s for a 64 MiB heap
+   * at 2 ranks, every tcoll_init (MPIR_CVAR_SHM_SYMHEAP_RETRY=0 skips it; MPICH falls back to
+   * ranks' own addresses). tcoll finds the pieces with MPI_Win_shared_query and needs none. Every
+   * rank of node sets it, as its scope (the group) asks; Open MPI has no such search. */
+  tc_mpi_cvar_t symmetric = {.set = false};
+  if (tc_mpi_impl() != TC_MPI_OPEN_MPI)
+    tc_mpi_cvar_push("MPIR_CVAR_SHM_SYMHEAP_RETRY", 0, &symmetric);
   int rc = PMPI_Win_allocate_shared((MPI_Aint)(bytes + LINE), 1, info, node, &base, win);
+  tc_mpi_cvar_pop(&symmetric);
   if (info != MPI_INFO_NULL) PMPI_Info_free(&info);
   if (rc == MPI_SUCCESS) return true;
   *win = MPI_WIN_NULL;
