@@ -539,6 +539,11 @@ START_TEST(reduce_scatter_dims) {
   rc_reduce_scatter("dims", &sum, TCOLL_SUM, 3, d3a, 1, want);
   rc_reduce_scatter("dims", &imax, TCOLL_MAX, 3, d3b, 2, want);
   rc_reduce_scatter("dims", &sum, TCOLL_SUM, 3, d3b, 2, want);
+  if (t_size == 2) { /* inputs of 8 MiB and more at 2 ranks: the output streamed (runs of 4200 B) */
+    int64_t big1[2] = {1024, 2100}, big0[1] = {2200006};
+    rc_reduce_scatter("dims (streamed)", &sum, TCOLL_SUM, 2, big1, 1, want);
+    rc_reduce_scatter("dims (streamed)", &isum, TCOLL_SUM, 1, big0, 0, want);
+  }
   t_restore_algo();
 }
 END_TEST

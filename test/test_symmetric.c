@@ -479,8 +479,9 @@ static void done_wait_loop(dw_kind_t kind, int iters, size_t least) {
   if (piece < 16) piece = 16;
   int64_t m = kind == DW_ALL_GATHER ? (int64_t)(2 * slot_bytes() / 4) : 6 * piece;
   if (m < 16) m = 16;
-  /* at least `least` bytes of input, in whole pieces (all_reduce from 8 MiB: the peers read the
-   * output in place too, lib/mpi/shm_slices.c) */
+  /* at least `least` bytes of input, in whole pieces (from 8 MiB: all_reduce's peers read the
+   * output in place too, and reduced pieces are written with streaming stores,
+   * lib/mpi/shm_slices.c) */
   while ((size_t)(kind == DW_ALL_GATHER ? m : p * m) * 4 < least) m += piece;
   int64_t ishape[1] = {kind == DW_ALL_GATHER ? m : p * m};
   int64_t oshape[1] = {kind == DW_REDUCE_SCATTER ? m : p * m};
@@ -538,6 +539,7 @@ START_TEST(done_wait) {
   done_wait_loop(DW_ALL_REDUCE, 200, 0);
   done_wait_loop(DW_ALL_REDUCE, 20, (size_t)9 << 20);
   done_wait_loop(DW_REDUCE_SCATTER, 200, 0);
+  done_wait_loop(DW_REDUCE_SCATTER, 20, (size_t)9 << 20); /* (the output streamed) */
   done_wait_loop(DW_ALL_GATHER, 200, 0);
   t_restore_algo();
 }

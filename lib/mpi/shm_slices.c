@@ -3,6 +3,7 @@
 
 #include "../base/dtype.h"
 #include "../base/redop.h"
+#include "../base/stream_copy.h"
 #include "shm_small.h"
 
 #include <string.h>
@@ -11,6 +12,14 @@
  * copied through the slots: at 8 and 16 MiB that took 0.68-0.80x the time, at 1-4 MiB 0.9-1.7x
  * (bench/heap-bench, 2 ranks, the CI machine; why the smaller ones lose is not understood). */
 #define SHARE_OUT_MIN_BYTES ((size_t)8 << 20)
+/* From this input size the reduced piece is written with stores that bypass the cache where this
+ * rank does not read it again (reduce_scatter's output; all_reduce's where peers read it in the
+ * heap, not where it is copied into the slot next): its lines then need not be fetched first.
+ * bench/heap-bench at 2 ranks (two runs, times over a memcpy of the input): all_reduce on heap
+ * tensors 1.54-1.58x at 8 MiB (1.82-1.96x without), 1.42-1.45x at 32 MiB (1.51-1.65x);
+ * reduce_scatter 0.82-0.92x at 16-32 MiB (0.85-0.96x); malloc'ed outputs unchanged; at 4 MiB
+ * worse (all_reduce 2.3-2.6x against 2.2-2.4x), so not below. */
+#define STREAM_MIN_BYTES ((size_t)8 << 20)
 
 typedef struct slices {
   tc_shm_run_t calls; /* first: the run's callbacks get it */
@@ -28,6 +37,7 @@ typedef struct slices {
   tcoll_dtype_t dtype;
   MPI_Op op;
   double divisor;
+  bool stream;
 } slices_t;
 
 bool tc_shm_slices_supported(const tc_algo_query_t *q) {
@@ -51,12 +61,30 @@ static int64_t src_index(const slices_t *j, int b, int64_t t) {
   return t / j->run * j->g->p * j->run + b * j->run + t % j->run;
 }
 
-/* How many elements from element t of a block on lie one after the other in the input (at most
- * left). */
-static int64_t contiguous(const slices_t *j, int64_t t, int64_t left) {
-  if (j->vector || j->runs == 1) return left;
-  int64_t in_run = j->run - t % j->run;
-  return in_run < left ? in_run : left;
+/* Elements [t0, t0 + len) of a block, walked as the spans that lie one after the other in the
+ * input: [u, u + m) of the piece lies at input element at. One division for the first span, none
+ * after (along dim 1, runs of 128 floats cost as much in index arithmetic as in copying). */
+typedef struct span {
+  int64_t u, m, at, left;
+} span_t;
+
+static span_t span_first(const slices_t *j, int b, int64_t t0, int64_t len) {
+  span_t s = {.u = 0, .at = src_index(j, b, t0), .left = len, .m = len};
+  if (!j->vector && j->runs > 1) {
+    int64_t in_run = j->run - t0 % j->run;
+    if (in_run < len) s.m = in_run;
+  }
+  return s;
+}
+
+/* The next span (false past the last): a block's runs lie p runs apart. */
+static bool span_next(const slices_t *j, span_t *s) {
+  s->u += s->m;
+  s->left -= s->m;
+  if (s->left <= 0) return false;
+  s->at += s->m + (int64_t)(j->g->p - 1) * j->run;
+  s->m = s->left < j->run ? s->left : j->run;
+  return true;
 }
 
 /* Element t of block b in the output (reduce_scatter's holds this rank's block only). */
@@ -86,6 +114,41 @@ static uint64_t total_bytes(const slices_t *j) {
 static int64_t call_chunk(const slices_t *j, int64_t i) { return j->vector ? i / 2 : i; }
 static bool call_gathers(const slices_t *j, int64_t i) { return j->vector && (i & 1); }
 
+/* Stores into a slot cost far more than a long memcpy into it: a peer read those lines one call
+ * ago, and glibc's memcpy from 8 KiB on (rep movsb) writes whole lines without asking for them
+ * first; plain vector stores of 32 B took 2.7x its time at 64 KiB (2 ranks, the CI machine).
+ * Spans shorter than DIRECT_MIN_BYTES are packed in a bounce buffer on the stack, in cache, which
+ * goes into the slot with one memcpy whenever it fills. Along dim 1 at 2 ranks that took 0.55x the
+ * time for runs of 2 KiB and less (reduce_scatter of 64 KiB-1 MiB: 1.14-1.38x dim 0's time,
+ * 2.0-2.5x before); runs of 4 and 8 KiB (4 and 16 MiB) took 1.05-1.1x as long as direct copies. */
+#define BOUNCE_BYTES ((size_t)16 << 10)
+#define DIRECT_MIN_BYTES ((size_t)4 << 10)
+
+/* Rank b's elements [t0, t0 + len) into `to`, the piece in this rank's slot. */
+static void give_piece(const slices_t *j, int b, int64_t t0, int64_t len, char *to) {
+  char bounce[BOUNCE_BYTES];
+  /* held bytes of bounce go to to + at: the spans packed so far, one after the other there */
+  size_t es = j->es, held = 0, at = 0;
+  span_t s = span_first(j, b, t0, len);
+  do {
+    const char *from = j->src + (size_t)s.at * es;
+    size_t n = (size_t)s.m * es;
+    bool direct = n >= DIRECT_MIN_BYTES;
+    if (held && (direct || held + n > BOUNCE_BYTES)) {
+      memcpy(to + at, bounce, held);
+      held = 0;
+    }
+    if (direct) {
+      memcpy(to + (size_t)s.u * es, from, n);
+      continue;
+    }
+    if (!held) at = (size_t)s.u * es;
+    memcpy(bounce + held, from, n);
+    held += n;
+  } while (span_next(j, &s));
+  if (held) memcpy(to + at, bounce, held);
+}
+
 /* This rank's pieces for the others (reduce-scatter calls; an all-gather call's piece was put
  * in place by the take before). None where the peers read this rank's input in place. */
 static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
@@ -95,57 +158,55 @@ static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
   int64_t c = call_chunk(j, i), t0 = c * j->piece;
   for (int b = 0; b < j->g->p; b++) {
     if (b == j->g->me) continue;
-    char *to = piece_of(j, j->g->me, k, b);
-    for (int64_t u = 0, len = chunk_len(j, b, c), m; u < len; u += m) {
-      m = contiguous(j, t0 + u, len - u);
-      memcpy(to + (size_t)u * j->es, j->src + (size_t)src_index(j, b, t0 + u) * j->es,
-             (size_t)m * j->es);
-    }
+    int64_t len = chunk_len(j, b, c);
+    if (len) give_piece(j, b, t0, len, piece_of(j, j->g->me, k, b));
   }
   return TCOLL_SUCCESS;
 }
 
-/* Rank q's elements of this rank's piece of call k's chunk, from element t0 + u of the block on:
- * in q's input where it lies in the symmetric heap, else in q's slot. */
-static const char *peer_piece(const slices_t *j, int q, uint64_t k, int64_t t0, int64_t u) {
+/* acc[u, u + m) (op)= peer q's elements of this rank's piece of call k's chunk, span by span;
+ * the first peer's are combined with this rank's own input instead (acc = own (op) theirs). They
+ * lie in q's input where that is in the symmetric heap, else in q's slot. */
+static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool stream, int64_t t0,
+                       int64_t len, char *acc) {
+  size_t es = j->es;
   const char *in = tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_IN);
-  if (in) return in + (size_t)src_index(j, j->g->me, t0 + u) * j->es;
-  return piece_of(j, q, k, j->g->me) + (size_t)u * j->es;
-}
-
-/* acc[0, m) = own[0, m) (op) the first peer's, then (op) each further peer's, in rank order:
- * element t0 + u of the piece on. */
-static int reduce_run(slices_t *j, uint64_t k, int64_t t0, int64_t u, int64_t m, const char *own,
-                      char *acc) {
-  int me = j->g->me, first = me == 0 ? 1 : 0;
+  const char *slot = piece_of(j, q, k, j->g->me);
   const char *call = "MPI_Reduce_local";
-  int rc = tc_mpi_reduce_into(peer_piece(j, first, k, t0, u), own, acc, m, j->dtype, j->op, &call);
-  for (int q = first + 1; q < j->g->p && rc == MPI_SUCCESS; q++)
-    if (q != me) /* (C's vector loop, as for the first peer) */
-      rc = tc_mpi_reduce_into(peer_piece(j, q, k, t0, u), acc, acc, m, j->dtype, j->op, &call);
-  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, call);
-  if (j->divisor != 1.0) tc_host_divide(acc, j->dtype, m, j->divisor);
+  span_t s = span_first(j, j->g->me, t0, len);
+  do {
+    const char *theirs = in ? in + (size_t)s.at * es : slot + (size_t)s.u * es;
+    char *to = acc + (size_t)s.u * es;
+    const char *mine = first ? j->src + (size_t)s.at * es : to;
+    int rc = stream ? tc_mpi_reduce_streaming(theirs, mine, to, s.m, j->dtype, j->op, &call)
+                    : tc_mpi_reduce_into(theirs, mine, to, s.m, j->dtype, j->op, &call);
+    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, call);
+  } while (span_next(j, &s));
   return TCOLL_SUCCESS;
 }
 
-/* This rank's piece of call k's chunk (elements [t0, t0 + len) of its block), reduced into the
+/* This rank's piece of call k's chunk (elements [t0, t0 + len) of its block), reduced in rank
+ * order (own (op) the first peer's, then (op) each further peer's, whatever the timing) into the
  * output, and into its slot of the next call, the gather call, whose parity every peer is done
  * reading (they published this call): all_reduce copies it there, reduce off the root reduces
  * straight into it (it has no output), the root keeps it. (Streaming the output through a bounce
  * buffer in cache, as a memcpy of 16 MiB does, took 1.15-1.4x the time on the CI machine.) */
 static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
-  int me = j->g->me;
-  bool to_slot = j->kind == TC_SLICES_REDUCE && me != j->root;
+  int me = j->g->me, first = me == 0 ? 1 : 0;
   char *slot = piece_of(j, me, k + 1, me);
-  for (int64_t u = 0, m; u < len; u += m) {
-    m = contiguous(j, t0 + u, len - u);
-    char *acc = to_slot ? slot + (size_t)u * j->es : dst_at(j, me, t0 + u);
-    int rc = reduce_run(j, k, t0, u, m, j->src + (size_t)src_index(j, me, t0 + u) * j->es, acc);
+  char *acc = j->kind == TC_SLICES_REDUCE && me != j->root ? slot : dst_at(j, me, t0);
+  int last = me == j->g->p - 1 ? me - 1 : j->g->p - 1;
+  bool out_shared = j->calls.offset[TC_SHM_SHARED_OUT] != TC_HEAP_NONE;
+  bool streams = j->stream && (j->kind == TC_SLICES_REDUCE_SCATTER || out_shared);
+  for (int q = first; q < j->g->p; q++) {
+    bool stream = streams && q == last;
+    int rc = q == me ? TCOLL_SUCCESS : reduce_peer(j, k, q, q == first, stream, t0, len, acc);
     if (rc) return rc;
   }
+  if (streams) tc_stream_fence();
+  if (j->divisor != 1.0) tc_host_divide(acc, j->dtype, len, j->divisor);
   /* (peers read an output in the heap in place) */
-  if (j->kind == TC_SLICES_ALL_REDUCE && j->calls.offset[TC_SHM_SHARED_OUT] == TC_HEAP_NONE)
-    memcpy(slot, dst_at(j, me, t0), (size_t)len * j->es);
+  if (j->kind == TC_SLICES_ALL_REDUCE && !out_shared) memcpy(slot, acc, (size_t)len * j->es);
   return TCOLL_SUCCESS;
 }
 
@@ -197,6 +258,7 @@ int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t 
                   .op = c->op,
                   .divisor = c->divisor};
   size_t in_bytes = (size_t)(j->vector ? j->n : j->n * g->p) * es;
+  j->stream = in_bytes >= STREAM_MIN_BYTES && j->divisor == 1.0 && kind != TC_SLICES_REDUCE;
   j->calls.shared[TC_SHM_SHARED_IN] = (tc_shm_share_t){c->src, in_bytes};
   if (kind == TC_SLICES_ALL_REDUCE && in_bytes >= SHARE_OUT_MIN_BYTES)
     j->calls.shared[TC_SHM_SHARED_OUT] = (tc_shm_share_t){c->dst, in_bytes};

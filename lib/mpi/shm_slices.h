@@ -21,9 +21,13 @@
  * reduce chunk c.
  *
  * Along a dim other than 0 (reduce_scatter), a block is interleaved runs: the copies in and the
- * reduction read them where they lie, so dim != 0 costs what dim 0 costs. premul_sum takes the
- * fallback (the ring). A run of calls keeps going after an error (a size mismatch between ranks,
- * a failed MPI_Reduce_local): the error is reported once every call ran, so that the
+ * reduction read them where they lie, walking the runs with no division per run, and
+ * short runs go into the slot through a bounce buffer in cache (plain stores into lines a peer
+ * read cost far more than one long memcpy). Up to 1 MiB that costs about what dim 0 costs; from a
+ * few MiB, reading every other run of inputs out of memory costs up to twice a contiguous read
+ * (the same in a one-process loop: the machine's prefetching, not the protocol). premul_sum takes
+ * the fallback (the ring). A run of calls keeps going after an error (a size mismatch between
+ * ranks, a failed MPI_Reduce_local): the error is reported once every call ran, so that the
  * communicator's next calls stay in step. */
 #ifndef TC_MPI_SHM_SLICES_H
 #define TC_MPI_SHM_SLICES_H

@@ -154,19 +154,40 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
  * Written with vectors of 32 bytes (GCC's and Clang's vector extensions: SSE2 pairs on plain
  * x86-64, AVX where enabled, NEON elsewhere) since -O2's cheap vectorizer leaves the plain loop
  * scalar under LTO: one movss/addss/movss per float, 2.5x the time of the vector loop on 8 MiB
- * (perf on bench/heap-bench). The same single IEEE operation per element, in any width. */
-#define INTO_LOOP(T, name)                                                     \
-  typedef T name##_vec __attribute__((vector_size(32)));                       \
-  static void name##_into(const T *x, const T *y, T *z, int64_t n, bool sum) { \
-    enum { W = 32 / sizeof(T) };                                               \
-    int64_t i = 0;                                                             \
-    for (name##_vec a, b; i + W <= n; i += W) {                                \
-      memcpy(&a, x + i, sizeof a);                                             \
-      memcpy(&b, y + i, sizeof b);                                             \
-      a = sum ? a + b : a * b;                                                 \
-      memcpy(z + i, &a, sizeof a);                                             \
-    }                                                                          \
-    for (; i < n; i++) z[i] = sum ? x[i] + y[i] : x[i] * y[i];                 \
+ * (perf on bench/heap-bench). The same single IEEE operation per element, in any width.
+ * stream: z written with non-temporal stores from its first 16-byte boundary on (x86-64 only; the
+ * caller fences: base/stream_copy.h). */
+#if defined(__x86_64__) && defined(__SSE2__) /* as base/stream_copy.c */
+#include <emmintrin.h>
+#define CAN_STREAM 1
+static inline void stream32(void *z, const void *v) {
+  __m128i lo, hi;
+  memcpy(&lo, v, 16);
+  memcpy(&hi, (const char *)v + 16, 16);
+  _mm_stream_si128((__m128i *)z, lo);
+  _mm_stream_si128((__m128i *)z + 1, hi);
+}
+#else
+#define CAN_STREAM 0
+static inline void stream32(void *z, const void *v) { memcpy(z, v, 32); }
+#endif
+#define INTO_LOOP(T, name)                                                                  \
+  typedef T name##_vec __attribute__((vector_size(32)));                                    \
+  static void name##_into(const T *x, const T *y, T *z, int64_t n, bool sum, bool stream) { \
+    enum { W = 32 / sizeof(T) };                                                            \
+    int64_t i = 0;                                                                          \
+    for (; stream && i < n && ((uintptr_t)(z + i) & 15); i++)                               \
+      z[i] = sum ? x[i] + y[i] : x[i] * y[i];                                               \
+    for (name##_vec a, b; i + W <= n; i += W) {                                             \
+      memcpy(&a, x + i, sizeof a);                                                          \
+      memcpy(&b, y + i, sizeof b);                                                          \
+      a = sum ? a + b : a * b;                                                              \
+      if (stream)                                                                           \
+        stream32(z + i, &a);                                                                \
+      else                                                                                  \
+        memcpy(z + i, &a, sizeof a);                                                        \
+    }                                                                                       \
+    for (; i < n; i++) z[i] = sum ? x[i] + y[i] : x[i] * y[i];                              \
   }
 INTO_LOOP(float, f32)
 INTO_LOOP(double, f64)
@@ -181,18 +202,18 @@ static bool reduce_native(const void *in, void *acc, int64_t n, tcoll_dtype_t d,
   bool sum = op == MPI_SUM;
   if ((!sum && op != MPI_PROD) || n > NATIVE_MOST) return false;
   switch (d) {
-  case TCOLL_FLOAT32: f32_into(in, acc, acc, n, sum); return true;
-  case TCOLL_FLOAT64: f64_into(in, acc, acc, n, sum); return true;
-  case TCOLL_INT32: u32_into(in, acc, acc, n, sum); return true; /* wraps as MPI's does */
-  case TCOLL_INT64: u64_into(in, acc, acc, n, sum); return true;
+  case TCOLL_FLOAT32: f32_into(in, acc, acc, n, sum, false); return true;
+  case TCOLL_FLOAT64: f64_into(in, acc, acc, n, sum, false); return true;
+  case TCOLL_INT32: u32_into(in, acc, acc, n, sum, false); return true; /* wraps as MPI's does */
+  case TCOLL_INT64: u64_into(in, acc, acc, n, sum, false); return true;
   default: return false;
   }
 }
 
-#define INTO(name, T) name##_into(a, b, dst, n, sum)
+#define INTO(name, T) name##_into(a, b, dst, n, sum, stream)
 
-int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
-                       MPI_Op op, const char **call) {
+static int reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
+                       MPI_Op op, bool stream, const char **call) {
   bool sum = op == MPI_SUM;
   if (sum || op == MPI_PROD) {
     switch (d) {
@@ -205,6 +226,16 @@ int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll
   }
   if (dst != b) memcpy(dst, b, (size_t)n * tc_dtype_size(d));
   return tc_mpi_reduce_local(a, dst, n, d, op, call);
+}
+
+int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
+                       MPI_Op op, const char **call) {
+  return reduce_into(a, b, dst, n, d, op, false, call);
+}
+
+int tc_mpi_reduce_streaming(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
+                            MPI_Op op, const char **call) {
+  return reduce_into(a, b, dst, n, d, op, CAN_STREAM, call);
 }
 
 /* ------------------------------------------------------------------ blocking collectives */

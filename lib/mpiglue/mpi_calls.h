@@ -51,6 +51,12 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
  * int32/64), else b copied to dst and a reduced onto it; dst may be b, never a. */
 int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
                        MPI_Op op, const char **call);
+/* The same with stores that bypass the cache where the machine has them (x86-64): for large
+ * outputs that this core does not read again soon, whose lines then need not be read in first.
+ * They are weakly ordered: tc_stream_fence() (base/stream_copy.h) before anything tells another
+ * thread or rank they are there. */
+int tc_mpi_reduce_streaming(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
+                            MPI_Op op, const char **call);
 
 /* blocking collectives (the multi-buffer ops, the cma probe). A blocking call waits inside MPI,
  * where no schedule is driven, so a peer that joins it only after waiting for an earlier
