@@ -6,6 +6,7 @@
 #include "../mpiglue/mpi_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -67,21 +68,40 @@ bool tc_node_room_for(size_t bytes, char *why, size_t len) {
   return false;
 }
 
+/* MPICH first looks for an address range free on every rank of the node, so that the window lies
+ * at the same address everywhere, testing each page with msync: 0.11 s for a 64 MiB heap at 2
+ * ranks, every tcoll_init, 0.3-0.9 s at 3-4 (MPIR_CVAR_SHM_SYMHEAP_RETRY=0 skips it; MPICH falls
+ * back to ranks' own addresses). tcoll finds the pieces with MPI_Win_shared_query and needs none.
+ * Every rank of the node sets it, as its scope (the group) asks; Open MPI has no such search.
+ * Windows made at once by several threads (on different communicators) share one change: the
+ * first to start sets it, the last to finish puts the program's value back (a lock held across the
+ * collective call itself could deadlock between ranks). */
+static pthread_mutex_t search_mu = PTHREAD_MUTEX_INITIALIZER;
+static int search_off; /* window allocations under way with the search turned off */
+static tc_mpi_cvar_t search_saved;
+
+static void address_search_off(void) {
+  if (tc_mpi_impl() == TC_MPI_OPEN_MPI) return;
+  pthread_mutex_lock(&search_mu);
+  if (search_off++ == 0) tc_mpi_cvar_push("MPIR_CVAR_SHM_SYMHEAP_RETRY", 0, &search_saved);
+  pthread_mutex_unlock(&search_mu);
+}
+
+static void address_search_back(void) {
+  if (tc_mpi_impl() == TC_MPI_OPEN_MPI) return;
+  pthread_mutex_lock(&search_mu);
+  if (--search_off == 0) tc_mpi_cvar_pop(&search_saved);
+  pthread_mutex_unlock(&search_mu);
+}
+
 bool tc_node_win_allocate(MPI_Comm node, size_t bytes, MPI_Win *win, char *why, size_t len) {
   MPI_Info info = MPI_INFO_NULL;
   if (PMPI_Info_create(&info) == MPI_SUCCESS)
     PMPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each piece its owner's pages */
   void *base = NULL;
-  /* MPICH first looks for an address range free on every rank of the node, so that the window
-   * lies at the same address everywhere, testing each page with msync: 0.3 s for a 64 MiB heap
-   * at 2 ranks, every tcoll_init (MPIR_CVAR_SHM_SYMHEAP_RETRY=0 skips it; MPICH falls back to
-   * ranks' own addresses). tcoll finds the pieces with MPI_Win_shared_query and needs none. Every
-   * rank of node sets it, as its scope (the group) asks; Open MPI has no such search. */
-  tc_mpi_cvar_t symmetric = {.set = false};
-  if (tc_mpi_impl() != TC_MPI_OPEN_MPI)
-    tc_mpi_cvar_push("MPIR_CVAR_SHM_SYMHEAP_RETRY", 0, &symmetric);
+  address_search_off();
   int rc = PMPI_Win_allocate_shared((MPI_Aint)(bytes + LINE), 1, info, node, &base, win);
-  tc_mpi_cvar_pop(&symmetric);
+  address_search_back();
   if (info != MPI_INFO_NULL) PMPI_Info_free(&info);
   if (rc == MPI_SUCCESS) return true;
   *win = MPI_WIN_NULL;
