@@ -4,8 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__SSE2__)
-#include <emmintrin.h>
+#if TC_CAN_STREAM
 
 void tc_stream_copy(void *dst, const void *src, size_t n) {
   char *d = dst;
@@ -18,13 +17,8 @@ void tc_stream_copy(void *dst, const void *src, size_t n) {
   memcpy(d, s, head);
   d += head, s += head, n -= head;
   for (; n >= 64; d += 64, s += 64, n -= 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)),
-            e = _mm_loadu_si128((const __m128i *)(s + 48));
-    _mm_stream_si128((__m128i *)d, a);
-    _mm_stream_si128((__m128i *)(d + 16), b);
-    _mm_stream_si128((__m128i *)(d + 32), c);
-    _mm_stream_si128((__m128i *)(d + 48), e);
+    tc_stream_store32(d, s);
+    tc_stream_store32(d + 32, s + 32);
   }
   memcpy(d, s, n);
 }

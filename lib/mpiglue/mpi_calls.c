@@ -5,6 +5,7 @@
 #include "mpi_calls.h"
 
 #include "../base/dtype.h"
+#include "../base/stream_copy.h"
 #include "../drive.h"
 
 #include <string.h>
@@ -157,20 +158,6 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
  * (perf on bench/heap-bench). The same single IEEE operation per element, in any width.
  * stream: z written with non-temporal stores from its first 16-byte boundary on (x86-64 only; the
  * caller fences: base/stream_copy.h). */
-#if defined(__x86_64__) && defined(__SSE2__) /* as base/stream_copy.c */
-#include <emmintrin.h>
-#define CAN_STREAM 1
-static inline void stream32(void *z, const void *v) {
-  __m128i lo, hi;
-  memcpy(&lo, v, 16);
-  memcpy(&hi, (const char *)v + 16, 16);
-  _mm_stream_si128((__m128i *)z, lo);
-  _mm_stream_si128((__m128i *)z + 1, hi);
-}
-#else
-#define CAN_STREAM 0
-static inline void stream32(void *z, const void *v) { memcpy(z, v, 32); }
-#endif
 #define INTO_LOOP(T, name)                                                                  \
   typedef T name##_vec __attribute__((vector_size(32)));                                    \
   static void name##_into(const T *x, const T *y, T *z, int64_t n, bool sum, bool stream) { \
@@ -183,7 +170,7 @@ static inline void stream32(void *z, const void *v) { memcpy(z, v, 32); }
       memcpy(&b, y + i, sizeof b);                                                          \
       a = sum ? a + b : a * b;                                                              \
       if (stream)                                                                           \
-        stream32(z + i, &a);                                                                \
+        tc_stream_store32(z + i, &a);                                                       \
       else                                                                                  \
         memcpy(z + i, &a, sizeof a);                                                        \
     }                                                                                       \
@@ -235,7 +222,7 @@ int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll
 
 int tc_mpi_reduce_streaming(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
                             MPI_Op op, const char **call) {
-  return reduce_into(a, b, dst, n, d, op, CAN_STREAM, call);
+  return reduce_into(a, b, dst, n, d, op, TC_CAN_STREAM, call);
 }
 
 /* ------------------------------------------------------------------ blocking collectives */
