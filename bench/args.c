@@ -97,7 +97,12 @@ static void usage(void) {
       "Environment: TCOLL_PROGRESS=thread, TCOLL_FAKE_DEVICES=N and the other TCOLL_* settings "
       "apply;\n"
       "BENCH_DUMP=FILE appends every timed iteration (rank 0, slowest-rank times in us) to "
-      "FILE.\n");
+      "FILE;\n"
+      "BENCH_MPI_THREAD=single|funneled|serialized|multiple initializes MPI at that level before "
+      "tcoll_init\n"
+      "(default: tcoll_init's MPI_THREAD_MULTIPLE, under which Open MPI's blocking calls take "
+      "locks: a plain\n"
+      "program's MPI_Allreduce is faster under single).\n");
 }
 
 static bool set_dtype(const char *name) {

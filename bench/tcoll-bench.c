@@ -76,6 +76,7 @@
 #include "alloc_count.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The MPI library and the transport settings in force (the user's environment variables of Open
@@ -156,7 +157,29 @@ static int device_of_rank(void) {
   return local % ndev;
 }
 
+/* BENCH_MPI_THREAD: MPI initialized here, at the level a plain program asks for (the blocking
+ * column then times the call such a program has), before tcoll_init; whether it was. */
+static bool init_mpi_first(int *argc, char ***argv) {
+  static const char *const names[] = {"single", "funneled", "serialized", "multiple"};
+  static const int levels[] = {MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED,
+                               MPI_THREAD_MULTIPLE};
+  const char *want = getenv("BENCH_MPI_THREAD");
+  if (!want || !*want) return false;
+  for (int i = 0; i < 4; i++) {
+    if (strcmp(want, names[i])) continue;
+    int provided = 0;
+    MP(MPI_Init_thread(argc, argv, levels[i], &provided));
+    return true;
+  }
+  fprintf(stderr,
+          "tcoll-bench: BENCH_MPI_THREAD=%s (expected single, funneled, serialized or "
+          "multiple)\n",
+          want);
+  exit(2);
+}
+
 int main(int argc, char **argv) {
+  bool mpi_here = init_mpi_first(&argc, &argv);
   TC(tcoll_init(&argc, &argv));
   bool watching = bench_alloc_watch("libtcoll") == 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -181,5 +204,6 @@ int main(int argc, char **argv) {
   rows_free();
   MPI_Comm_free(&g_mpi);
   int rc = tcoll_finalize();
+  if (mpi_here) MPI_Finalize();
   return rc == TCOLL_SUCCESS && wrong == 0 ? 0 : 1;
 }

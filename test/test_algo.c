@@ -766,6 +766,67 @@ static void *other_thread(void *arg) {
   return NULL;
 }
 
+/* The table's choice is remembered per thread for the last query (a solver repeats one call):
+ * the same call on another communicator, on a communicator made where a freed one was, or after
+ * a change of the settings (TCOLL_MAX_COUNT decides whether the all-to-all form may run) is
+ * chosen again, as on a communicator it was never remembered for. */
+static const char *choice_on(tcoll_comm_t *c, int op) {
+  int64_t shape[1] = {(int64_t)tcoll_comm_size(c) * 16384}; /* 64 KiB a rank: rows differ by
+                                                              rank count and limit */
+  tcoll_tensor_t in = t_alloc(TCOLL_FLOAT32, 1, shape), out = t_empty();
+  T_OK(op == OP_AR ? tcoll_all_reduce(&in, TCOLL_SUM, c, &out)
+                   : tcoll_reduce_scatter(&in, TCOLL_SUM, 0, c, &out));
+  const char *got = tcoll_last_algorithm();
+  T_OK(tcoll_wait(out.data));
+  tcoll_tensor_free(&in);
+  tcoll_tensor_free(&out);
+  return got;
+}
+
+static void expect_same_choice(const char *what, const char *got, const char *want) {
+  T_EXPECT(got && want && !strcmp(got, want), "%s: \"%s\", on a fresh communicator \"%s\"", what,
+           got ? got : "(null)", want ? want : "(null)");
+}
+
+START_TEST(choice_remembered_rightly) {
+  t_save_algo();
+  t_set_algo("auto");
+  tcoll_comm_t *world = tcoll_comm_world(), *dup = NULL, *half = NULL;
+  T_OK(tcoll_comm_split(world, 0, t_rank, &dup));
+  for (int op = OP_AR; op <= OP_RS; op++) {
+    /* (each call in a statement of its own: the last one is what is remembered) */
+    const char *w = choice_on(world, op), *got = choice_on(world, op);
+    expect_same_choice("the same call again", got, w);
+    got = choice_on(dup, op);
+    expect_same_choice("on a duplicate", got, w);
+    /* where a communicator of two was freed, one of every rank */
+    T_OK(tcoll_comm_split(world, t_rank < 2, t_rank, &half));
+    choice_on(half, op);
+    T_OK(tcoll_comm_free(&half));
+    tcoll_comm_t *again = NULL;
+    T_OK(tcoll_comm_split(world, 0, t_rank, &again));
+    got = choice_on(again, op);
+    expect_same_choice("on a communicator made after one was freed", got, w);
+    T_OK(tcoll_comm_free(&again));
+    /* a limit of 64 elements a call */
+    tcoll_config_t cfg, low;
+    T_OK(tcoll_get_config(&cfg));
+    choice_on(world, op);
+    low = cfg;
+    low.max_count = 64;
+    T_OK(tcoll_set_config(&low));
+    got = choice_on(world, op);
+    expect_same_choice("after TCOLL_MAX_COUNT changed", got, choice_on(dup, op));
+    choice_on(world, op);
+    T_OK(tcoll_set_config(&cfg));
+    got = choice_on(world, op);
+    expect_same_choice("after it changed back", got, w);
+  }
+  T_OK(tcoll_comm_free(&dup));
+  t_restore_algo();
+}
+END_TEST
+
 START_TEST(last_algorithm_follows) {
   t_save_algo();
   t_set_algo("all_reduce:ring_allgather,reduce_scatter:alltoall,broadcast:mpi");
@@ -809,14 +870,14 @@ END_TEST
  * serves contiguous blocks only, a host input below 1 MiB takes the MPI path (the strided slabs)
  * and one of 1 MiB or more the ring (Open MPI at 4 ranks); where it picks the ring (2 ranks; 3
  * from 512 KiB on Open MPI), the ring runs along any dim. At 2 ranks with a node-shared segment
- * shm_slices runs instead on MPICH at every size, on Open MPI below 64 KiB and from 1 MiB.
+ * shm_slices runs instead at every size, on both MPIs.
  * Forcing the all-to-all form keeps the MPI path. Device tensors keep the MPI path (staged or
  * pipelined). */
 static const char *table_other_dims(size_t bytes, bool device) {
   bool ompi = mpi_is("Open MPI"), mpich = !ompi && mpi_is("MPICH");
   const char *segments = getenv("TCOLL_SHM");
   bool shm = t_size == 2 && !(segments && !strcmp(segments, "0"));
-  if (shm && (mpich || (ompi && (bytes < (64 << 10) || bytes >= (1 << 20))))) return "shm_slices";
+  if (shm && (mpich || ompi)) return "shm_slices";
   if (t_size == 2 && (ompi || mpich)) return "ring";
   if (ompi && t_size == 3 && bytes >= (512 << 10)) return "ring";
   if (ompi && t_size == 4 && bytes >= (1 << 20) && !device) return "ring";
@@ -1212,6 +1273,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, forced_reduce);
   tcase_add_test(tc, forced_small_limit);
   tcase_add_test(tc, last_algorithm_follows);
+  tcase_add_test(tc, choice_remembered_rightly);
   tcase_add_test(tc, same_bits);
   tcase_add_test(tc, same_bits_reduce_scatter);
   tcase_add_test(tc, table_other_dims_rs);

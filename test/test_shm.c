@@ -523,6 +523,65 @@ START_TEST(reduce_broadcast_mixed) {
 }
 END_TEST
 
+/* Waits a while on the processor (not in the scheduler: the peers keep their cores). */
+static int64_t clock_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void spin_us(int us) {
+  int64_t end = clock_us() + us;
+  while (clock_us() < end) {
+  }
+}
+
+/* The post-wait loop of a solver, one call at a time, with one rank (in turn) arriving 200 us
+ * late: the ranks before it give, publish and wait in the schedule's steps; the late one runs the
+ * whole call at its post (every peer published); reduce off its root and broadcast at it run
+ * whole at the post wherever they are. Each call's result exact, on every rank. */
+START_TEST(post_wait_late_ranks) {
+  t_save_algo();
+  t_set_algo("all_reduce:shm,reduce:shm,broadcast:shm");
+  bool want_shm = shm_expected(t_size);
+  int bad = 0, other = 0;
+  for (int i = 0; i < 240; i++) {
+    int64_t n = mix_len(i);
+    tcoll_tensor_t x = t_host(TCOLL_FLOAT64, 1, &n), y = t_host(TCOLL_FLOAT64, 1, &n);
+    double *xs = x.data, *ys = y.data;
+    for (int64_t j = 0; j < n; j++) {
+      xs[j] = mix_val(i, t_rank, j);
+      ys[j] = -1.0;
+    }
+    if (t_rank == (i / 3) % t_size) spin_us(200);
+    int rc = mix_op(i) == 0   ? tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y)
+             : mix_op(i) == 1 ? tcoll_reduce(&x, mix_root(i), TCOLL_SUM, NULL, &y)
+                              : tcoll_broadcast(&x, mix_root(i), NULL, &y);
+    T_EXPECT(rc == TCOLL_SUCCESS, "late call %d: %s", i, tcoll_last_error());
+    const char *got = tcoll_last_algorithm();
+    if (!got || strcmp(got, want_shm ? "shm" : "mpi")) other++;
+    T_OK(tcoll_wait(y.data));
+    for (int64_t j = 0; j < n; j++) {
+      double want = -1.0;
+      if (mix_op(i) == 2) want = mix_val(i, mix_root(i), j);
+      if (mix_op(i) == 0 || (mix_op(i) == 1 && t_rank == mix_root(i))) {
+        want = 0;
+        for (int r = 0; r < t_size; r++) want += mix_val(i, r, j);
+      }
+      if (ys[j] != want && bad++ < 5)
+        T_EXPECT(false, "late call %d (op %d, root %d, rank %d late) element %lld: %g, expected %g",
+                 i, mix_op(i), mix_root(i), (i / 3) % t_size, (long long)j, ys[j], want);
+    }
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&y);
+  }
+  T_EXPECT(other == 0, "%d late calls ran another algorithm than %s", other,
+           want_shm ? "shm" : "mpi");
+  T_EXPECT(bad == 0, "%d wrong elements in the late calls", bad);
+  t_restore_algo();
+}
+END_TEST
+
 /* Ranks that disagree on the size (an erroneous program: MPI reports truncation, or nothing):
  * the shm broadcast and all_reduce find it from the sizes published beside the words, refuse it
  * where they see it (TCOLL_ERR_MISMATCH naming both sizes) and stay usable. */
@@ -731,6 +790,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, fallback_reports_mpi);
   tcase_add_test(tc, device_tensors);
   tcase_add_test(tc, reduce_broadcast_mixed);
+  tcase_add_test(tc, post_wait_late_ranks);
   tcase_add_test(tc, size_disagreement_found);
   suite_add_tcase(s, tc);
   return s;

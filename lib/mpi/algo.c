@@ -104,15 +104,61 @@ static TC_COLD const tc_algo_t *from_rows(const tc_algo_list_t *l, const bands_t
   return &tc_algo_literal;
 }
 
+/* This thread's last choice: a solver repeats one call, and the same query on the same
+ * communicator (by id: its address may be reused) under the same settings gets the same answer
+ * (the rows are fixed, and so is what supported() reads: the segment, made with the
+ * communicator; TCOLL_MAX_COUNT, a setting). One entry, for TLS is scarce. Not for all_gather,
+ * whose cma probes its peers in supported() the first time. */
+typedef struct last_choice {
+  const tcoll_comm_t *comm; /* NULL: none */
+  uint32_t comm_id, settings;
+  tc_algo_op_t op;
+  size_t bytes, run;
+  int64_t count;
+  tcoll_dtype_t dtype;
+  int redop;
+  bool device;
+  unsigned layout;
+  const tc_algo_t *algo;
+} last_choice_t;
+static _Thread_local TC_TLS_HOT last_choice_t last;
+static uint32_t settings_gen; /* bumped by every change of the settings (tc_algo_setting) */
+
+static bool same_as_last(tc_algo_op_t op, const tc_algo_query_t *q) {
+  return last.comm == q->comm && last.op == op && last.bytes == q->bytes &&
+         last.count == q->count && last.dtype == q->dtype && last.redop == q->redop &&
+         last.device == q->device && last.layout == q->layout && last.run == q->run &&
+         last.comm_id == q->comm->id &&
+         last.settings == __atomic_load_n(&settings_gen, __ATOMIC_RELAXED);
+}
+
+static const tc_algo_t *remember(tc_algo_op_t op, const tc_algo_query_t *q, const tc_algo_t *a) {
+  last = (last_choice_t){.comm = q->comm,
+                         .comm_id = q->comm->id,
+                         .settings = __atomic_load_n(&settings_gen, __ATOMIC_RELAXED),
+                         .op = op,
+                         .bytes = q->bytes,
+                         .run = q->run,
+                         .count = q->count,
+                         .dtype = q->dtype,
+                         .redop = q->redop,
+                         .device = q->device,
+                         .layout = q->layout,
+                         .algo = a};
+  return a;
+}
+
 const tc_algo_t *tc_algo_choose(tc_algo_op_t op, const tc_algo_query_t *q) {
   const tc_algo_list_t *l = lists[op];
   if (TC_UNLIKELY(forced[op] != NULL)) return runnable(l, forced[op], q);
   int ranks = q->comm->size;
   if (ranks < 2) return &tc_algo_literal;
+  if (same_as_last(op, q)) return last.algo;
   bands_t *b = &memo[op];
   if (TC_UNLIKELY(b->ranks != ranks)) fill_bands(b, l, ranks);
   if (q->bytes < b->below) return &tc_algo_literal;
-  return from_rows(l, b, q);
+  const tc_algo_t *a = from_rows(l, b, q);
+  return op == TC_OP_ALL_GATHER ? a : remember(op, q, a);
 }
 
 int tc_algo_check_tables(void) {
@@ -232,6 +278,9 @@ int tc_algo_setting(const char *spec, const char *what, bool apply) {
     p += len;
     if (*p == ',') p++;
   }
-  if (apply) memcpy(forced, tmp, sizeof tmp);
+  if (apply) {
+    memcpy(forced, tmp, sizeof tmp);
+    __atomic_add_fetch(&settings_gen, 1, __ATOMIC_RELAXED); /* (also TCOLL_MAX_COUNT's changes) */
+  }
   return TCOLL_SUCCESS;
 }

@@ -16,9 +16,8 @@ bool tc_shm_small_supported(const tc_algo_query_t *q) {
 /* What a call takes once every peer published it: a step of its own. */
 typedef struct small_job {
   tc_node_seg_t *g;
-  uint64_t k; /* the call's number */
+  uint64_t k; /* the call's number (its parity: the line and slot it uses) */
   tc_shm_kind_t kind;
-  int slot;
   bool in_line; /* the inputs ride in the lines, after the words */
   int root;
   const void *src;
@@ -41,8 +40,10 @@ static small_line_t *line_of(const tc_node_seg_t *g, int q, int slot) {
   return (small_line_t *)(void *)tc_node_line(g, q, TC_NODE_LINE_SMALL0 + slot);
 }
 
+static int slot_of(const small_job_t *j) { return (int)(j->k & 1); }
+
 static const char *input_of(const small_job_t *j, int q) {
-  return j->in_line ? line_of(j->g, q, j->slot)->payload : tc_node_slot(j->g, q, j->slot);
+  return j->in_line ? line_of(j->g, q, slot_of(j))->payload : tc_node_slot(j->g, q, slot_of(j));
 }
 
 int tc_shm_check_bytes(const tc_node_seg_t *g, int q, uint64_t k, uint64_t mine) {
@@ -62,19 +63,30 @@ static int check_size(const small_job_t *j, int q) {
   return tc_shm_check_bytes(j->g, q, j->k, (uint64_t)j->n * tc_dtype_size(j->dtype));
 }
 
-/* dst = input 0, then dst = input q (op) dst for q = 1, 2...: one after the other, since the
- * order is the result's bits; AVG divides once at the end. */
-static int reduce_inputs(const small_job_t *j) {
-  const char *call = "MPI_Reduce_local";
-  for (int q = 0; q < j->g->p; q++) {
+/* Whether every rank published this rank's size (their lines are in cache: their words were
+ * just read); else the first that did not, named. */
+static int check_sizes(const small_job_t *j) {
+  uint64_t mine = (uint64_t)j->n * tc_dtype_size(j->dtype), differ = 0;
+  for (int q = 0; q < j->g->p; q++)
+    differ |= __atomic_load_n(&line_of(j->g, q, slot_of(j))->nbytes, __ATOMIC_RELAXED) ^ mine;
+  for (int q = 0; differ && q < j->g->p; q++) {
     int rc = check_size(j, q);
     if (rc) return rc;
   }
-  memcpy(j->dst, input_of(j, 0), (size_t)j->n * tc_dtype_size(j->dtype));
-  for (int q = 1; q < j->g->p; q++) {
-    int rc = tc_mpi_reduce_local(input_of(j, q), j->dst, j->n, j->dtype, j->op, &call);
-    if (rc != MPI_SUCCESS) return tc_mpi_error(rc, call);
-  }
+  return TCOLL_SUCCESS;
+}
+
+/* dst = input 1 (op) input 0, then dst = input q (op) dst for q = 2, 3...: one after the other,
+ * since the order is the result's bits (each step one IEEE operation per element, as
+ * MPI_Reduce_local's); AVG divides once at the end. */
+static int reduce_inputs(const small_job_t *j) {
+  const char *call = "MPI_Reduce_local";
+  int rc = check_sizes(j);
+  if (rc) return rc;
+  rc = tc_mpi_reduce_into(input_of(j, 1), input_of(j, 0), j->dst, j->n, j->dtype, j->op, &call);
+  for (int q = 2; q < j->g->p && rc == MPI_SUCCESS; q++)
+    rc = tc_mpi_reduce_local(input_of(j, q), j->dst, j->n, j->dtype, j->op, &call);
+  if (rc != MPI_SUCCESS) return tc_mpi_error(rc, call);
   if (j->divisor != 1.0) tc_host_divide(j->dst, j->dtype, j->n, j->divisor);
   return TCOLL_SUCCESS;
 }
@@ -109,8 +121,8 @@ static int take(void *arg) {
  * the call two before: the step runs after this rank's previous call finished). */
 static int give(void *arg) {
   const small_job_t *j = arg;
-  small_line_t *own = line_of(j->g, j->g->me, j->slot);
-  char *to = j->in_line ? own->payload : tc_node_slot(j->g, j->g->me, j->slot);
+  small_line_t *own = line_of(j->g, j->g->me, slot_of(j));
+  char *to = j->in_line ? own->payload : tc_node_slot(j->g, j->g->me, slot_of(j));
   if (j->premul != 1.0)
     tc_host_scale_copy(to, j->src, j->dtype, j->n, j->premul);
   else
@@ -147,6 +159,47 @@ int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, 
   if (!rc) rc = tc_sched_call(s, call->take, call->arg, true);
   if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true); /* the peers' inputs are read */
   return rc;
+}
+
+/* Whether what call k sees is published: every peer's word of its line, one rank's, or none. */
+static bool seen_now(const tc_node_seg_t *g, int sees, int line, uint64_t k) {
+  if (sees == TC_SHM_SEES_NONE || sees == g->me) return true;
+  if (sees >= 0) return __atomic_load_n(tc_node_word(g, sees, line), __ATOMIC_ACQUIRE) >= k;
+  return tc_words_reached(tc_node_peer_words(g, line), g->p, k);
+}
+
+/* tc_shm_call_add for a work with no steps before the call, run as far as it can go at once
+ * where nothing must be waited for before the give (this rank's call k - 1 finished, and every
+ * peer published it: the usual post-wait loop): give and publish here, and the take too where
+ * what it sees is published already (then no step at all), else the steps from the wait on. The
+ * same protocol, without a schedule's steps for what needs no waiting: a small all_reduce's post
+ * costs a third fewer instructions. */
+static int call_now(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, uint64_t *kp) {
+  uint64_t k = g->small_calls + 1;
+  int line = TC_NODE_LINE_SMALL0 + (int)(k & 1);
+  int rc = tc_sched_reserve(s, 3); /* the wait, the take and its publish, if they are needed */
+  if (rc) return rc;
+  g->small_calls = k;
+  *kp = k;
+  g->small_last_saw_all = call->sees == TC_SHM_SEES_ALL;
+  if (call->give && (rc = call->give(call->arg))) return rc;
+  __atomic_store_n(tc_node_word(g, g->me, line), k, __ATOMIC_RELEASE); /* its only writer */
+  if (seen_now(g, call->sees, line, k)) return call->take(call->arg);  /* it notes k finished */
+  if (call->sees == TC_SHM_SEES_ALL)
+    rc = await_peers(s, g, line, k);
+  else
+    rc = tc_sched_await(s, tc_node_word(g, call->sees, line), k, true);
+  if (!rc) rc = tc_sched_call(s, call->take, call->arg, true);
+  if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true);
+  return rc;
+}
+
+/* Whether call_now may run the next call: nothing before it in the work, this rank's last call
+ * finished, and every peer published it (implied where that call waited for every peer). */
+static bool may_call_now(const tc_sched_t *s, const tc_node_seg_t *g) {
+  uint64_t k = g->small_calls + 1;
+  return s->n == 0 && __atomic_load_n(&g->small_finished, __ATOMIC_ACQUIRE) == k - 1 &&
+         (k == 1 || g->small_last_saw_all);
 }
 
 /* A run's call publishes in its line's payload (unused by runs otherwise) where its shared
@@ -212,12 +265,22 @@ int tc_shm_run_add(tc_sched_t *s, tc_shm_run_t *r, const int *sees, int period, 
   return rc ? rc : tc_sched_call(s, run_report, r, true);
 }
 
+static int build_on(tc_work_t *w, tc_node_seg_t *g, const tc_algo_call_t *c, tc_shm_kind_t kind,
+                    bool now);
+
+/* (At once where it may: the work's only other steps are local ones after it. hier's works
+ * schedule theirs, since steps after their node phase post collectives.) */
 int tc_shm_small_build(tc_work_t *w, const tc_algo_call_t *c, tc_shm_kind_t kind) {
-  return tc_shm_small_build_on(w, w->comm->node, c, kind);
+  return build_on(w, w->comm->node, c, kind, true);
 }
 
 int tc_shm_small_build_on(tc_work_t *w, tc_node_seg_t *g, const tc_algo_call_t *c,
                           tc_shm_kind_t kind) {
+  return build_on(w, g, c, kind, false);
+}
+
+static int build_on(tc_work_t *w, tc_node_seg_t *g, const tc_algo_call_t *c, tc_shm_kind_t kind,
+                    bool now) {
   small_job_t *j = tc_work_small(w, sizeof *j);
   if (!j) return TCOLL_ERR_NO_MEMORY;
   *j = (small_job_t){
@@ -242,8 +305,7 @@ int tc_shm_small_build_on(tc_work_t *w, tc_node_seg_t *g, const tc_algo_call_t *
                                     ? TC_SHM_SEES_ALL
                                 : kind == TC_SHM_BROADCAST && !root ? c->root
                                                                     : TC_SHM_SEES_NONE};
-  /* (its steps run once started: j->k is set by then) */
-  int rc = tc_shm_call_add(&w->sched, g, &call, &j->k);
-  j->slot = (int)(j->k & 1);
-  return rc;
+  /* (j->k is set before any of its steps or callbacks runs) */
+  if (now && may_call_now(&w->sched, g)) return call_now(&w->sched, g, &call, &j->k);
+  return tc_shm_call_add(&w->sched, g, &call, &j->k);
 }

@@ -18,7 +18,11 @@
  * Why nothing is overwritten while a peer reads it: a rank rewrites the line and slot of call k
  * at call k + 2, after it saw every peer publish k + 1, which each peer did only after its call k
  * finished, i.e. after it read call k. Words only grow (64-bit, never reset), so no
- * old value passes for a new one. doc/guide.md, "Shared memory", has the argument at length. */
+ * old value passes for a new one. doc/guide.md, "Shared memory", has the argument at length.
+ *
+ * The shm algorithms' calls (tc_shm_small_build) run at their post as far as they can go where
+ * nothing is to be waited for first (the usual post-wait loop): give and publish there, and the
+ * take too where what it reads is published already; only the rest becomes steps. */
 #ifndef TC_MPI_SHM_SMALL_H
 #define TC_MPI_SHM_SMALL_H
 

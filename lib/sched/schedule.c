@@ -586,15 +586,7 @@ static bool poll_step(tc_sched_t *s, tc_step_t *st, bool block, double deadline)
 /* Whether an AWAIT step's word reached its value (then it is done). */
 static inline bool await_done(tc_step_t *st) {
   if (st->u.flag.words) {
-    /* every load issued before any branch on them: the misses overlap */
-    uint64_t least = UINT64_MAX;
-    for (int i = 0; i < st->u.flag.n; i++) {
-      const uint64_t *w = st->u.flag.words[i];
-      uint64_t v = w ? __atomic_load_n(w, __ATOMIC_RELAXED) : UINT64_MAX;
-      least = v < least ? v : least;
-    }
-    if (least < st->u.flag.value) return false;
-    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* orders the reads after: as n acquire loads */
+    if (!tc_words_reached(st->u.flag.words, st->u.flag.n, st->u.flag.value)) return false;
   } else if (__atomic_load_n(st->u.flag.word, __ATOMIC_ACQUIRE) < st->u.flag.value) {
     return false;
   }

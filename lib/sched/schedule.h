@@ -174,6 +174,20 @@ typedef struct tc_sched {
   struct tc_sched *prev_driven, *next_driven, *next_fifo;
 } tc_sched_t;
 
+/* Whether every word of words[0, n) (NULL entries: none) reached value, with acquire ordering:
+ * what their writers wrote before publishing is visible once it says so. Every word is loaded
+ * before any is compared, so that the misses on several peers' lines overlap. */
+static inline bool tc_words_reached(uint64_t *const *words, int n, uint64_t value) {
+  uint64_t least = UINT64_MAX;
+  for (int i = 0; i < n; i++) {
+    uint64_t v = words[i] ? __atomic_load_n(words[i], __ATOMIC_RELAXED) : UINT64_MAX;
+    least = v < least ? v : least;
+  }
+  if (least < value) return false;
+  __atomic_thread_fence(__ATOMIC_ACQUIRE); /* orders the reads after: as n acquire loads */
+  return true;
+}
+
 /* ---- building ---- */
 
 /* Empties s for a new collective on comm (seq: its sequence number there, for tags). */
