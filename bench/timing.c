@@ -76,19 +76,23 @@ static void use_algo(const char *algo) {
 
 /* ------------------------------------------------------------------ rounds */
 
-/* The k-th variant run in round i. The memcpy variant (the last) opens every round; the others
- * flip order every round (ABBA), so that tcoll's call and the raw one each follow the memcpy
- * (caches flushed of the other's buffers) in half the rounds. With the memcpy inside the
- * flipping, the raw call always ran second of three, and tcoll's all_gather at 1 MiB read
- * 1.18-1.22x raw in the bench while a driver separating the two by barriers put it at
- * 1.01-1.02x. */
+/* The k-th variant run in round i. The memcpy variant (the last) opens every round (caches
+ * flushed of the other variants' buffers); the others run in every rotation of their order and
+ * of its reverse in turn (for tcoll, raw and blocking: all six orders), so that each runs first,
+ * and right after each other one, in as many rounds as the others. Fixed orders favoured one
+ * call: with the memcpy inside an ABBA flip the raw call always ran second of three, and tcoll's
+ * all_gather at 1 MiB read 1.18-1.22x raw while a driver separating the two by barriers put it
+ * at 1.01-1.02x; with the blocking call inside it, the raw call (which uses the blocking call's
+ * buffers) ran right after it in every other round, its buffers in cache: tcoll's broadcast at
+ * 256 KiB read 1.26-1.37x raw, 1.06x in blocks of calls alternated (2026-12-02). */
 static int variant_at(const point_t *p, int i, int k) {
   int n = p->nv - (p->vmemcpy ? 1 : 0);
   if (p->vmemcpy) {
     if (k == 0) return p->vmemcpy;
     k--;
   }
-  return (i & 1) ? n - 1 - k : k;
+  int r = i % (2 * n);
+  return r < n ? (k + r) % n : (n - 1 - k + r) % n;
 }
 
 static void run_round(point_t *p, int i) {
