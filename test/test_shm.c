@@ -451,6 +451,15 @@ static int mix_root(int i) { return (i / 3) % t_size; }
 static int64_t mix_len(int i) { return 1 + (i * 7) % 40; }
 /* Rank r's element j of call i: small integers, so sums are exact in any order. */
 static double mix_val(int i, int r, int64_t j) { return (double)((r + 1) * (i % 13 + 1) + j); }
+/* What this rank's output holds after call i: the sum (all_reduce; reduce at the root), the
+ * root's values (broadcast), or the -1 it started as (reduce off the root). */
+static double mix_want(int i, int64_t j) {
+  if (mix_op(i) == 2) return mix_val(i, mix_root(i), j);
+  if (mix_op(i) == 1 && t_rank != mix_root(i)) return -1.0;
+  double sum = 0;
+  for (int r = 0; r < t_size; r++) sum += mix_val(i, r, j);
+  return sum;
+}
 
 /* All three ops forced to shm and interleaved, 300 calls in flight at once (waited in reverse
  * order): one protocol serves them all, and each gets its exact result (reduce: on the root; off
@@ -485,12 +494,7 @@ START_TEST(reduce_broadcast_mixed) {
   for (int i = 0; i < N; i++) {
     const double *y = out[i].data;
     for (int64_t j = 0; j < mix_len(i); j++) {
-      double want = -1.0;
-      if (mix_op(i) == 2) want = mix_val(i, mix_root(i), j);
-      if (mix_op(i) == 0 || (mix_op(i) == 1 && t_rank == mix_root(i))) {
-        want = 0;
-        for (int r = 0; r < t_size; r++) want += mix_val(i, r, j);
-      }
+      double want = mix_want(i, j);
       if (y[j] != want && bad++ < 5)
         T_EXPECT(false, "mixed call %d (op %d, root %d) element %lld: %g, expected %g", i,
                  mix_op(i), mix_root(i), (long long)j, y[j], want);
@@ -562,12 +566,7 @@ START_TEST(post_wait_late_ranks) {
     if (!got || strcmp(got, want_shm ? "shm" : "mpi")) other++;
     T_OK(tcoll_wait(y.data));
     for (int64_t j = 0; j < n; j++) {
-      double want = -1.0;
-      if (mix_op(i) == 2) want = mix_val(i, mix_root(i), j);
-      if (mix_op(i) == 0 || (mix_op(i) == 1 && t_rank == mix_root(i))) {
-        want = 0;
-        for (int r = 0; r < t_size; r++) want += mix_val(i, r, j);
-      }
+      double want = mix_want(i, j);
       if (ys[j] != want && bad++ < 5)
         T_EXPECT(false, "late call %d (op %d, root %d, rank %d late) element %lld: %g, expected %g",
                  i, mix_op(i), mix_root(i), (i / 3) % t_size, (long long)j, ys[j], want);

@@ -136,6 +136,19 @@ static int await_peers(tc_sched_t *s, const tc_node_seg_t *g, int line, uint64_t
   return tc_sched_await_all(s, tc_node_peer_words(g, line), g->p, k, true);
 }
 
+/* The steps of call k from its wait on: for what it sees (every peer's word of its line, one
+ * rank's, or nothing), then the take, then the publish that notes it finished. */
+static int add_wait_and_take(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, int line,
+                             uint64_t k) {
+  int rc = TCOLL_SUCCESS;
+  if (call->sees == TC_SHM_SEES_ALL) rc = await_peers(s, g, line, k);
+  if (!rc && call->sees >= 0 && call->sees != g->me)
+    rc = tc_sched_await(s, tc_node_word(g, call->sees, line), k, true);
+  if (!rc) rc = tc_sched_call(s, call->take, call->arg, true);
+  if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true); /* the peers' inputs are read */
+  return rc;
+}
+
 int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, uint64_t *kp) {
   uint64_t k = g->small_calls + 1;
   int line = TC_NODE_LINE_SMALL0 + (int)(k & 1);
@@ -153,12 +166,7 @@ int tc_shm_call_add(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, 
   if (!rc && call->give) rc = tc_sched_call(s, call->give, call->arg, true);
   if (!rc) rc = tc_sched_publish(s, tc_node_word(g, g->me, line), k, true);
   g->small_last_saw_all = call->sees == TC_SHM_SEES_ALL;
-  if (!rc && call->sees == TC_SHM_SEES_ALL) rc = await_peers(s, g, line, k);
-  if (!rc && call->sees >= 0 && call->sees != g->me)
-    rc = tc_sched_await(s, tc_node_word(g, call->sees, line), k, true);
-  if (!rc) rc = tc_sched_call(s, call->take, call->arg, true);
-  if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true); /* the peers' inputs are read */
-  return rc;
+  return rc ? rc : add_wait_and_take(s, g, call, line, k);
 }
 
 /* Whether what call k sees is published: every peer's word of its line, one rank's, or none. */
@@ -185,13 +193,7 @@ static int call_now(tc_sched_t *s, tc_node_seg_t *g, const tc_shm_call_t *call, 
   if (call->give && (rc = call->give(call->arg))) return rc;
   __atomic_store_n(tc_node_word(g, g->me, line), k, __ATOMIC_RELEASE); /* its only writer */
   if (seen_now(g, call->sees, line, k)) return call->take(call->arg);  /* it notes k finished */
-  if (call->sees == TC_SHM_SEES_ALL)
-    rc = await_peers(s, g, line, k);
-  else
-    rc = tc_sched_await(s, tc_node_word(g, call->sees, line), k, true);
-  if (!rc) rc = tc_sched_call(s, call->take, call->arg, true);
-  if (!rc) rc = tc_sched_publish(s, &g->small_finished, k, true);
-  return rc;
+  return add_wait_and_take(s, g, call, line, k);
 }
 
 /* Whether call_now may run the next call: nothing before it in the work, this rank's last call
