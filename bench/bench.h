@@ -133,6 +133,10 @@ struct point {
   tcoll_tensor_t cin[COAL_N], cout[COAL_N], sout[COAL_N];
   /* raw MPI side (host) */
   char *min, *mout, *mout2, *scratch; /* g_dt elements */
+  size_t min_bytes, mout_bytes;       /* min's and mout's sizes (raw_in, raw_out) */
+  /* The blocking call's own copies of min and mout: the raw call, which runs beside it in the
+   * same round, must not find its buffers in cache because the blocking call just used them. */
+  char *bmin, *bmout;
   char *mcin[COAL_N], *mcout[COAL_N], *msout[COAL_N];
   MPI_Datatype vec, rvec;                /* shard: the slab types of the input and the output */
   int *ones, *slabs, *pcounts, *pdispls; /* shard: counts and displacements; permute: raw MPI's */
@@ -242,6 +246,9 @@ long point_check(point_t *p);
 void add_variant(point_t *p, step_fn post, step_fn wait);
 void set_size(point_t *p, int64_t count, int64_t s_elems, double busfactor);
 double ring_factor(void);
+/* Raw MPI's input and output of n bytes (p->min, p->mout), their sizes noted. */
+char *raw_in(point_t *p, size_t n);
+char *raw_out(point_t *p, size_t n);
 bool setup_whole_tensor(point_t *p, int64_t elems, double busfactor, bool has_output);
 int64_t split_evenly(point_t *p, int64_t elems);
 int64_t rows_for(int64_t m);

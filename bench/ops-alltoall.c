@@ -23,7 +23,7 @@ static void m_a2a_post(point_t *p) {
  * does not apply). */
 static int64_t exchange_buffers(point_t *p, int64_t elems) {
   int64_t per = split_evenly(p, elems);
-  if (per) p->mout = xmalloc(p->bytes);
+  if (per) raw_out(p, p->bytes);
   return per;
 }
 

@@ -48,8 +48,8 @@ static int64_t gather_buffers(point_t *p, int64_t elems) {
   int64_t c = elems / g_size;
   if (c < 1) return 0;
   set_size(p, c, c * g_size, ring_factor());
-  p->min = xmalloc((size_t)c * g_dt.size);
-  p->mout = xmalloc(p->bytes);
+  raw_in(p, (size_t)c * g_dt.size);
+  raw_out(p, p->bytes);
   return c;
 }
 
@@ -163,7 +163,7 @@ static void t_rs_alloc_post(point_t *p) {
 static bool setup_reduce_scatter(point_t *p, int64_t elems) {
   int64_t per = split_evenly(p, elems);
   if (!per) return false;
-  p->mout = xmalloc((size_t)per * g_dt.size);
+  raw_out(p, (size_t)per * g_dt.size);
   p->tin = tensor_on(g_dev, 1, p->count, 0);
   p->tout = tensor_on(g_dev, 1, per, 0);
   return true;
@@ -174,7 +174,7 @@ static bool setup_reduce_scatter_dim1(point_t *p, int64_t elems) {
   int64_t per = split_evenly(p, elems);
   if (!per) return false;
   int64_t N = p->count;
-  p->mout = xmalloc((size_t)per * g_dt.size);
+  raw_out(p, (size_t)per * g_dt.size);
   p->R = rows_for(per);
   p->C = N / p->R; /* a multiple of n */
   p->tin = tensor_on(g_dev, 2, p->R, p->C);

@@ -82,9 +82,10 @@ static void use_algo(const char *algo) {
  * and right after each other one, in as many rounds as the others. Fixed orders favoured one
  * call: with the memcpy inside an ABBA flip the raw call always ran second of three, and tcoll's
  * all_gather at 1 MiB read 1.18-1.22x raw while a driver separating the two by barriers put it
- * at 1.01-1.02x; with the blocking call inside it, the raw call (which uses the blocking call's
- * buffers) ran right after it in every other round, its buffers in cache: tcoll's broadcast at
- * 256 KiB read 1.26-1.37x raw, 1.06x in blocks of calls alternated (2026-12-02). */
+ * at 1.01-1.02x; with the blocking call inside it, the raw call (which then used the blocking
+ * call's buffers) ran right after it in every other round, its buffers in cache: tcoll's broadcast
+ * at 256 KiB read 1.26-1.37x raw, 1.06x in blocks of calls alternated (2026-12-02). The blocking
+ * call has buffers of its own since (point.c). */
 static int variant_at(const point_t *p, int i, int k) {
   int n = p->nv - (p->vmemcpy ? 1 : 0);
   if (p->vmemcpy) {
