@@ -548,6 +548,26 @@ START_TEST(reduce_scatter_dims) {
 }
 END_TEST
 
+/* Along a dim other than 0 from 4 MiB at every rank count (the runs read out of memory rather
+ * than cache): rows the chunks cut anywhere (the row counts prime to them), runs of 280, 256 and
+ * 252 B, the AVG, a 3-D tensor along dim 1 (each run 13 x 5 elements long) with int32 MAX. */
+START_TEST(reduce_scatter_large_dims) {
+  t_save_algo();
+  t_set_algo(SLICES);
+  int64_t p = t_size, mib4 = (int64_t)4 << 20;
+  const char *want = slices_want(t_size);
+  rc_t sum = rc_world(TCOLL_FLOAT32, K_SUM, 1), avg = rc_world(TCOLL_FLOAT32, K_AVG, 1);
+  rc_t imax = rc_world(TCOLL_INT32, K_MAX, 1);
+  int64_t a[2] = {mib4 / (p * 70 * 4) + 3, p * 70}, b[2] = {mib4 / (p * 64 * 4) + 1, p * 64};
+  int64_t c[3] = {mib4 / (p * 65 * 4) + 2, p * 13, 5}, d[2] = {mib4 / (p * 63 * 4) + 5, p * 63};
+  rc_reduce_scatter("large dims", &sum, TCOLL_SUM, 2, a, 1, want);
+  rc_reduce_scatter("large dims", &avg, TCOLL_AVG, 2, b, 1, want);
+  rc_reduce_scatter("large dims", &imax, TCOLL_MAX, 3, c, 1, want);
+  rc_reduce_scatter("large dims", &sum, TCOLL_SUM, 2, d, 1, want);
+  t_restore_algo();
+}
+END_TEST
+
 /* ---------------------------------------------------------------- what ran, fallbacks */
 
 /* Forced shm_slices reports itself where it runs and the ring where it cannot, with the same
@@ -829,6 +849,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, every_dtype_op);
   tcase_add_test(tc, bitwise_rank_order);
   tcase_add_test(tc, reduce_scatter_dims);
+  tcase_add_test(tc, reduce_scatter_large_dims);
   tcase_add_test(tc, algorithm_reported);
   tcase_add_test(tc, many_in_flight);
   tcase_add_test(tc, all_gather_any_dim);
