@@ -549,8 +549,9 @@ START_TEST(reduce_scatter_dims) {
 END_TEST
 
 /* Along a dim other than 0 from 4 MiB at every rank count (the runs read out of memory rather
- * than cache): rows the chunks cut anywhere (the row counts prime to them), runs of 280, 256 and
- * 252 B, the AVG, a 3-D tensor along dim 1 (each run 13 x 5 elements long) with int32 MAX. */
+ * than cache): 2-D tensors with runs of 280, 256 and 252 B (1-5 rows more than 4 MiB holds, so
+ * the tail is ragged), the AVG, a 3-D tensor along dim 1 (each run 13 x 5 elements) with int32 MAX.
+ */
 START_TEST(reduce_scatter_large_dims) {
   t_save_algo();
   t_set_algo(SLICES);
