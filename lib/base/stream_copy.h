@@ -11,20 +11,10 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__SSE2__)
-#include <emmintrin.h>
+#include <emmintrin.h> /* _mm_stream_si128: also the reduction loops' (mpiglue/mpi_calls.c) */
 #define TC_CAN_STREAM 1
-/* dst[0, 32) = v[0, 32) with non-temporal stores; dst 16-byte aligned. Inline: the reduction
- * loops (mpiglue/mpi_calls.c) store each vector of their result through it. */
-static inline void tc_stream_store32(void *dst, const void *v) {
-  __m128i lo, hi;
-  memcpy(&lo, v, 16);
-  memcpy(&hi, (const char *)v + 16, 16);
-  _mm_stream_si128((__m128i *)dst, lo);
-  _mm_stream_si128((__m128i *)dst + 1, hi);
-}
 #else
 #define TC_CAN_STREAM 0
-static inline void tc_stream_store32(void *dst, const void *v) { memcpy(dst, v, 32); }
 #endif
 
 /* The output size from which scattering runs into it pays to stream (see mpi/all_gather/cma.c for
