@@ -1,6 +1,8 @@
 /* Data type sizes, names and element-wise host helpers. */
 #include "dtype.h"
 
+#include <string.h>
+
 static const char *const dtype_name[TCOLL_NUM_DTYPES] = {
     [TCOLL_BOOL] = "bool",       [TCOLL_INT8] = "int8",         [TCOLL_UINT8] = "uint8",
     [TCOLL_INT16] = "int16",     [TCOLL_INT32] = "int32",       [TCOLL_INT64] = "int64",
@@ -87,22 +89,52 @@ void tc_store_double(void *buf, tcoll_dtype_t d, int64_t i, double v) {
   default: break; /* callers only scale floating dtypes */ \
   }
 
+/* o[i] = x[i] * s or x[i] / s, float32 and float64, 16 bytes a step, each vector loaded and stored
+ * through registers: -O2's cheap vectorizer leaves TC_FLOAT_LOOP scalar, one divss per element,
+ * which made an AVG all_reduce of 16 MiB (2 ranks, shm_slices) 4.8x the time of its SUM. The same
+ * single IEEE operation per element as the scalar loop, so the same bits. */
+#define SCALE_LOOP(T, name)                                                                        \
+  typedef T name##_vec __attribute__((vector_size(16)));                                           \
+  static inline __attribute__((always_inline)) void name##_steps(T *o, const T *x, int64_t n, T s, \
+                                                                 bool divide) {                    \
+    enum { W = 16 / sizeof(T) };                                                                   \
+    name##_vec sv;                                                                                 \
+    for (int k = 0; k < W; k++) sv[k] = s;                                                         \
+    int64_t i = 0;                                                                                 \
+    for (name##_vec v; i + W <= n; i += W) {                                                       \
+      memcpy(&v, x + i, 16);                                                                       \
+      v = divide ? v / sv : v * sv;                                                                \
+      memcpy(o + i, &v, 16);                                                                       \
+    }                                                                                              \
+    for (; i < n; i++) o[i] = divide ? x[i] / s : x[i] * s;                                        \
+  }                                                                                                \
+  static void name##_scale(T *o, const T *x, int64_t n, T s, bool divide) {                        \
+    if (divide)                                                                                    \
+      name##_steps(o, x, n, s, true);                                                              \
+    else                                                                                           \
+      name##_steps(o, x, n, s, false);                                                             \
+  }
+SCALE_LOOP(float, f32)
+SCALE_LOOP(double, f64)
+
 void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, double s) {
   float fs = (float)s;
-  if (d == TCOLL_FLOAT64) {
-    TC_FLOAT_LOOP(dst, src, d, n, v * s)
-  } else {
+  if (d == TCOLL_FLOAT64)
+    f64_scale(dst, src, n, s, false);
+  else if (d == TCOLL_FLOAT32)
+    f32_scale(dst, src, n, fs, false);
+  else
     TC_FLOAT_LOOP(dst, src, d, n, v * fs)
-  }
 }
 
 void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor) {
   float fdiv = (float)divisor;
-  if (d == TCOLL_FLOAT64) {
-    TC_FLOAT_LOOP(buf, buf, d, n, v / divisor)
-  } else {
+  if (d == TCOLL_FLOAT64)
+    f64_scale(buf, buf, n, divisor, true);
+  else if (d == TCOLL_FLOAT32)
+    f32_scale(buf, buf, n, fdiv, true);
+  else
     TC_FLOAT_LOOP(buf, buf, d, n, v / fdiv)
-  }
 }
 
 /* Integers wrap like MPI's and CUDA's do: add in the unsigned type (no signed overflow). */
