@@ -1,6 +1,8 @@
 /* Data type sizes, names and element-wise host helpers. */
 #include "dtype.h"
 
+#include <math.h>
+
 #include <string.h>
 
 static const char *const dtype_name[TCOLL_NUM_DTYPES] = {
@@ -127,12 +129,21 @@ void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, 
     TC_FLOAT_LOOP(dst, src, d, n, v * fs)
 }
 
+/* Whether 1 / d is exact and normal in float: then x / d and x * (1 / d) round the same real
+ * number, so they have the same bits for every x, and a multiply takes a fraction of a divide's
+ * time (2, 4, 8, 16 ranks: an AVG all_reduce's division at 2 ranks was 0.6 ms of 16 MiB's 1.5). */
+static bool exact_reciprocal(double d) {
+  int e;
+  return d > 0 && frexp(d, &e) == 0.5 && e > -120 && e < 120;
+}
+
 void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor) {
   float fdiv = (float)divisor;
+  bool by_reciprocal = exact_reciprocal(divisor);
   if (d == TCOLL_FLOAT64)
-    f64_scale(buf, buf, n, divisor, true);
+    f64_scale(buf, buf, n, by_reciprocal ? 1.0 / divisor : divisor, !by_reciprocal);
   else if (d == TCOLL_FLOAT32)
-    f32_scale(buf, buf, n, fdiv, true);
+    f32_scale(buf, buf, n, by_reciprocal ? 1.0f / fdiv : fdiv, !by_reciprocal);
   else
     TC_FLOAT_LOOP(buf, buf, d, n, v / fdiv)
 }
