@@ -129,17 +129,16 @@ void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, 
     TC_FLOAT_LOOP(dst, src, d, n, v * fs)
 }
 
-/* Whether 1 / d is exact and normal in float: then x / d and x * (1 / d) round the same real
- * number, so they have the same bits for every x, and a multiply takes a fraction of a divide's
- * time (2, 4, 8, 16 ranks: an AVG all_reduce's division at 2 ranks was 0.6 ms of 16 MiB's 1.5). */
-static bool exact_reciprocal(double d) {
+/* (A multiply takes a fraction of a divide's time: at 2 ranks an AVG all_reduce's division was
+ * 0.6 ms of 16 MiB's 1.5.) */
+bool tc_exact_reciprocal(double d) {
   int e;
   return d > 0 && frexp(d, &e) == 0.5 && e > -120 && e < 120;
 }
 
 void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor) {
   float fdiv = (float)divisor;
-  bool by_reciprocal = exact_reciprocal(divisor);
+  bool by_reciprocal = tc_exact_reciprocal(divisor);
   if (d == TCOLL_FLOAT64)
     f64_scale(buf, buf, n, by_reciprocal ? 1.0 / divisor : divisor, !by_reciprocal);
   else if (d == TCOLL_FLOAT32)

@@ -101,6 +101,9 @@ void tc_store_double(void *buf, tcoll_dtype_t d, int64_t i, double v);
 void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, double s);
 /* buf[i] /= divisor for floating dtypes: AVG divides after the sum, as a division. */
 void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor);
+/* Whether 1 / d is exact and normal in float and double (d a power of two): then x / d and
+ * x * (1 / d) round the same real number, the same bits for every x. */
+bool tc_exact_reciprocal(double d);
 
 /* dst[i] += src[i], any dtype (bool: logical or; float16/bfloat16 in float). */
 void tc_host_add(void *dst, const void *src, tcoll_dtype_t d, int64_t n);

@@ -37,6 +37,7 @@ typedef struct slices {
   tcoll_dtype_t dtype;
   MPI_Op op;
   double divisor;
+  bool divide_last; /* AVG: the last reduction divides in the same pass (tc_mpi_reduce_divided) */
   bool stream;
 } slices_t;
 
@@ -167,8 +168,8 @@ static int give(tc_shm_run_t *r, int64_t i, uint64_t k) {
 /* acc[u, u + m) (op)= peer q's elements of this rank's piece of call k's chunk, span by span;
  * the first peer's are combined with this rank's own input instead (acc = own (op) theirs). They
  * lie in q's input where that is in the symmetric heap, else in q's slot. */
-static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool stream, int64_t t0,
-                       int64_t len, char *acc) {
+static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool last, bool stream,
+                       int64_t t0, int64_t len, char *acc) {
   size_t es = j->es;
   const char *in = tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_IN);
   const char *slot = piece_of(j, q, k, j->g->me);
@@ -178,6 +179,10 @@ static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool stream, 
     const char *theirs = in ? in + (size_t)s.at * es : slot + (size_t)s.u * es;
     char *to = acc + (size_t)s.u * es;
     const char *mine = first ? j->src + (size_t)s.at * es : to;
+    if (last && j->divide_last) {
+      tc_mpi_reduce_divided(theirs, mine, to, s.m, j->dtype, j->divisor, stream);
+      continue;
+    }
     int rc = stream ? tc_mpi_reduce_streaming(theirs, mine, to, s.m, j->dtype, j->op, &call)
                     : tc_mpi_reduce_into(theirs, mine, to, s.m, j->dtype, j->op, &call);
     if (rc != MPI_SUCCESS) return tc_mpi_error(rc, call);
@@ -200,11 +205,12 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   bool streams = j->stream && (j->kind == TC_SLICES_REDUCE_SCATTER || out_shared);
   for (int q = first; q < j->g->p; q++) {
     bool stream = streams && q == last;
-    int rc = q == me ? TCOLL_SUCCESS : reduce_peer(j, k, q, q == first, stream, t0, len, acc);
+    int rc =
+        q == me ? TCOLL_SUCCESS : reduce_peer(j, k, q, q == first, q == last, stream, t0, len, acc);
     if (rc) return rc;
   }
   if (streams) tc_stream_fence();
-  if (j->divisor != 1.0) tc_host_divide(acc, j->dtype, len, j->divisor);
+  if (j->divisor != 1.0 && !j->divide_last) tc_host_divide(acc, j->dtype, len, j->divisor);
   /* (peers read an output in the heap in place) */
   if (j->kind == TC_SLICES_ALL_REDUCE && !out_shared) memcpy(slot, acc, (size_t)len * j->es);
   return TCOLL_SUCCESS;
@@ -258,7 +264,9 @@ int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t 
                   .op = c->op,
                   .divisor = c->divisor};
   size_t in_bytes = (size_t)(j->vector ? j->n : j->n * g->p) * es;
-  j->stream = in_bytes >= STREAM_MIN_BYTES && j->divisor == 1.0 && kind != TC_SLICES_REDUCE;
+  j->divide_last = j->divisor != 1.0 && tc_mpi_reduce_divides(c->dtype, c->op);
+  j->stream = in_bytes >= STREAM_MIN_BYTES && (j->divisor == 1.0 || j->divide_last) &&
+              kind != TC_SLICES_REDUCE;
   j->calls.shared[TC_SHM_SHARED_IN] = (tc_shm_share_t){c->src, in_bytes};
   if (kind == TC_SLICES_ALL_REDUCE && in_bytes >= SHARE_OUT_MIN_BYTES)
     j->calls.shared[TC_SHM_SHARED_OUT] = (tc_shm_share_t){c->dst, in_bytes};

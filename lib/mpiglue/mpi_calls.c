@@ -173,35 +173,54 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
 #else
 #define STORE16(p, v, stream) memcpy((p), &(v), 16)
 #endif
-#define INTO_LOOP(T, name)                                                                  \
-  typedef T name##_vec __attribute__((vector_size(16)));                                    \
-  static inline __attribute__((always_inline)) void name##_steps(                           \
-      const T *x, const T *y, T *z, int64_t i, int64_t n, bool sum, bool stream) {          \
-    enum { W = 16 / sizeof(T) };                                                            \
-    for (name##_vec a0, a1, b0, b1; i + 2 * W <= n; i += 2 * W) {                           \
-      memcpy(&a0, x + i, 16);                                                               \
-      memcpy(&a1, x + i + W, 16);                                                           \
-      memcpy(&b0, y + i, 16);                                                               \
-      memcpy(&b1, y + i + W, 16);                                                           \
-      a0 = sum ? a0 + b0 : a0 * b0;                                                         \
-      a1 = sum ? a1 + b1 : a1 * b1;                                                         \
-      STORE16(z + i, a0, stream);                                                           \
-      STORE16(z + i + W, a1, stream);                                                       \
-    }                                                                                       \
-    for (; i < n; i++) z[i] = sum ? x[i] + y[i] : x[i] * y[i];                              \
-  }                                                                                         \
-  static void name##_into(const T *x, const T *y, T *z, int64_t n, bool sum, bool stream) { \
-    int64_t i = 0;                                                                          \
-    for (; stream && i < n && ((uintptr_t)(z + i) & 15); i++)                               \
-      z[i] = sum ? x[i] + y[i] : x[i] * y[i];                                               \
-    if (sum && stream)                                                                      \
-      name##_steps(x, y, z, i, n, true, true);                                              \
-    else if (sum)                                                                           \
-      name##_steps(x, y, z, i, n, true, false);                                             \
-    else if (stream)                                                                        \
-      name##_steps(x, y, z, i, n, false, true);                                             \
-    else                                                                                    \
-      name##_steps(x, y, z, i, n, false, false);                                            \
+/* What follows the op on each element in the same pass: nothing, or AVG's division (by the
+ * divisor, or times its reciprocal where that is exact: tc_exact_reciprocal). */
+enum { POST_NONE, POST_MUL, POST_DIV };
+#define INTO_ONE(a, b, sum, post, s)                            \
+  ((post) == POST_MUL   ? ((sum) ? (a) + (b) : (a) * (b)) * (s) \
+   : (post) == POST_DIV ? ((sum) ? (a) + (b) : (a) * (b)) / (s) \
+                        : ((sum) ? (a) + (b) : (a) * (b)))
+#define INTO_LOOP(T, name)                                                                        \
+  typedef T name##_vec __attribute__((vector_size(16)));                                          \
+  static inline __attribute__((always_inline)) void name##_steps(                                 \
+      const T *x, const T *y, T *z, int64_t i, int64_t n, bool sum, bool stream, int post, T s) { \
+    enum { W = 16 / sizeof(T) };                                                                  \
+    name##_vec sv;                                                                                \
+    for (int k = 0; k < W; k++) sv[k] = s;                                                        \
+    for (name##_vec a0, a1, b0, b1; i + 2 * W <= n; i += 2 * W) {                                 \
+      memcpy(&a0, x + i, 16);                                                                     \
+      memcpy(&a1, x + i + W, 16);                                                                 \
+      memcpy(&b0, y + i, 16);                                                                     \
+      memcpy(&b1, y + i + W, 16);                                                                 \
+      a0 = INTO_ONE(a0, b0, sum, post, sv);                                                       \
+      a1 = INTO_ONE(a1, b1, sum, post, sv);                                                       \
+      STORE16(z + i, a0, stream);                                                                 \
+      STORE16(z + i + W, a1, stream);                                                             \
+    }                                                                                             \
+    for (; i < n; i++) z[i] = INTO_ONE(x[i], y[i], sum, post, s);                                 \
+  }                                                                                               \
+  static inline __attribute__((always_inline)) void name##_post(                                  \
+      const T *x, const T *y, T *z, int64_t i, int64_t n, bool sum, bool stream, int post, T s) { \
+    if (sum && stream)                                                                            \
+      name##_steps(x, y, z, i, n, true, true, post, s);                                           \
+    else if (sum)                                                                                 \
+      name##_steps(x, y, z, i, n, true, false, post, s);                                          \
+    else if (stream)                                                                              \
+      name##_steps(x, y, z, i, n, false, true, post, s);                                          \
+    else                                                                                          \
+      name##_steps(x, y, z, i, n, false, false, post, s);                                         \
+  }                                                                                               \
+  static void name##_into(const T *x, const T *y, T *z, int64_t n, bool sum, bool stream,         \
+                          int post, T s) {                                                        \
+    int64_t i = 0;                                                                                \
+    for (; stream && i < n && ((uintptr_t)(z + i) & 15); i++)                                     \
+      z[i] = INTO_ONE(x[i], y[i], sum, post, s);                                                  \
+    if (post == POST_MUL)                                                                         \
+      name##_post(x, y, z, i, n, sum, stream, POST_MUL, s);                                       \
+    else if (post == POST_DIV)                                                                    \
+      name##_post(x, y, z, i, n, sum, stream, POST_DIV, s);                                       \
+    else                                                                                          \
+      name##_post(x, y, z, i, n, sum, stream, POST_NONE, s);                                      \
   }
 INTO_LOOP(float, f32)
 INTO_LOOP(double, f64)
@@ -216,15 +235,15 @@ static bool reduce_native(const void *in, void *acc, int64_t n, tcoll_dtype_t d,
   bool sum = op == MPI_SUM;
   if ((!sum && op != MPI_PROD) || n > NATIVE_MOST) return false;
   switch (d) {
-  case TCOLL_FLOAT32: f32_into(in, acc, acc, n, sum, false); return true;
-  case TCOLL_FLOAT64: f64_into(in, acc, acc, n, sum, false); return true;
-  case TCOLL_INT32: u32_into(in, acc, acc, n, sum, false); return true; /* wraps as MPI's does */
-  case TCOLL_INT64: u64_into(in, acc, acc, n, sum, false); return true;
+  case TCOLL_FLOAT32: f32_into(in, acc, acc, n, sum, false, POST_NONE, 1); return true;
+  case TCOLL_FLOAT64: f64_into(in, acc, acc, n, sum, false, POST_NONE, 1); return true;
+  case TCOLL_INT32: u32_into(in, acc, acc, n, sum, false, POST_NONE, 1); return true; /* wraps */
+  case TCOLL_INT64: u64_into(in, acc, acc, n, sum, false, POST_NONE, 1); return true;
   default: return false;
   }
 }
 
-#define INTO(name, T) name##_into(a, b, dst, n, sum, stream)
+#define INTO(name, T) name##_into(a, b, dst, n, sum, stream, POST_NONE, 1)
 
 static int reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
                        MPI_Op op, bool stream, const char **call) {
@@ -250,6 +269,21 @@ int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll
 int tc_mpi_reduce_streaming(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
                             MPI_Op op, const char **call) {
   return reduce_into(a, b, dst, n, d, op, TC_CAN_STREAM, call);
+}
+
+bool tc_mpi_reduce_divides(tcoll_dtype_t d, MPI_Op op) {
+  return op == MPI_SUM && (d == TCOLL_FLOAT32 || d == TCOLL_FLOAT64);
+}
+
+void tc_mpi_reduce_divided(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
+                           double divisor, bool stream) {
+  int post = tc_exact_reciprocal(divisor) ? POST_MUL : POST_DIV;
+  stream = stream && TC_CAN_STREAM;
+  if (d == TCOLL_FLOAT64)
+    f64_into(a, b, dst, n, true, stream, post, post == POST_MUL ? 1.0 / divisor : divisor);
+  else
+    f32_into(a, b, dst, n, true, stream, post,
+             post == POST_MUL ? 1.0f / (float)divisor : (float)divisor);
 }
 
 /* ------------------------------------------------------------------ blocking collectives */
