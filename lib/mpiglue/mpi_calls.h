@@ -43,8 +43,9 @@ int tc_mpi_isend(const void *buf, int64_t n, MPI_Datatype dt, int peer, int tag,
 int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
                  MPI_Request *req);
 
-/* local: acc[i] = in[i] (op) acc[i] for n elements of dtype d, in pieces where one call cannot
- * carry them; *call: the call that failed. */
+/* local: acc[i] = in[i] (op) acc[i] for n elements of dtype d: sums and products of float32/64 and
+ * int32/64 in C, the rest with MPI_Reduce_local, in pieces where one call cannot carry them;
+ * *call: the call that failed. */
 int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
                         const char **call);
 /* dst[i] = a[i] (op) b[i] in one pass where C does it (sums and products of float32/64 and
