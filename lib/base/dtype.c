@@ -2,7 +2,6 @@
 #include "dtype.h"
 
 #include <math.h>
-
 #include <string.h>
 
 static const char *const dtype_name[TCOLL_NUM_DTYPES] = {

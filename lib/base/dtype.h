@@ -99,7 +99,8 @@ double tc_load_double(const void *buf, tcoll_dtype_t d, int64_t i);
 void tc_store_double(void *buf, tcoll_dtype_t d, int64_t i, double v);
 /* dst[i] = src[i] * s for floating dtypes; dst may equal src (float16/bfloat16 in float). */
 void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, double s);
-/* buf[i] /= divisor for floating dtypes: AVG divides after the sum, as a division. */
+/* buf[i] /= divisor for floating dtypes: AVG divides after the sum, as a division (by a power of
+ * two as a product with the exact reciprocal: the same bits). */
 void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor);
 /* Whether 1 / d is exact and normal in float and double (d a power of two): then x / d and
  * x * (1 / d) round the same real number, the same bits for every x. */
