@@ -946,32 +946,46 @@ static double red_sum(int64_t i, void *c) {
   return (double)(x->p * ((x->off + i) % 7) + x->p * (x->p - 1) / 2);
 }
 
-/* all_reduce (SUM) of n elements of dt on the host; the result checked. */
-static void sum_case(const char *what, tcoll_dtype_t dt, int64_t n, int device) {
+/* The MAX over p ranks: (off + i) % 7 + p - 1. */
+static double red_max(int64_t i, void *c) {
+  red_ctx *x = c;
+  return (double)((x->off + i) % 7 + x->p - 1);
+}
+
+/* all_reduce (op: SUM or MAX) of n elements of dt; the result checked. */
+static void op_case(const char *what, tcoll_redop_t op, tcoll_dtype_t dt, int64_t n, int device) {
   red_ctx c = {0, t_size};
   tcoll_tensor_t in = device == TCOLL_HOST ? t_host(dt, 1, &n) : t_alloc(dt, 1, &n),
                  out = t_empty();
   t_set_all(&in, red_in, &c);
   watch_begin();
-  T_OK(tcoll_all_reduce(&in, TCOLL_SUM, NULL, &out));
+  T_OK(tcoll_all_reduce(&in, op, NULL, &out));
   T_OK(tcoll_wait(out.data));
-  t_check_all(what, &out, red_sum, &c, 0);
+  t_check_all(what, &out, op == TCOLL_MAX ? red_max : red_sum, &c, 0);
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
 }
 
-/* reduce_scatter (SUM) of nper elements per rank on the host; the result checked. */
-static void rs_sum_case(const char *what, tcoll_dtype_t dt, int64_t nper) {
+static void sum_case(const char *what, tcoll_dtype_t dt, int64_t n, int device) {
+  op_case(what, TCOLL_SUM, dt, n, device);
+}
+
+/* reduce_scatter (op: SUM or MAX) of nper elements per rank on the host; the result checked. */
+static void rs_op_case(const char *what, tcoll_redop_t op, tcoll_dtype_t dt, int64_t nper) {
   int64_t n = nper * t_size;
   red_ctx in_c = {0, t_size}, out_c = {nper * t_rank, t_size};
   tcoll_tensor_t in = t_host(dt, 1, &n), out = t_empty();
   t_set_all(&in, red_in, &in_c);
   watch_begin();
-  T_OK(tcoll_reduce_scatter(&in, TCOLL_SUM, 0, NULL, &out));
+  T_OK(tcoll_reduce_scatter(&in, op, 0, NULL, &out));
   T_OK(tcoll_wait(out.data));
-  t_check_all(what, &out, red_sum, &out_c, 0);
+  t_check_all(what, &out, op == TCOLL_MAX ? red_max : red_sum, &out_c, 0);
   tcoll_tensor_free(&in);
   tcoll_tensor_free(&out);
+}
+
+static void rs_sum_case(const char *what, tcoll_dtype_t dt, int64_t nper) {
+  rs_op_case(what, TCOLL_SUM, dt, nper);
 }
 
 START_TEST(one_c_call_reductions) {
@@ -1092,7 +1106,9 @@ START_TEST(one_c_call_moves) {
 END_TEST
 
 /* The composed algorithms' steps (the schedule engine): point-to-point steps, local reductions
- * and their collectives take one _c call per block above the limit, or pieces of it. */
+ * and their collectives take one _c call per block above the limit, or pieces of it. The
+ * reductions are MAX, which MPI_Reduce_local does; sums and products of these types are reduced
+ * in C (mpiglue/mpi_calls.c), with no MPI call at all. */
 START_TEST(one_c_call_composed) {
   t_save_algo();
   int p = t_size, hops = p - 1;
@@ -1100,15 +1116,19 @@ START_TEST(one_c_call_composed) {
    * in the reduce-scatter half), or 3 pieces of each */
   int64_t n = 3000 * (int64_t)p;
   t_set_algo("all_reduce:ring");
-  sum_case("ring all_reduce, blocks of 3000", TCOLL_INT32, n, TCOLL_HOST);
+  op_case("ring all_reduce, blocks of 3000", TCOLL_MAX, TCOLL_INT32, n, TCOLL_HOST);
   want_t ring_c[] = {{W_SEND, 0, 2 * hops}, {W_RECV, 0, 2 * hops}, {W_REDUCE_LOCAL, 0, hops}};
   want_t ring_split[] = {
       {W_SEND, 6 * hops, 0}, {W_RECV, 6 * hops, 0}, {W_REDUCE_LOCAL, 3 * hops, 0}};
   expect_calls("ring all_reduce, blocks of 3000", LARGE_COUNT ? ring_c : ring_split, 3);
   WATCH_END("ring all_reduce");
+  /* the same ring summing: the sends and receives alike, no MPI_Reduce_local */
+  sum_case("ring all_reduce summing, blocks of 3000", TCOLL_INT32, n, TCOLL_HOST);
+  expect_calls("ring all_reduce summing, blocks of 3000", LARGE_COUNT ? ring_c : ring_split, 2);
+  WATCH_END("ring all_reduce summing");
   /* ring reduce-scatter, then one MPI_Iallgatherv_c; without large counts the gather is a ring */
   t_set_algo("all_reduce:ring_allgather");
-  sum_case("ring_allgather all_reduce, blocks of 3000", TCOLL_FLOAT32, n, TCOLL_HOST);
+  op_case("ring_allgather all_reduce, blocks of 3000", TCOLL_MAX, TCOLL_FLOAT32, n, TCOLL_HOST);
   want_t gv_c[] = {
       {W_SEND, 0, hops}, {W_RECV, 0, hops}, {W_REDUCE_LOCAL, 0, hops}, {W_ALLGATHERV, 0, p > 1}};
   expect_calls("ring_allgather all_reduce, blocks of 3000", LARGE_COUNT ? gv_c : ring_split,
@@ -1117,7 +1137,7 @@ START_TEST(one_c_call_composed) {
   /* reduce_scatter by one MPI_Ialltoall_c of blocks of 1500 and a reduction per block; without
    * large counts the ring (2 pieces a block) */
   t_set_algo("reduce_scatter:alltoall");
-  rs_sum_case("alltoall reduce_scatter, blocks of 1500", TCOLL_INT64, 1500);
+  rs_op_case("alltoall reduce_scatter, blocks of 1500", TCOLL_MAX, TCOLL_INT64, 1500);
   want_t a2a_c[] = {{W_ALLTOALL, 0, 1}, {W_REDUCE_LOCAL, 0, hops}};
   want_t a2a_split[] = {
       {W_SEND, 2 * hops, 0}, {W_RECV, 2 * hops, 0}, {W_REDUCE_LOCAL, 2 * hops, 0}};
