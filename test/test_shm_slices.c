@@ -583,7 +583,8 @@ static void streamed_case(tcoll_dtype_t dt, tcoll_redop_t op, size_t shift) {
   int p = t_size, me = t_rank;
   size_t es = dt == TCOLL_FLOAT64 ? 8 : 4;
   int64_t m = (int64_t)((((size_t)8 << 20) / es + (size_t)p - 1) / (size_t)p) | 1, n = m * p;
-  char *in = malloc((size_t)n * es), *out = aligned_alloc(64, (size_t)m * es + 64);
+  size_t out_bytes = ((size_t)m * es + 64 + 63) / 64 * 64; /* (C11: a multiple of the alignment) */
+  char *in = malloc((size_t)n * es), *out = aligned_alloc(64, out_bytes);
   T_EXPECT(in && out, "cannot allocate %lld elements", (long long)n);
   if (!in || !out) goto done;
   for (int64_t i = 0; i < n; i++) {
