@@ -1,7 +1,6 @@
 /* Data type sizes, names and element-wise host helpers. */
 #include "dtype.h"
 
-#include <math.h>
 #include <string.h>
 
 static const char *const dtype_name[TCOLL_NUM_DTYPES] = {
@@ -130,11 +129,6 @@ void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, 
 
 /* (A multiply takes a fraction of a divide's time: at 2 ranks an AVG all_reduce's division was
  * 0.6 ms of 16 MiB's 1.5.) */
-bool tc_exact_reciprocal(double d) {
-  int e;
-  return d > 0 && frexp(d, &e) == 0.5 && e > -120 && e < 120;
-}
-
 void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor) {
   float fdiv = (float)divisor;
   bool by_reciprocal = tc_exact_reciprocal(divisor);

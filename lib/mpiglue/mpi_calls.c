@@ -180,7 +180,7 @@ enum { POST_NONE, POST_MUL, POST_DIV };
   ((post) == POST_MUL   ? ((sum) ? (a) + (b) : (a) * (b)) * (s) \
    : (post) == POST_DIV ? ((sum) ? (a) + (b) : (a) * (b)) / (s) \
                         : ((sum) ? (a) + (b) : (a) * (b)))
-#define INTO_LOOP(T, name)                                                                        \
+#define INTO_LOOP(T, name, POSTS)                                                                 \
   typedef T name##_vec __attribute__((vector_size(16)));                                          \
   static inline __attribute__((always_inline)) void name##_steps(                                 \
       const T *x, const T *y, T *z, int64_t i, int64_t n, bool sum, bool stream, int post, T s) { \
@@ -215,17 +215,18 @@ enum { POST_NONE, POST_MUL, POST_DIV };
     int64_t i = 0;                                                                                \
     for (; stream && i < n && ((uintptr_t)(z + i) & 15); i++)                                     \
       z[i] = INTO_ONE(x[i], y[i], sum, post, s);                                                  \
-    if (post == POST_MUL)                                                                         \
+    if ((POSTS) && post == POST_MUL)                                                              \
       name##_post(x, y, z, i, n, sum, stream, POST_MUL, s);                                       \
-    else if (post == POST_DIV)                                                                    \
+    else if ((POSTS) && post == POST_DIV)                                                         \
       name##_post(x, y, z, i, n, sum, stream, POST_DIV, s);                                       \
     else                                                                                          \
       name##_post(x, y, z, i, n, sum, stream, POST_NONE, s);                                      \
   }
-INTO_LOOP(float, f32)
-INTO_LOOP(double, f64)
-INTO_LOOP(uint32_t, u32)
-INTO_LOOP(uint64_t, u64)
+/* POSTS: whether the type has AVG's division (the floats); the integers' loops have none. */
+INTO_LOOP(float, f32, true)
+INTO_LOOP(double, f64, true)
+INTO_LOOP(uint32_t, u32, false)
+INTO_LOOP(uint64_t, u64, false)
 
 /* Sums and products of the common types in C at any count: MPICH's MPI_Reduce_local costs about
  * 80 ns a call whatever the count (Open MPI's 9), and its loops are scalar: a float32 sum took
