@@ -1108,7 +1108,7 @@ END_TEST
 /* The composed algorithms' steps (the schedule engine): point-to-point steps, local reductions
  * and their collectives take one _c call per block above the limit, or pieces of it. The
  * reductions are MAX, which MPI_Reduce_local does; sums and products of these types are reduced
- * in C (mpiglue/mpi_calls.c), with no MPI call at all. */
+ * in C (base/host_loops.c), with no MPI call at all. */
 START_TEST(one_c_call_composed) {
   t_save_algo();
   int p = t_size, hops = p - 1;

@@ -203,7 +203,8 @@ START_TEST(rank_order_bits) {
   T_OK(tcoll_redop_create_premul_sum(scalar, &premul));
   const tcoll_dtype_t dts[] = {TCOLL_FLOAT32, TCOLL_FLOAT64};
   const int ks[] = {K_SUM, K_PROD, K_AVG, K_PREMUL, K_MIN, K_MAX};
-  const int64_t sizes[] = {1, 3, 64, 1000, 4096};
+  /* 11 and 1001: vectors and then a tail of single elements (11 float32 still ride in the line) */
+  const int64_t sizes[] = {1, 3, 11, 64, 1000, 1001, 4096};
   for (size_t d = 0; d < T_LEN(dts); d++)
     for (size_t k = 0; k < T_LEN(ks); k++)
       for (size_t s = 0; s < T_LEN(sizes); s++)

@@ -570,7 +570,7 @@ START_TEST(reduce_scatter_large_dims) {
 END_TEST
 
 /* Reduce_scatter from 8 MiB writes its output with streaming stores from the output's first
- * 16-byte boundary on (lib/mpiglue/mpi_calls.c): outputs a few bytes past such a boundary and
+ * 16-byte boundary on (lib/base/host_loops.c): outputs a few bytes past such a boundary and
  * blocks of an odd count (a scalar head, two vectors a step, a scalar tail), for float32 SUM,
  * float64 PROD (the other loop) and int32 SUM wrapping past INT32_MAX, against a serial
  * reduction of every rank's input. */

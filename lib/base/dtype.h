@@ -97,22 +97,5 @@ static inline uint16_t tc_float_to_bf16(float f) {
 double tc_load_double(const void *buf, tcoll_dtype_t d, int64_t i);
 /* Stores v (converted, rounded as a cast would) into element i. */
 void tc_store_double(void *buf, tcoll_dtype_t d, int64_t i, double v);
-/* dst[i] = src[i] * s for floating dtypes; dst may equal src (float16/bfloat16 in float). */
-void tc_host_scale_copy(void *dst, const void *src, tcoll_dtype_t d, int64_t n, double s);
-/* buf[i] /= divisor for floating dtypes: AVG divides after the sum, as a division (by a power of
- * two as a product with the exact reciprocal: the same bits). */
-void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor);
-/* Whether 1 / d is exact and normal in float and double (d a power of two): then x / d and
- * x * (1 / d) round the same real number, the same bits for every x. A few instructions: the
- * reductions ask it for every span they divide. */
-static inline bool tc_exact_reciprocal(double d) {
-  uint64_t b;
-  memcpy(&b, &d, sizeof b);
-  int e = (int)((b >> 52) & 0x7ff) - 1023; /* d = 2^e where the mantissa is 0 */
-  return !(b >> 63) && !(b & ((UINT64_C(1) << 52) - 1)) && e > -120 && e < 120;
-}
-
-/* dst[i] += src[i], any dtype (bool: logical or; float16/bfloat16 in float). */
-void tc_host_add(void *dst, const void *src, tcoll_dtype_t d, int64_t n);
 
 #endif

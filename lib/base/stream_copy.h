@@ -11,7 +11,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__SSE2__)
-#include <emmintrin.h> /* _mm_stream_si128: also the reduction loops' (mpiglue/mpi_calls.c) */
+#include <emmintrin.h> /* _mm_stream_si128: also the reduction loops' (host_loops.c) */
 #define TC_CAN_STREAM 1
 #else
 #define TC_CAN_STREAM 0

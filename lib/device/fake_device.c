@@ -5,6 +5,7 @@
 #include "device.h"
 
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,6 +3,7 @@
 #include "grad.h"
 
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 
 #include <string.h>
 

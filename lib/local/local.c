@@ -5,6 +5,7 @@
  * the copies, and the host waits only when a host buffer is written or read. */
 #include "../argcheck.h"
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 #include "../work/registry.h"
 #include "../tensor.h"
 #include "../device/device.h"

@@ -14,6 +14,7 @@
 #include "../argcheck.h"
 #include "../comm.h"
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 #include "../mpiglue/mpi_calls.h"
 #include "../mpi/algo.h"
 #include "../mpi/post.h"

@@ -9,6 +9,7 @@
 #include "../device/device.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 #include "../tensor.h"
 #include "algo.h"
 #include "post.h"

@@ -5,6 +5,7 @@
 #include "../device/device.h"
 #include "../work/staging.h"
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 #include "post.h"
 
 static int post_all_gather_list(tc_work_t *w, const tcoll_tensor_t *in, tcoll_tensor_t *outs) {

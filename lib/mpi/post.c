@@ -2,6 +2,7 @@
 
 #include "../comm.h"
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -2,6 +2,7 @@
 #include "shm_slices.h"
 
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 #include "../base/redop.h"
 #include "../base/stream_copy.h"
 #include "shm_small.h"
@@ -37,7 +38,7 @@ typedef struct slices {
   tcoll_dtype_t dtype;
   MPI_Op op;
   double divisor;
-  bool divide_last; /* AVG: the last reduction divides in the same pass (tc_mpi_reduce_divided) */
+  bool divide_last; /* AVG: the last reduction divides in the same pass (tc_host_sum_divided) */
   bool stream;
 } slices_t;
 
@@ -180,7 +181,7 @@ static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool last, bo
     char *to = acc + (size_t)s.u * es;
     const char *mine = first ? j->src + (size_t)s.at * es : to;
     if (last && j->divide_last) {
-      tc_mpi_reduce_divided(theirs, mine, to, s.m, j->dtype, j->divisor, stream);
+      tc_host_sum_divided(theirs, mine, to, s.m, j->dtype, j->divisor, stream);
       continue;
     }
     int rc = stream ? tc_mpi_reduce_streaming(theirs, mine, to, s.m, j->dtype, j->op, &call)

@@ -2,6 +2,7 @@
 #include "shm_small.h"
 
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 #include "../node/segment.h"
 
 #include <limits.h>
@@ -83,6 +84,13 @@ static int reduce_inputs(const small_job_t *j) {
   const char *call = "MPI_Reduce_local";
   int rc = check_sizes(j);
   if (rc) return rc;
+  /* Sums and products of the common types: every input in one pass, rank by rank per vector
+   * (every rank's input lies at the same offset of its area) */
+  bool prod = j->op == MPI_PROD;
+  size_t off = (size_t)(input_of(j, 0) - j->g->areas[0]);
+  if ((prod || j->op == MPI_SUM) &&
+      tc_host_combine_all(j->g->areas, off, j->g->p, j->dst, j->n, j->dtype, prod, j->divisor))
+    return TCOLL_SUCCESS;
   rc = tc_mpi_reduce_into(input_of(j, 1), input_of(j, 0), j->dst, j->n, j->dtype, j->op, &call);
   for (int q = 2; q < j->g->p && rc == MPI_SUCCESS; q++)
     rc = tc_mpi_reduce_local(input_of(j, q), j->dst, j->n, j->dtype, j->op, &call);

@@ -58,13 +58,9 @@ int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll
  * thread or rank they are there. */
 int tc_mpi_reduce_streaming(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
                             MPI_Op op, const char **call);
-/* Whether tc_mpi_reduce_divided serves (d, op): sums of float32 and float64. */
+/* Whether (d, op) is a sum that base/host_loops.h's tc_host_sum_divided divides in its pass
+ * (float32 and float64). */
 bool tc_mpi_reduce_divides(tcoll_dtype_t d, MPI_Op op);
-/* dst[i] = (a[i] + b[i]) / divisor in one pass (AVG's last reduction), rounded as the sum and then
- * tc_host_divide would round it: the same bits; streamed as tc_mpi_reduce_streaming where
- * stream. Only where tc_mpi_reduce_divides. */
-void tc_mpi_reduce_divided(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
-                           double divisor, bool stream);
 
 /* blocking collectives (the multi-buffer ops, the cma probe). A blocking call waits inside MPI,
  * where no schedule is driven, so a peer that joins it only after waiting for an earlier

@@ -5,6 +5,7 @@
 #include "../drive.h"
 
 #include "../base/dtype.h"
+#include "../base/host_loops.h"
 #include "../device/device.h"
 
 #include <limits.h>

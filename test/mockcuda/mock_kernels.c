@@ -3,6 +3,7 @@
  * computed on the host through the mock's view of device memory with the library's own host
  * math (the real kernels run in the GPU suites). */
 #include "../../lib/base/dtype.h"
+#include "../../lib/base/host_loops.h"
 #include "../../lib/cuda/kernels.h"
 
 #include <cuda_runtime_api.h>

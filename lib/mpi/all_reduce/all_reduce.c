@@ -5,6 +5,7 @@
 #include "../../work/pipeline.h"
 #include "../../work/staging.h"
 #include "../../base/dtype.h"
+#include "../../base/host_loops.h"
 #include "../../tensor.h"
 #include "../algo.h"
 #include "../post.h"

@@ -4,6 +4,7 @@
 #include "../../argcheck.h"
 #include "../../work/staging.h"
 #include "../../base/dtype.h"
+#include "../../base/host_loops.h"
 #include "../algo.h"
 #include "../post.h"
 
