@@ -134,12 +134,9 @@ static struct {
 } kind_rows[TCOLL_LAYER_NUM_OPS][2];
 static pthread_once_t kinds_once = PTHREAD_ONCE_INIT;
 
-/* Whether each rank on this node has a core for itself and one for a helper thread. */
-static bool spare_core_per_rank(void) { return 2 * tc_node_local_ranks(1) <= tc_usable_cores(); }
-
 static void fill_kinds(void) {
   tc_mpi_impl_t impl = tc_mpi_impl();
-  bool spare = impl == TC_MPI_OPEN_MPI || spare_core_per_rank();
+  bool spare = impl == TC_MPI_OPEN_MPI || tcoll_layer_spare_core();
   for (size_t i = 0; i < NROWS; i++) {
     const layer_row_t *r = &rows[i];
     if ((r->impl != impl && r->impl != TC_MPI_OTHER) || (r->spare_core && !spare)) continue;
@@ -214,6 +211,8 @@ void tcoll_layer_host_put(void *p) {
 }
 
 bool tcoll_layer_internal_thread(void) { return tc_is_internal_thread(); }
+
+bool tcoll_layer_spare_core(void) { return 2 * tc_node_local_ranks(1) <= tc_usable_cores(); }
 
 void tcoll_layer_expect_mpi_finalize(void) { tc_g.mpi_finalize_expected = true; }
 

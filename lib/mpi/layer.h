@@ -66,4 +66,8 @@ TCOLL_API void tcoll_layer_host_put(void *p);
  * there. */
 TCOLL_API bool tcoll_layer_internal_thread(void);
 
+/* Whether each rank on this node has a core for itself and one for a helper thread (the ranks
+ * the launcher says share the node against the cores this process may use). */
+TCOLL_API bool tcoll_layer_spare_core(void);
+
 #endif

@@ -19,10 +19,11 @@
  * after its post (a program that waits at once completes it undisturbed: on 2 cores a thread
  * testing the same call made a 64 KiB MPI_Iallreduce + MPI_Wait 2.4x the blocking one), polls every
  * 20 us only while it drives a call, every 200 us while calls are young, backs off from 200 us to 2
- * ms while every call is driven by the program's own threads (they wait for them: a wake-up there
- * only takes a core; at 2 ranks on 2 cores, waking every 200 us made MPICH's 2 MiB
- * MPI_Ireduce_scatter_block through the layer 1.30x MPICH's own, where with no wake-ups it was
- * 1.00x: a call the program then leaves undriven waits up to 2 ms), and sleeps on a condition
+ * ms (8 ms where ranks have no spare core: BACKOFF_MAX_CROWDED_NS) while every call is driven by
+ * the program's own threads (they wait for them: a wake-up there only takes a core; at 2 ranks on
+ * 2 cores, waking every 200 us made MPICH's 2 MiB MPI_Ireduce_scatter_block through the layer 1.30x
+ * MPICH's own, where with no wake-ups it was 1.00x: a call the program then leaves undriven waits
+ * up to the longest nap), and sleeps on a condition
  * variable after 2 ms without any call (a post wakes it then). */
 #define _GNU_SOURCE
 #include "pending.h"
@@ -112,7 +113,17 @@ static int needs_libtcoll(struct dl_phdr_info *info, size_t size, void *found) {
 #define GRACE_NS (50 * 1000)
 #define DRIVING_NAP_NS (20 * 1000)
 #define YOUNG_NAP_NS (200 * 1000)
+/* The longest nap while the program drives every call itself. Where each rank has a spare core
+ * for the thread (tcoll_layer_spare_core), a wake-up takes nothing from the ranks; where not, it
+ * takes a rank's core: on the 2-core CI machine at 2 ranks, a thread of the program's own that only
+ * woke every 2 ms and slept again made MPICH's 2 MiB MPI_Reduce_scatter_block through the layer
+ * 1.07x its time (about 60 us lost per wake-up), and the layer's 2 MiB MPI_Ireduce_scatter_block +
+ * MPI_Wait took 1.10-1.11x its blocking form with 2 ms naps, 1.05x with 8 ms (the same phase of
+ * the machine, medians of 4 rounds). So there the thread naps up to 8 ms: a call left undriven
+ * after such a stretch waits up to 8 ms for its first test. */
 #define BACKOFF_MAX_NS (2 * 1000 * 1000)
+#define BACKOFF_MAX_CROWDED_NS (8 * 1000 * 1000)
+static long backoff_max_ns = BACKOFF_MAX_NS;
 #define IDLE_NS (2 * 1000 * 1000)
 static pthread_t thread;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -133,7 +144,7 @@ static bool all_driven_elsewhere(void) {
 /* The next nap while the program drives every call itself: doubling from YOUNG_NAP_NS. */
 static long longer(long backoff) {
   if (!backoff) return YOUNG_NAP_NS;
-  return backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS;
+  return backoff * 2 < backoff_max_ns ? backoff * 2 : backoff_max_ns;
 }
 
 static void *progress_thread(void *arg) {
@@ -204,6 +215,7 @@ int lay_progress_start(lay_progress_t how, int thread_level) {
     if (!opal_register || !opal_unregister) return MPI_ERR_OTHER; /* found by lay_progress_plan */
   } else {
     stopping = false;
+    backoff_max_ns = tcoll_layer_spare_core() ? BACKOFF_MAX_NS : BACKOFF_MAX_CROWDED_NS;
     if (pthread_create(&thread, NULL, progress_thread, NULL)) return MPI_ERR_OTHER;
   }
   running = how;
