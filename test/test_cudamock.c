@@ -21,6 +21,8 @@
  *             that would reuse it fails naming the call, the block goes back to the system
  *   pinned    coalesced, list, gather / scatter, all_to_all and gradient staging copy through
  *             pinned memory only (no asynchronous copy touches pageable memory)
+ *   nopinned  where cudaHostAlloc always fails, staging goes through pageable memory: right
+ *             results, a warning
  *   aware     with TCOLL_CUDA_AWARE=1 the coalesced collectives still pack device tensors
  *             through host staging: host code never reads device memory (it would crash here)
  *
@@ -378,6 +380,28 @@ static void scenario_faults(void) {
   if (t_rank == 0) printf("faults: %d injected failures per rank\n", cases);
 }
 
+/* ------------------------------------------------------------------ nopinned */
+
+/* Where no page-locked memory can be had (every cudaHostAlloc fails, as under a locked-memory
+ * limit), staging goes through pageable memory with a warning: the results are right and no call
+ * fails. */
+static void scenario_nopinned(void) {
+  static char log[1 << 14];
+  T_OK(tcoll_init(NULL, NULL));
+  mock_cuda_fail("cudaHostAlloc", 0, 2 /* cudaErrorMemoryAllocation */);
+  long before = mock_cuda_pageable_copies();
+  t_capture_t c = t_capture_begin();
+  collectives_on(0);
+  t_capture_end(&c, log, sizeof log);
+  T_EXPECT(mock_cuda_calls("cudaHostAlloc") > 0, "no page-locked allocation was asked for");
+  T_EXPECT(mock_cuda_pageable_copies() > before,
+           "no copy went through pageable memory: the case tests nothing");
+  HAS(log, "cudaHostAlloc failed");
+  HAS(log, "using pageable memory");
+  mock_cuda_fail_none();
+  T_OK(tcoll_finalize());
+}
+
 /* ------------------------------------------------------------------ copyback */
 
 /* Alone, rank 0 is source and receiver, and making its inputs makes tcoll's streams (the
@@ -588,6 +612,8 @@ int main(int argc, char **argv) {
     scenario_faults();
   else if (!strcmp(scenario, "pinned"))
     scenario_pinned();
+  else if (!strcmp(scenario, "nopinned"))
+    scenario_nopinned();
   else if (!strcmp(scenario, "reuse"))
     scenario_reuse();
   else if (!strcmp(scenario, "copyback"))

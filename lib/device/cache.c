@@ -37,6 +37,7 @@ static tc_ptrmap_t live;         /* storage handed out: address -> block */
 static block_t **lists[NPLACES]; /* per place (allocated on first use): NCLASS free lists */
 static block_t *oldest, *newest; /* every free block, least recently freed first */
 static bool enabled;             /* between tc_cache_init and tc_cache_fini */
+static bool warned_pageable;     /* since tc_cache_init: pinned_or_warn */
 static struct {
   size_t cached, cached_host, cached_pinned, cached_device, in_use, peak;
   uint64_t reused, allocated, freed;
@@ -252,6 +253,23 @@ static bool host_source_alloc(size_t size, void **p) {
   return host_source.alloc(size, p);
 }
 
+/* Whether the backend's page-locked allocation (rc) succeeded; where not, a warning: the block
+ * comes from pageable memory instead. Copies between it and a device are then slower (CUDA copies
+ * pageable memory through a bounce buffer of its own, synchronously) but correct, so that staging
+ * and the layer's mirrors keep working where page-locked memory runs out (a locked-memory limit,
+ * memory pressure); the block stays in the cache for its size class like a page-locked one. */
+static bool pinned_or_warn(int rc, size_t size) {
+  if (rc == TCOLL_SUCCESS) return true;
+  /* one warning from tcoll_init to tcoll_finalize (a block per size class would repeat it), the
+   * rest at INFO */
+  bool first = !__atomic_exchange_n(&warned_pageable, true, __ATOMIC_RELAXED);
+  tc_log(first ? TCOLL_LOG_WARN : TCOLL_LOG_INFO,
+         "%s (%zu bytes of page-locked host memory for staging: using pageable memory, whose "
+         "copies to and from devices are slower)",
+         tc_last_message(), size);
+  return false;
+}
+
 static int system_alloc(int place, int cls, size_t size, block_t **out) {
   block_t *b = calloc(1, sizeof *b);
   if (!b)
@@ -264,9 +282,9 @@ static int system_alloc(int place, int cls, size_t size, block_t **out) {
   if (place >= 0) {
     b->origin = FROM_DEVICE;
     rc = tc_dev_alloc(place, size, &b->p);
-  } else if (place == TC_PLACE_PINNED && tc_dev()->host_alloc) {
+  } else if (place == TC_PLACE_PINNED && tc_dev()->host_alloc &&
+             pinned_or_warn(tc_dev()->host_alloc(size, &b->p), size)) {
     b->origin = FROM_HOST_ALLOC;
-    rc = tc_dev()->host_alloc(size, &b->p);
   } else if (place == TCOLL_HOST && host_source_alloc(size, &b->p)) {
     b->origin = FROM_HOST_SOURCE;
   } else {
@@ -491,6 +509,7 @@ void tc_cache_trim(void) {
 void tc_cache_init(void) {
   pthread_mutex_lock(&mu);
   enabled = true;
+  __atomic_store_n(&warned_pageable, false, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&mu);
 }
 

@@ -7,8 +7,8 @@
 #include "device.h"
 
 /* At least n bytes of page-locked host memory (256-byte aligned at least), its content
- * undefined, into *p; the backend's error (TCOLL_ERR_CUDA naming the call, or
- * TCOLL_ERR_NO_MEMORY) if none. */
+ * undefined, into *p; where the backend cannot give it, pageable memory with a warning (copies
+ * through it are slower, not wrong); TCOLL_ERR_NO_MEMORY if neither. */
 int tc_pinned_get(size_t n, void **p);
 /* Returns a buffer nothing uses any more. */
 void tc_pinned_put(void *p);

@@ -56,8 +56,9 @@ TCOLL_API void tcoll_layer_no_symmetric_heap(void);
 TCOLL_API int tcoll_layer_pointer_device(const void *p);
 
 /* At least bytes of page-locked host memory for a host mirror of a device buffer (tcoll's staging
- * pool: copies to and from devices run at full speed, and no allocation in steady state), or
- * NULL; tcoll_layer_host_put returns it once nothing uses it. */
+ * pool: copies to and from devices run at full speed, and no allocation in steady state; pageable
+ * memory with a warning where no page-locked memory can be had), or NULL where no memory can be
+ * had at all; tcoll_layer_host_put returns it once nothing uses it. */
 TCOLL_API void *tcoll_layer_host_get(size_t bytes);
 TCOLL_API void tcoll_layer_host_put(void *p);
 
