@@ -86,9 +86,9 @@ static int reduce_inputs(const small_job_t *j) {
   if (rc) return rc;
   /* Sums and products of the common types: every input in one pass, rank by rank per vector
    * (every rank's input lies at the same offset of its area) */
-  bool prod = j->op == MPI_PROD;
+  bool prod;
   size_t off = (size_t)(input_of(j, 0) - j->g->areas[0]);
-  if ((prod || j->op == MPI_SUM) &&
+  if (tc_mpi_op_host(j->op, &prod) &&
       tc_host_combine_all(j->g->areas, off, j->g->p, j->dst, j->n, j->dtype, prod, j->divisor))
     return TCOLL_SUCCESS;
   rc = tc_mpi_reduce_into(input_of(j, 1), input_of(j, 0), j->dst, j->n, j->dtype, j->op, &call);

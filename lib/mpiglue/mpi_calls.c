@@ -125,7 +125,16 @@ int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_C
 
 /* ------------------------------------------------------------------ local */
 
-static bool reduce_native(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op);
+/* Sums and products of the common types in C (base/host_loops.h) at any count: MPICH's
+ * MPI_Reduce_local costs about 80 ns a call whatever the count (Open MPI's 9), and its loops are
+ * scalar: a float32 sum took 3.5-5x the time of these from 64 KiB to 1 MiB (Open MPI's AVX loops:
+ * the same time). The same single IEEE operation per element as MPI's loops (x + y is y + x, bit
+ * for bit). dst = a (op) b; false where C does not do it (nothing written). */
+static bool reduce_native(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
+                          MPI_Op op, bool stream) {
+  bool prod;
+  return tc_mpi_op_host(op, &prod) && tc_host_combine(a, b, dst, n, d, prod, stream);
+}
 
 static int reduce_local1(const void *in, void *acc, int64_t n, MPI_Datatype dt, MPI_Op op) {
 #if TC_MPI_LARGE_COUNT
@@ -134,9 +143,9 @@ static int reduce_local1(const void *in, void *acc, int64_t n, MPI_Datatype dt, 
   return PMPI_Reduce_local(in, acc, (int)n, dt, op);
 }
 
-int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
-                        const char **call) {
-  if (reduce_native(in, acc, n, d, op)) return MPI_SUCCESS;
+/* acc = in (op) acc with MPI_Reduce_local, in pieces where one call cannot carry them. */
+static int reduce_local_mpi(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                            const char **call) {
   size_t es = tc_dtype_size(d);
   int64_t per = tc_mpi_per_call(n);
   for (int64_t off = 0; off < n; off += per) {
@@ -151,22 +160,17 @@ int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, M
   return MPI_SUCCESS;
 }
 
-/* Sums and products of the common types in C (base/host_loops.h) at any count: MPICH's
- * MPI_Reduce_local costs about 80 ns a call whatever the count (Open MPI's 9), and its loops are
- * scalar: a float32 sum took 3.5-5x the time of these from 64 KiB to 1 MiB (Open MPI's AVX loops:
- * the same time). The same single IEEE operation per element as MPI's loops (x + y is y + x, bit
- * for bit). */
-static bool reduce_native(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op) {
-  return (op == MPI_SUM || op == MPI_PROD) &&
-         tc_host_combine(in, acc, acc, n, d, op == MPI_PROD, false);
+int tc_mpi_reduce_local(const void *in, void *acc, int64_t n, tcoll_dtype_t d, MPI_Op op,
+                        const char **call) {
+  if (reduce_native(in, acc, acc, n, d, op, false)) return MPI_SUCCESS;
+  return reduce_local_mpi(in, acc, n, d, op, call);
 }
 
 static int reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,
                        MPI_Op op, bool stream, const char **call) {
-  if ((op == MPI_SUM || op == MPI_PROD) && tc_host_combine(a, b, dst, n, d, op == MPI_PROD, stream))
-    return MPI_SUCCESS;
+  if (reduce_native(a, b, dst, n, d, op, stream)) return MPI_SUCCESS;
   if (dst != b) memcpy(dst, b, (size_t)n * tc_dtype_size(d));
-  return tc_mpi_reduce_local(a, dst, n, d, op, call);
+  return reduce_local_mpi(a, dst, n, d, op, call);
 }
 
 int tc_mpi_reduce_into(const void *a, const void *b, void *dst, int64_t n, tcoll_dtype_t d,

@@ -43,6 +43,12 @@ int tc_mpi_isend(const void *buf, int64_t n, MPI_Datatype dt, int peer, int tag,
 int tc_mpi_irecv(void *buf, int64_t n, MPI_Datatype dt, int peer, int tag, MPI_Comm comm,
                  MPI_Request *req);
 
+/* Whether op is a sum or a product (*prod) that C computes (base/host_loops.h: for the common
+ * dtypes) rather than MPI_Reduce_local. */
+static inline bool tc_mpi_op_host(MPI_Op op, bool *prod) {
+  *prod = op == MPI_PROD;
+  return op == MPI_SUM || op == MPI_PROD;
+}
 /* local: acc[i] = in[i] (op) acc[i] for n elements of dtype d: sums and products of float32/64 and
  * int32/64 in C, the rest with MPI_Reduce_local, in pieces where one call cannot carry them;
  * *call: the call that failed. */
