@@ -993,11 +993,55 @@ START_TEST(grow_and_shrink) {
 }
 END_TEST
 
+/* sum_val times size^k: k more all_reduces SUM of it (*ctx: k). */
+static double chain_val(int64_t i, void *ctx) {
+  double v = sum_val(i, NULL);
+  for (int k = *(int *)ctx; k > 0; k--) v *= t_size;
+  return v;
+}
+
+/* A post-wait loop's posts take the registry's quiet path (tc_work_begin_alone: nothing pending
+ * but waited work); any other state the general one. Chains of calls, each reading the output of
+ * the one before, waited or still pending, and a call writing a pending output refused. */
+START_TEST(alone_after_wait) {
+  tcoll_tensor_t a = input_1d(5), b = input_1d(5), c = input_1d(5);
+  int one = 1, two = 2, three = 3;
+  T_OK(tcoll_all_reduce(&a, TCOLL_SUM, NULL, &b));
+  T_OK(tcoll_wait(b.data));
+  T_OK(tcoll_all_reduce(&b, TCOLL_SUM, NULL, &c)); /* its input waited */
+  T_OK(tcoll_wait(c.data));
+  t_check_all("c after two", &c, chain_val, &one, 0);
+  T_OK(tcoll_all_reduce(&c, TCOLL_SUM, NULL, &b)); /* its output waited before */
+  PENDING_IS(1);
+  long calls = t_mpi_calls();
+  T_FAILS(tcoll_all_reduce(&c, TCOLL_SUM, NULL, &b), TCOLL_ERR_BUSY, "pending work");
+  T_EXPECT(t_mpi_calls() == calls, "a refused call made MPI calls");
+  T_OK(tcoll_all_reduce(&b, TCOLL_SUM, NULL, &a)); /* its input pending: waited first */
+  PENDING_IS(1);
+  T_OK(tcoll_wait(a.data));
+  PENDING_IS(0);
+  t_check_all("b after three", &b, chain_val, &two, 0);
+  t_check_all("a after four", &a, chain_val, &three, 0);
+  /* In place, waited each time: the loop a solver runs */
+  for (int k = 0; k < 3; k++) {
+    T_OK(tcoll_all_reduce(&a, TCOLL_SUM, NULL, &a));
+    T_OK(tcoll_wait(a.data));
+  }
+  int six = 6;
+  t_check_all("a in place", &a, chain_val, &six, 0);
+  PENDING_IS(0);
+  tcoll_tensor_free(&a);
+  tcoll_tensor_free(&b);
+  tcoll_tensor_free(&c);
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = t_tcase("registry");
   tcase_add_test(tc, pending_until_waited);
   tcase_add_test(tc, busy_overlaps);
+  tcase_add_test(tc, alone_after_wait);
   tcase_add_test(tc, busy_same_call);
   tcase_add_test(tc, view_finds_work);
   tcase_add_test(tc, coalesced_lifetime);

@@ -769,6 +769,42 @@ tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int
   return other;
 }
 
+/* ---- A post alone (work.h, tc_work_begin_alone) ---- */
+
+/* Whether nothing is pending, entries of waited work aside: every output is queued for its pop and
+ * belongs to work that the pop lets go of whole (no other reference: the key's and the waiter's),
+ * and the only read is that work's. Then a new call can conflict with nothing, and once the pops
+ * are applied both trees are empty (registry lock held). */
+static bool quiet_locked(void) {
+  if (!hash_high) return false; /* no table yet: the general path makes it */
+  tc_wbuf_t *b = __atomic_load_n(&pops, __ATOMIC_ACQUIRE);
+  if (!outputs) return !reads && !b;
+  if (!b || b->pop_next || outputs->kid[0] || outputs->kid[1]) return false;
+  tc_work_t *v = b->owner;
+  if (outputs->work != v || outputs->base != (uintptr_t)b->base || v->refs != 2) return false;
+  if (!reads) return true;
+  return v->nread_nodes == 1 && reads == read_of(v, 0) && !reads->kid[0] && !reads->kid[1];
+}
+
+bool tc_registry_quiet_lock(void) {
+  tc_lock(&reg_lock);
+  if (quiet_locked()) return true;
+  tc_unlock(&reg_lock);
+  return false;
+}
+
+int tc_registry_quiet_add_io(tc_work_t *w, const tcoll_tensor_t *in) {
+  if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
+  int rc = TCOLL_SUCCESS;
+  if (!add_io_alone_locked(w, in, 1)) { /* (not seen: quiet_locked leaves both trees empty) */
+    int next = 0;
+    void *base;
+    if (!(rc = add_outputs_locked(w))) claim_inputs_locked(w, in, 1, &next, &base, &rc, false);
+  }
+  tc_unlock(&reg_lock);
+  return rc;
+}
+
 /* Whether x is its work's first pending output by address (the work's other buffers, through the
  * hash: O(buffers of the work)). */
 static bool first_of_work(const node_t *x) {

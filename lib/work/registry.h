@@ -30,6 +30,13 @@ int tc_registry_add(tc_work_t *w);
  * is recorded if the outputs are refused (*rc); otherwise as tc_registry_claim_inputs. */
 tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
                               int *rc);
+/* For tc_work_begin_alone (work.h): tc_registry_quiet_lock takes the registry lock where nothing
+ * is pending but entries of waited work (no post can conflict with anything: no TCOLL_ERR_BUSY,
+ * no input to wait for) and returns true holding it; else false, holding nothing.
+ * tc_registry_quiet_add_io then applies the waited entries' pops, keys w's one output and its one
+ * input in and lets go of the lock. */
+bool tc_registry_quiet_lock(void);
+int tc_registry_quiet_add_io(tc_work_t *w, const tcoll_tensor_t *in);
 /* Records that w reads [p, p + n) until it completes: such a buffer is not freed under MPI
  * (tcoll_tensor_free waits) and another collective may not write it (TCOLL_ERR_BUSY). */
 int tc_registry_add_read(tc_work_t *w, const void *p, size_t n);

@@ -125,7 +125,8 @@ static void set_signature(tc_work_t *w, const tc_sig_t *sig) {
                        : 0;
 }
 
-int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
+/* A work from this thread's cache, the pool, or new (its tables empty: see tc_work_recycle). */
+static tc_work_t *acquire(void) {
   tc_work_t *w = cache_pop();
   if (!w) {
     pthread_mutex_lock(&pool_lock);
@@ -138,7 +139,7 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   }
   if (!w) {
     w = calloc(1, sizeof *w);
-    if (!w) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a work");
+    if (!w) return NULL;
     pthread_mutex_init(&w->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -146,8 +147,11 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
     pthread_cond_init(&w->wake, &ca);
     pthread_condattr_destroy(&ca);
   }
-  /* The tables' counts (requests, buffers, held blocks...) are 0 here: a new work's, or reset by
-   * tc_work_recycle. The per-call fields are set below. */
+  return w;
+}
+
+/* The per-call fields (the tables' counts are 0: a new work's, or reset by tc_work_recycle). */
+static void init(tc_work_t *w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
   w->op = op;
   w->comm = comm;
   w->seq = w->comm_seq = 0;
@@ -165,6 +169,12 @@ int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_
   w->next_free = NULL;
   w->driver = 1; /* the poster drives it until tc_work_end; nobody else sees it before */
   w->sleepers = 0;
+}
+
+int tc_work_begin(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig) {
+  tc_work_t *w = acquire();
+  if (!w) return tc_error(TCOLL_ERR_NO_MEMORY, "cannot allocate a work");
+  init(w, op, comm, sig);
   *out = w;
   return TCOLL_SUCCESS;
 }
@@ -244,6 +254,22 @@ static inline int number_and_check(tc_work_t *w, int rc) {
 }
 
 int tc_work_register(tc_work_t *w) { return number_and_check(w, tc_registry_add(w)); }
+
+int tc_work_begin_alone(tc_work_t **out, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig,
+                        tcoll_tensor_t *output, const tcoll_tensor_t *in) {
+  if (tc_cfg.debug >= TCOLL_LOG_DETAIL || !output->data) return TC_NOT_ALONE;
+  tc_work_t *w = acquire();
+  if (!w) return TC_NOT_ALONE;
+  /* a work used before: room for one buffer and one read (nothing to grow in the lock) */
+  if (!w->buf_cap || !w->read_nodes_cap || !tc_registry_quiet_lock()) {
+    tc_work_recycle(w);
+    return TC_NOT_ALONE;
+  }
+  init(w, op, comm, sig);
+  add_buf(w, output->data, tc_nbytes(output), true);
+  *out = w;
+  return number_and_check(w, tc_registry_quiet_add_io(w, in));
+}
 
 int tc_call_failed(const char *op, tcoll_comm_t *comm, int rc) {
   if (rc && comm && tc_cfg.debug >= TCOLL_LOG_DETAIL) {

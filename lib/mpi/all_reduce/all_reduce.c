@@ -63,12 +63,15 @@ const tc_algo_list_t tc_all_reduce_algos = TC_ALGO_LIST("all_reduce", algos, tab
 /* The composed algorithms run on host memory: device tensors are staged first. */
 static int post_composed(tc_work_t *w, const tcoll_tensor_t *in, const tcoll_tensor_t *out,
                          bool inplace, const tc_redop_t *op, const tc_algo_t *a) {
-  const void *src = NULL;
-  void *buf;
+  const void *src = in->data;
+  void *buf = out->data;
   w->host_math = true; /* local reductions on the host: staging hands host memory */
-  int rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
-  if (!rc && !inplace) rc = tc_stage_out(w, out, &buf);
-  if (rc) return rc;
+  int rc = TCOLL_SUCCESS;
+  if (in->device != TCOLL_HOST) {
+    rc = inplace ? tc_stage_inout(w, out, &buf) : tc_stage_in(w, in, &src);
+    if (!rc && !inplace) rc = tc_stage_out(w, out, &buf);
+    if (rc) return rc;
+  }
   tc_algo_call_t c = {.src = inplace ? buf : src,
                       .dst = buf,
                       .n = tcoll_tensor_numel(in),
@@ -138,9 +141,12 @@ int tcoll_all_reduce(const tcoll_tensor_t *in, tcoll_redop_t op, tcoll_comm_t *c
   if (rc) return tc_call_failed("all_reduce", c, rc);
   bool inplace = out->data && out->data == in->data;
   tc_work_t *w;
-  if ((rc = tc_work_begin(&w, "all_reduce", c, TC_SIG(.t = in, .op = &rop)))) return rc;
-  rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
-  if (!rc) rc = tc_work_register_inputs(w, in, 1);
+  const tc_sig_t *sig = TC_SIG(.t = in, .op = &rop);
+  if ((rc = tc_work_begin_alone(&w, "all_reduce", c, sig, out, in)) == TC_NOT_ALONE) {
+    if ((rc = tc_work_begin(&w, "all_reduce", c, sig))) return rc;
+    rc = tc_work_output(w, out, in->dtype, in->ndim, in->shape, in->device);
+    if (!rc) rc = tc_work_register_inputs(w, in, 1);
+  }
   if (!rc) rc = post(w, in, out, inplace, &rop);
   return tc_work_end(w, rc);
 }
