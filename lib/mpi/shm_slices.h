@@ -23,9 +23,10 @@
  * Along a dim other than 0 (reduce_scatter), a block is interleaved runs: the copies in and the
  * reduction read them where they lie, walking the runs with no division per run, and
  * short runs go into the slot through a bounce buffer in cache (plain stores into lines a peer
- * read cost far more than one long memcpy). Up to 1 MiB that costs about what dim 0 costs; from a
- * few MiB, reading every other run of inputs out of memory costs up to twice a contiguous read
- * (the same in a one-process loop: the machine's prefetching, not the protocol). premul_sum takes
+ * read cost far more than one long memcpy), and each span's successor is prefetched (the next run
+ * often starts on another page, where the processor's prefetchers start cold). At 256 KiB that
+ * costs about what dim 0 costs; from 1 MiB still 1.2-1.7x (2 ranks, the CI machine).
+ * premul_sum takes
  * the fallback (the ring). A run of calls keeps going after an error (a size mismatch between
  * ranks, a failed MPI_Reduce_local): the error is reported once every call ran, so that the
  * communicator's next calls stay in step. */
