@@ -25,7 +25,7 @@ void tc_host_sum_divided(const void *x, const void *y, void *z, int64_t n, tcoll
  * over z: for float32, float64, int32 and int64; false for other dtypes (nothing written). The
  * small protocol's reduction of every rank's input in rank order (the same bits everywhere), as
  * x_q op z for q = 1, 2...: the order MPI_Reduce_local's (in, inout) gives. z apart from every
- * input; m >= 1. */
+ * input, or x_0 itself (each vector is read before it is written); m >= 1. */
 bool tc_host_combine_all(char *const *bases, size_t off, int m, void *z, int64_t n, tcoll_dtype_t d,
                          bool prod, double divisor);
 /* buf[i] /= divisor for floating dtypes: AVG divides after the sum, as a division (by a power of

@@ -220,6 +220,36 @@ static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool last, bo
  * reading (they published this call): all_reduce copies it there, reduce off the root reduces
  * straight into it (it has no output), the root keeps it. (Streaming the output through a bounce
  * buffer in cache, as a memcpy of 16 MiB does, took 1.15-1.4x the time on the CI machine.) */
+/* From 3 ranks, sums and products of the common dtypes: acc = this rank's elements, then op each
+ * peer's in rank order, in one pass span by span (tc_host_combine_all), where one call per peer
+ * read and wrote acc p - 1 times: the same operations in the same order, so the same bits (acc may
+ * be this rank's own input, in place: each vector is read before it is written). False where it
+ * does not apply (nothing written): more than FUSED_MAX ranks, other ops or dtypes. */
+#define FUSED_MAX 64
+static bool reduce_fused(slices_t *j, uint64_t k, int64_t t0, int64_t len, char *acc) {
+  int p = j->g->p, me = j->g->me;
+  bool prod;
+  if (p < 3 || p > FUSED_MAX || !tc_mpi_op_host(j->op, &prod)) return false;
+  const char *in[FUSED_MAX], *slot[FUSED_MAX];
+  char *at[FUSED_MAX];
+  for (int q = 0; q < p; q++) {
+    in[q] = q == me ? j->src : tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_IN);
+    slot[q] = piece_of(j, q, k, me);
+  }
+  size_t es = j->es;
+  span_t s = span_first(j, me, t0, len);
+  do {
+    for (int q = 0, x = 1; q < p; q++) { /* own first, then the peers in rank order */
+      if (in[q]) prefetch_next(j, &s, in[q], NULL);
+      at[q == me ? 0 : x++] =
+          (char *)(in[q] ? in[q] + (size_t)s.at * es : slot[q] + (size_t)s.u * es);
+    }
+    if (!tc_host_combine_all(at, 0, p, acc + (size_t)s.u * es, s.m, j->dtype, prod, j->divisor))
+      return false; /* (at the first span: the dtype, the same for all) */
+  } while (span_next(j, &s));
+  return true;
+}
+
 static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   int me = j->g->me, first = me == 0 ? 1 : 0;
   char *slot = piece_of(j, me, k + 1, me);
@@ -227,14 +257,16 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   int last = me == j->g->p - 1 ? me - 1 : j->g->p - 1;
   bool out_shared = j->calls.offset[TC_SHM_SHARED_OUT] != TC_HEAP_NONE;
   bool streams = j->stream && (j->kind == TC_SLICES_REDUCE_SCATTER || out_shared);
-  for (int q = first; q < j->g->p; q++) {
+  bool fused = !streams && reduce_fused(j, k, t0, len, acc);
+  for (int q = fused ? j->g->p : first; q < j->g->p; q++) {
     bool stream = streams && q == last;
     int rc =
         q == me ? TCOLL_SUCCESS : reduce_peer(j, k, q, q == first, q == last, stream, t0, len, acc);
     if (rc) return rc;
   }
   if (streams) tc_stream_fence();
-  if (j->divisor != 1.0 && !j->divide_last) tc_host_divide(acc, j->dtype, len, j->divisor);
+  if (j->divisor != 1.0 && !j->divide_last && !fused)
+    tc_host_divide(acc, j->dtype, len, j->divisor);
   /* (peers read an output in the heap in place) */
   if (j->kind == TC_SLICES_ALL_REDUCE && !out_shared) memcpy(slot, acc, (size_t)len * j->es);
   return TCOLL_SUCCESS;
