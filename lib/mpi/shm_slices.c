@@ -214,12 +214,6 @@ static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool last, bo
   return TCOLL_SUCCESS;
 }
 
-/* This rank's piece of call k's chunk (elements [t0, t0 + len) of its block), reduced in rank
- * order (own (op) the first peer's, then (op) each further peer's, whatever the timing) into the
- * output, and into its slot of the next call, the gather call, whose parity every peer is done
- * reading (they published this call): all_reduce copies it there, reduce off the root reduces
- * straight into it (it has no output), the root keeps it. (Streaming the output through a bounce
- * buffer in cache, as a memcpy of 16 MiB does, took 1.15-1.4x the time on the CI machine.) */
 /* From 3 ranks, sums and products of the common dtypes: acc = this rank's elements, then op each
  * peer's in rank order, in one pass span by span (tc_host_combine_all), where one call per peer
  * read and wrote acc p - 1 times: the same operations in the same order, so the same bits (acc may
@@ -250,6 +244,12 @@ static bool reduce_fused(slices_t *j, uint64_t k, int64_t t0, int64_t len, char 
   return true;
 }
 
+/* This rank's piece of call k's chunk (elements [t0, t0 + len) of its block), reduced in rank
+ * order (own (op) the first peer's, then (op) each further peer's, whatever the timing) into the
+ * output, and into its slot of the next call, the gather call, whose parity every peer is done
+ * reading (they published this call): all_reduce copies it there, reduce off the root reduces
+ * straight into it (it has no output), the root keeps it. (Streaming the output through a bounce
+ * buffer in cache, as a memcpy of 16 MiB does, took 1.15-1.4x the time on the CI machine.) */
 static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   int me = j->g->me, first = me == 0 ? 1 : 0;
   char *slot = piece_of(j, me, k + 1, me);

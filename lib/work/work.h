@@ -209,7 +209,7 @@ int tc_work_register_inputs(tc_work_t *w, const tcoll_tensor_t *in, int n);
  * post-wait loop: nothing the call could conflict with or wait for, so nothing is searched) and
  * TCOLL_DEBUG is below DETAIL. TC_NOT_ALONE (nothing done): take those three steps instead;
  * otherwise as they would return, *w set (end it with tc_work_end). */
-enum { TC_NOT_ALONE = -1 };
+enum { TC_NOT_ALONE = -1000 }; /* (no status of tcoll.h) */
 int tc_work_begin_alone(tc_work_t **w, const char *op, tcoll_comm_t *comm, const tc_sig_t *sig,
                         tcoll_tensor_t *out, const tcoll_tensor_t *in);
 /* Space for n more requests (so that posting never fails half-way for lack of memory). */
