@@ -79,14 +79,18 @@ static span_t span_first(const slices_t *j, int b, int64_t t0, int64_t len) {
   return s;
 }
 
-/* The next span (false past the last): a block's runs lie p runs apart. */
+/* The span after s (left <= 0 past the last): a block's runs lie p runs apart. */
+static span_t span_after(const slices_t *j, const span_t *s) {
+  span_t t = {.u = s->u + s->m, .left = s->left - s->m};
+  t.at = s->at + s->m + (int64_t)(j->g->p - 1) * j->run;
+  t.m = t.left < j->run ? t.left : j->run;
+  return t;
+}
+
+/* The next span (false past the last). */
 static bool span_next(const slices_t *j, span_t *s) {
-  s->u += s->m;
-  s->left -= s->m;
-  if (s->left <= 0) return false;
-  s->at += s->m + (int64_t)(j->g->p - 1) * j->run;
-  s->m = s->left < j->run ? s->left : j->run;
-  return true;
+  *s = span_after(j, s);
+  return s->left > 0;
 }
 
 /* Element t of block b in the output (reduce_scatter's holds this rank's block only). */
@@ -129,8 +133,8 @@ static bool call_gathers(const slices_t *j, int64_t i) { return j->vector && (i 
 
 static void prefetch_next(const slices_t *j, const span_t *s, const char *a, const char *b) {
   if (j->runs == 1 || s->left <= s->m) return;
-  size_t at = (size_t)(s->at + s->m + (int64_t)(j->g->p - 1) * j->run) * j->es;
-  size_t n = (size_t)(s->left - s->m < j->run ? s->left - s->m : j->run) * j->es;
+  span_t t = span_after(j, s);
+  size_t at = (size_t)t.at * j->es, n = (size_t)t.m * j->es;
   for (size_t o = 0; o < n && o < PREFETCH_BYTES; o += TC_NODE_LINE) {
     if (a) __builtin_prefetch(a + at + o);
     if (b) __builtin_prefetch(b + at + o);
@@ -258,7 +262,7 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   bool out_shared = j->calls.offset[TC_SHM_SHARED_OUT] != TC_HEAP_NONE;
   bool streams = j->stream && (j->kind == TC_SLICES_REDUCE_SCATTER || out_shared);
   bool fused = !streams && reduce_fused(j, k, t0, len, acc);
-  for (int q = fused ? j->g->p : first; q < j->g->p; q++) {
+  for (int q = first; !fused && q < j->g->p; q++) {
     bool stream = streams && q == last;
     int rc =
         q == me ? TCOLL_SUCCESS : reduce_peer(j, k, q, q == first, q == last, stream, t0, len, acc);

@@ -498,9 +498,14 @@ static tc_wbuf_t *pops;
 
 static void sweep_locked(void);
 
+/* The pops queued since the last critical section (registry lock held). */
+static inline void apply_pops_locked(void) {
+  if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
+}
+
 static inline void lock_registry(void) {
   tc_lock(&reg_lock);
-  if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
+  apply_pops_locked();
 }
 
 static void unlock_registry(void) { tc_unlock(&reg_lock); }
@@ -751,20 +756,26 @@ static inline bool add_io_alone_locked(tc_work_t *w, const tcoll_tensor_t *in, i
   return true;
 }
 
-tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
-                              int *rc) {
-  tc_work_t *other = NULL;
-  lock_registry();
+/* tc_registry_add_io's critical section. */
+static inline __attribute__((always_inline)) tc_work_t *add_io_locked(tc_work_t *w,
+                                                                      const tcoll_tensor_t *in,
+                                                                      int n, int *next, void **base,
+                                                                      int *rc) {
+  *rc = TCOLL_SUCCESS;
   if (add_io_alone_locked(w, in, n)) {
-    unlock_registry();
-    *rc = TCOLL_SUCCESS;
     *next = n;
     return NULL;
   }
   *rc = add_outputs_locked(w);
   /* w's references are the outputs it just keyed (nobody else has seen it yet): when they are
    * all there are, no other work's pending output can be an input (the searches are skipped). */
-  if (!*rc) other = claim_inputs_locked(w, in, n, next, base, rc, nout > (size_t)w->refs);
+  return *rc ? NULL : claim_inputs_locked(w, in, n, next, base, rc, nout > (size_t)w->refs);
+}
+
+tc_work_t *tc_registry_add_io(tc_work_t *w, const tcoll_tensor_t *in, int n, int *next, void **base,
+                              int *rc) {
+  lock_registry();
+  tc_work_t *other = add_io_locked(w, in, n, next, base, rc);
   unlock_registry();
   return other;
 }
@@ -794,14 +805,11 @@ bool tc_registry_quiet_lock(void) {
 }
 
 int tc_registry_quiet_add_io(tc_work_t *w, const tcoll_tensor_t *in) {
-  if (__atomic_load_n(&pops, __ATOMIC_RELAXED)) sweep_locked();
-  int rc = TCOLL_SUCCESS;
-  if (!add_io_alone_locked(w, in, 1)) { /* (not seen: quiet_locked leaves both trees empty) */
-    int next = 0;
-    void *base;
-    if (!(rc = add_outputs_locked(w))) claim_inputs_locked(w, in, 1, &next, &base, &rc, false);
-  }
-  tc_unlock(&reg_lock);
+  apply_pops_locked(); /* then both trees are empty: add_io_alone_locked's case, nothing found */
+  int next = 0, rc;
+  void *base;
+  add_io_locked(w, in, 1, &next, &base, &rc);
+  unlock_registry();
   return rc;
 }
 
