@@ -1,9 +1,9 @@
 /* The symmetric heap (lib/node/heap.h): host storage tcoll allocates comes from this rank's part
  * of a node-shared window made at tcoll_init (TCOLL_SYMMETRIC_BYTES per rank, 64 MiB by default;
  * 0 or less than 64 KiB: none), and the shared-memory algorithms (shm_slices' all_reduce and
- * reduce_scatter, all_gather:shm) read a peer's input (all_reduce: also its output) in place there
- * instead of the peer copying it into its slot of the segment; a rank that shared storage
- * completes only once every peer finished reading it. Checked:
+ * reduce_scatter, all_gather:shm) read a peer's input in place there instead of the peer copying
+ * it into its slot of the segment (all_reduce: and write their reduced pieces into its output
+ * there); a rank that shared storage completes only once every peer finished with it. Checked:
  *   - storage: host tensors from tcoll_tensor_alloc lie in a shared mapping of /proc/self/maps
  *     where the heap is on, in a private one where it is off (TCOLL_SYMMETRIC_BYTES=0: the -off
  *     runs), and in a private one where they do not fit (larger than the heap, or the heap full:
@@ -20,6 +20,9 @@
  *     reduce_scatter along dims 0 and 1, all_gather along dims 0 and 1; the algorithm reported;
  *   - views: inputs and outputs that start inside larger heap tensors, at offsets that differ
  *     from rank to rank; the storage around them untouched;
+ *   - pushed: all_reduces of 9 MiB, whose ranks reduce their pieces straight into the peers'
+ *     outputs in the heap: every rank's output there, some ranks' only, views at offsets that
+ *     differ by rank; in place and out of place; SUM, AVG, MAX;
  *   - sub_communicator: communicators split from world (by parity, and world in reverse order),
  *     whose ranks are not the node's ranks, running the shm algorithms on heap tensors;
  *   - reuse: hundreds of allocations of many sizes freed and reused, collectives on some of them;
@@ -479,9 +482,8 @@ static void done_wait_loop(dw_kind_t kind, int iters, size_t least) {
   if (piece < 16) piece = 16;
   int64_t m = kind == DW_ALL_GATHER ? (int64_t)(2 * slot_bytes() / 4) : 6 * piece;
   if (m < 16) m = 16;
-  /* at least `least` bytes of input, in whole pieces (from 8 MiB: all_reduce's peers read the
-   * output in place too, and reduced pieces are written with streaming stores,
-   * lib/mpi/shm_slices.c) */
+  /* at least `least` bytes of input, in whole pieces (from 8 MiB reduced pieces are written with
+   * streaming stores, lib/mpi/shm_slices.c) */
   while ((size_t)(kind == DW_ALL_GATHER ? m : p * m) * 4 < least) m += piece;
   int64_t ishape[1] = {kind == DW_ALL_GATHER ? m : p * m};
   int64_t oshape[1] = {kind == DW_REDUCE_SCATTER ? m : p * m};
@@ -759,6 +761,83 @@ START_TEST(views) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- 5b. pushed */
+
+/* Large all_reduces (from 8 MiB) reduce each rank's piece straight into the outputs of the peers
+ * that have theirs in the heap, which then copy nothing out. Every way a rank's output can lie:
+ * all in the heap (out of place, in place), heap on even ranks and malloc'ed on odd ones (both
+ * directions: pushed to some peers, copied out by others), output views at offsets that differ by
+ * rank (the pushes not streamed: the outputs' alignments differ) with the storage around them
+ * untouched; SUM, AVG (the division in the same pass) and MAX (no one-pass loop: the piece copied
+ * into the peers' outputs after it is reduced). Exact: small integers, AVG divided once in float. */
+typedef struct op_ctx {
+  const grp_t *g;
+  tcoll_redop_t op;
+} op_ctx_t;
+static double want_op(int64_t i, const void *ctx) {
+  const op_ctx_t *c = ctx;
+  if (c->op == TCOLL_MAX) return val(c->g->ranks[c->g->n - 1], i, c->g->salt); /* the largest */
+  double sum = grp_sum(c->g, i);
+  return c->op == TCOLL_AVG ? (double)((float)sum / (float)c->g->n) : sum;
+}
+
+typedef enum { PUSH_ALL_HEAP, PUSH_PARITY, PUSH_VIEWS } push_case_t;
+
+static void pushed_case(push_case_t how, bool inplace, tcoll_redop_t op, int salt) {
+  int64_t n = ((int64_t)9 << 20) / 4 + 5; /* 9 MiB and a tail */
+  int64_t off = how == PUSH_VIEWS ? 517 + 61 * t_rank : 0, total = off + n + (off ? 300 : 0);
+  bool heap = how != PUSH_PARITY || t_rank % 2 == 0;
+  char what[160];
+  snprintf(what, sizeof what, "pushed: all_reduce (%s, %s, op %d)",
+           how == PUSH_ALL_HEAP ? "every rank's in the heap"
+           : how == PUSH_PARITY ? "heap on even ranks"
+                                : "views",
+           inplace ? "in place" : "out of place", (int)op);
+  int64_t tshape[1] = {total}, shape[1] = {n};
+  tcoll_cache_release();
+  tcoll_tensor_t in = make_tensor(heap, 1, shape);
+  tcoll_tensor_t big = inplace ? in : make_tensor(heap, 1, tshape);
+  if (heap && heap_room(tcoll_tensor_nbytes(&in) + (inplace ? 0 : tcoll_tensor_nbytes(&big))))
+    expect_place(what, big.data, true);
+  tcoll_tensor_t out =
+      inplace ? in : tcoll_tensor_make((float *)big.data + off, F32, 1, shape, TCOLL_HOST);
+  if (!inplace) fill_value(big.data, total, GUARD);
+  grp_t g = world_grp(salt);
+  fill(in.data, n, t_rank, g.salt);
+  T_OK(tcoll_all_reduce(&in, op, NULL, &out));
+  expect_algo(what, tcoll_last_algorithm(), slices_want(t_size));
+  T_OK(tcoll_wait(out.data));
+  op_ctx_t c = {&g, op};
+  check(what, out.data, n, want_op, &c);
+  if (!inplace) {
+    char w2[200];
+    snprintf(w2, sizeof w2, "%s: output", what);
+    check_guard(w2, big.data, total, off, n);
+    grp_t mine = {.n = 1, .ranks = {t_rank}, .salt = g.salt};
+    snprintf(w2, sizeof w2, "%s: input", what);
+    check(w2, in.data, n, want_sum, &mine);
+    drop_tensor(&big, heap);
+  }
+  drop_tensor(&in, heap);
+}
+
+START_TEST(pushed) {
+  tcoll_cache_release();
+  t_save_algo();
+  t_set_algo(SLICES);
+  int salt = 40;
+  for (int inplace = 0; inplace < 2; inplace++) {
+    pushed_case(PUSH_ALL_HEAP, inplace, TCOLL_SUM, salt++);
+    pushed_case(PUSH_PARITY, inplace, TCOLL_SUM, salt++);
+  }
+  pushed_case(PUSH_VIEWS, false, TCOLL_SUM, salt++);
+  pushed_case(PUSH_ALL_HEAP, false, TCOLL_AVG, salt++);
+  pushed_case(PUSH_ALL_HEAP, true, TCOLL_MAX, salt++);
+  pushed_case(PUSH_VIEWS, false, TCOLL_MAX, salt++);
+  t_restore_algo();
+}
+END_TEST
+
 /* ---------------------------------------------------------------- 6. sub_communicator */
 
 /* One all_reduce (2 chunks and more) on comm, whose members are g's world ranks in its order,
@@ -978,6 +1057,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, done_wait);
   tcase_add_test(tc, mixed);
   tcase_add_test(tc, views);
+  tcase_add_test(tc, pushed);
   tcase_add_test(tc, sub_communicator);
   tcase_add_test(tc, reuse);
   tcase_add_test(tc, cached_blocks_go_back);

@@ -135,71 +135,115 @@ void tc_host_sum_divided(const void *x, const void *y, void *z, int64_t n, tcoll
     f32_loop(x, y, z, n, f, stream, (float)s);
 }
 
-/* name_all(bases, off, m, z, n, f, post, s): tc_host_combine_all's loop, two 16-byte vectors of z
- * at a time with every input's added into them in order, then the tail element by element. Inputs
- * of a few bytes (the small protocol's in-line payloads) cost one short loop over the ranks. */
-#define ALL_LOOP(T, name, FLOATS)                                                             \
-  static inline __attribute__((always_inline))                                                \
-  T name##_at(char *const *b, size_t off, int q, int64_t i) {                                 \
-    T v;                                                                                      \
-    memcpy(&v, b[q] + off + (size_t)i * sizeof(T), sizeof v);                                 \
-    return v;                                                                                 \
-  }                                                                                           \
-  static inline __attribute__((always_inline)) void name##_all_form(                          \
-      char *const *b, size_t off, int m, T *z, int64_t n, int f, int post, T s) {             \
-    enum { W = 16 / sizeof(T) };                                                              \
-    name##_vec sv;                                                                            \
-    for (int k = 0; k < W; k++) sv[k] = s;                                                    \
-    int64_t i = 0;                                                                            \
-    for (name##_vec a0, a1, v0, v1; i + 2 * W <= n; i += 2 * W) {                             \
-      memcpy(&a0, b[0] + off + (size_t)i * sizeof(T), 16);                                    \
-      memcpy(&a1, b[0] + off + (size_t)(i + W) * sizeof(T), 16);                              \
-      for (int q = 1; q < m; q++) {                                                           \
-        memcpy(&v0, b[q] + off + (size_t)i * sizeof(T), 16);                                  \
-        memcpy(&v1, b[q] + off + (size_t)(i + W) * sizeof(T), 16);                            \
-        a0 = ONE(v0, a0, f, sv);                                                              \
-        a1 = ONE(v1, a1, f, sv);                                                              \
-      }                                                                                       \
-      a0 = post == F_MUL ? a0 * sv : post == F_DIV ? a0 / sv : a0;                            \
-      a1 = post == F_MUL ? a1 * sv : post == F_DIV ? a1 / sv : a1;                            \
-      memcpy(z + i, &a0, 16);                                                                 \
-      memcpy(z + i + W, &a1, 16);                                                             \
-    }                                                                                         \
-    for (; i < n; i++) {                                                                      \
-      T acc = name##_at(b, off, 0, i);                                                        \
-      for (int q = 1; q < m; q++) acc = ONE(name##_at(b, off, q, i), acc, f, s);              \
-      z[i] = post == F_MUL ? acc * s : post == F_DIV ? acc / s : acc;                         \
-    }                                                                                         \
-  }                                                                                           \
-  static void name##_all(char *const *b, size_t off, int m, T *z, int64_t n, int f, int post, \
-                         T s) {                                                               \
-    if (f == F_PROD)                                                                          \
-      name##_all_form(b, off, m, z, n, F_PROD, F_SUM, s);                                     \
-    else if (!FLOATS || post == F_SUM)                                                        \
-      name##_all_form(b, off, m, z, n, F_SUM, F_SUM, s);                                      \
-    else if (post == F_MUL)                                                                   \
-      name##_all_form(b, off, m, z, n, F_SUM, F_MUL, s);                                      \
-    else                                                                                      \
-      name##_all_form(b, off, m, z, n, F_SUM, F_DIV, s);                                      \
+/* name_all(bases, off, m, zs, nz, n, f, post, s, stream): tc_host_combine_all_to's loop, two
+ * 16-byte vectors at a time with every input's added into them in order, stored into each of the
+ * nz outputs, then the tail element by element. Inputs of a few bytes (the small protocol's in-line
+ * payloads) cost one short loop over the ranks. Streamed: the elements before the outputs' first
+ * 16-byte boundary (the same for all) are done one by one. */
+#define ALL_LOOP(T, name, FLOATS)                                                                \
+  static inline __attribute__((always_inline))                                                   \
+  T name##_at(char *const *b, size_t off, int q, int64_t i) {                                    \
+    T v;                                                                                         \
+    memcpy(&v, b[q] + off + (size_t)i * sizeof(T), sizeof v);                                    \
+    return v;                                                                                    \
+  }                                                                                              \
+  static inline __attribute__((always_inline)) T name##_one_all(                                 \
+      char *const *b, size_t off, int m, int64_t i, int f, int post, T s) {                      \
+    T acc = name##_at(b, off, 0, i);                                                             \
+    for (int q = 1; q < m; q++) acc = ONE(name##_at(b, off, q, i), acc, f, s);                   \
+    return post == F_MUL ? acc * s : post == F_DIV ? acc / s : acc;                              \
+  }                                                                                              \
+  static inline __attribute__((always_inline)) void name##_all_form(                             \
+      char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n, int f, int post, T s,  \
+      bool stream) {                                                                             \
+    enum { W = 16 / sizeof(T) };                                                                 \
+    name##_vec sv;                                                                               \
+    for (int k = 0; k < W; k++) sv[k] = s;                                                       \
+    int64_t i = 0;                                                                               \
+    for (; stream && i < n && ((uintptr_t)(zs[0] + i) & 15); i++) {                              \
+      T v = name##_one_all(b, off, m, i, f, post, s);                                            \
+      for (int o = 0; o < nz; o++) zs[o][i] = v;                                                 \
+    }                                                                                            \
+    for (name##_vec a0, a1, v0, v1; i + 2 * W <= n; i += 2 * W) {                                \
+      memcpy(&a0, b[0] + off + (size_t)i * sizeof(T), 16);                                       \
+      memcpy(&a1, b[0] + off + (size_t)(i + W) * sizeof(T), 16);                                 \
+      for (int q = 1; q < m; q++) {                                                              \
+        memcpy(&v0, b[q] + off + (size_t)i * sizeof(T), 16);                                     \
+        memcpy(&v1, b[q] + off + (size_t)(i + W) * sizeof(T), 16);                               \
+        a0 = ONE(v0, a0, f, sv);                                                                 \
+        a1 = ONE(v1, a1, f, sv);                                                                 \
+      }                                                                                          \
+      a0 = post == F_MUL ? a0 * sv : post == F_DIV ? a0 / sv : a0;                               \
+      a1 = post == F_MUL ? a1 * sv : post == F_DIV ? a1 / sv : a1;                               \
+      for (int o = 0; o < nz; o++) {                                                             \
+        STORE16(zs[o] + i, a0, stream);                                                          \
+        STORE16(zs[o] + i + W, a1, stream);                                                      \
+      }                                                                                          \
+    }                                                                                            \
+    for (; i < n; i++) {                                                                         \
+      T v = name##_one_all(b, off, m, i, f, post, s);                                            \
+      for (int o = 0; o < nz; o++) zs[o][i] = v;                                                 \
+    }                                                                                            \
+  }                                                                                              \
+  /* (one output, not streamed: the small protocol's, with nz known here) */                     \
+  static inline __attribute__((always_inline)) void name##_all_shape(                            \
+      char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n, int f, int post, T s,  \
+      bool stream) {                                                                             \
+    if (nz == 1 && !stream)                                                                      \
+      name##_all_form(b, off, m, zs, 1, n, f, post, s, false);                                   \
+    else                                                                                         \
+      name##_all_form(b, off, m, zs, nz, n, f, post, s, stream && TC_CAN_STREAM);                \
+  }                                                                                              \
+  static void name##_all(char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n,     \
+                         int f, int post, T s, bool stream) {                                    \
+    if (f == F_PROD)                                                                             \
+      name##_all_shape(b, off, m, zs, nz, n, F_PROD, F_SUM, s, stream);                          \
+    else if (!FLOATS || post == F_SUM)                                                           \
+      name##_all_shape(b, off, m, zs, nz, n, F_SUM, F_SUM, s, stream);                           \
+    else if (post == F_MUL)                                                                      \
+      name##_all_shape(b, off, m, zs, nz, n, F_SUM, F_MUL, s, stream);                           \
+    else                                                                                         \
+      name##_all_shape(b, off, m, zs, nz, n, F_SUM, F_DIV, s, stream);                           \
   }
 ALL_LOOP(float, f32, true)
 ALL_LOOP(double, f64, true)
 ALL_LOOP(uint32_t, u32, false)
 ALL_LOOP(uint64_t, u64, false)
 
-bool tc_host_combine_all(char *const *bases, size_t off, int m, void *z, int64_t n, tcoll_dtype_t d,
-                         bool prod, double divisor) {
+/* Streaming needs the outputs at one alignment: the loop aligns the first and streams into all. */
+static bool same_alignment(void *const *zs, int nz) {
+  for (int o = 1; o < nz; o++)
+    if (((uintptr_t)zs[o] & 15) != ((uintptr_t)zs[0] & 15)) return false;
+  return true;
+}
+
+bool tc_host_combine_all_to(char *const *bases, size_t off, int m, void *const *zs, int nz,
+                            int64_t n, tcoll_dtype_t d, bool prod, double divisor, bool stream) {
   if (divisor != 1.0 && (prod || (d != TCOLL_FLOAT32 && d != TCOLL_FLOAT64))) return false;
   bool times = false;
   double s = divisor == 1.0 ? 1.0 : divided_by(divisor, &times);
   int f = prod ? F_PROD : F_SUM, post = divisor == 1.0 ? F_SUM : times ? F_MUL : F_DIV;
+  stream = stream && same_alignment(zs, nz);
   switch (d) {
-  case TCOLL_FLOAT32: f32_all(bases, off, m, z, n, f, post, (float)s); return true;
-  case TCOLL_FLOAT64: f64_all(bases, off, m, z, n, f, post, s); return true;
-  case TCOLL_INT32: u32_all(bases, off, m, z, n, f, F_SUM, 1); return true;
-  case TCOLL_INT64: u64_all(bases, off, m, z, n, f, F_SUM, 1); return true;
+  case TCOLL_FLOAT32:
+    f32_all(bases, off, m, (float *const *)zs, nz, n, f, post, (float)s, stream);
+    return true;
+  case TCOLL_FLOAT64:
+    f64_all(bases, off, m, (double *const *)zs, nz, n, f, post, s, stream);
+    return true;
+  case TCOLL_INT32:
+    u32_all(bases, off, m, (uint32_t *const *)zs, nz, n, f, F_SUM, 1, stream);
+    return true;
+  case TCOLL_INT64:
+    u64_all(bases, off, m, (uint64_t *const *)zs, nz, n, f, F_SUM, 1, stream);
+    return true;
   default: return false;
   }
+}
+
+bool tc_host_combine_all(char *const *bases, size_t off, int m, void *z, int64_t n, tcoll_dtype_t d,
+                         bool prod, double divisor) {
+  return tc_host_combine_all_to(bases, off, m, &z, 1, n, d, prod, divisor, false);
 }
 
 /* The half-precision dtypes, element by element in float: EXPR combines the element v with the

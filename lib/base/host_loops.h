@@ -28,6 +28,11 @@ void tc_host_sum_divided(const void *x, const void *y, void *z, int64_t n, tcoll
  * input, or x_0 itself (each vector is read before it is written); m >= 1. */
 bool tc_host_combine_all(char *const *bases, size_t off, int m, void *z, int64_t n, tcoll_dtype_t d,
                          bool prod, double divisor);
+/* The same result stored into each of nz outputs zs[0..nz) in the one pass (all_reduce's reduced
+ * slice into every rank's output in the symmetric heap), each apart from every input or one of
+ * them itself (each vector is read from every input before any is stored); streamed as tc_host_combine where stream and the outputs share their alignment. */
+bool tc_host_combine_all_to(char *const *bases, size_t off, int m, void *const *zs, int nz,
+                            int64_t n, tcoll_dtype_t d, bool prod, double divisor, bool stream);
 /* buf[i] /= divisor for floating dtypes: AVG divides after the sum, as a division (by a power of
  * two as a product with the exact reciprocal: the same bits). */
 void tc_host_divide(void *buf, tcoll_dtype_t d, int64_t n, double divisor);

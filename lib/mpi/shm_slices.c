@@ -9,13 +9,10 @@
 
 #include <string.h>
 
-/* All_reduce outputs from this size on are read in place by the peers (from the heap) rather than
- * copied through the slots: at 8 and 16 MiB that took 0.68-0.80x the time, at 1-4 MiB 0.9-1.7x
- * (bench/heap-bench, 2 ranks, the CI machine; why the smaller ones lose is not understood). */
-#define SHARE_OUT_MIN_BYTES ((size_t)8 << 20)
 /* From this input size the reduced piece is written with stores that bypass the cache where this
- * rank does not read it again (reduce_scatter's output; all_reduce's where peers read it in the
- * heap, not where it is copied into the slot next): its lines then need not be fetched first.
+ * rank does not read it again (reduce_scatter's output; all_reduce's where it lies in the heap or
+ * goes into peers' outputs, not where it is copied into the slot next): its lines then need not be
+ * fetched first.
  * bench/heap-bench at 2 ranks (two runs, times over a memcpy of the input): all_reduce on heap
  * tensors 1.54-1.58x at 8 MiB (1.82-1.96x without), 1.42-1.45x at 32 MiB (1.51-1.65x);
  * reduce_scatter 0.82-0.92x at 16-32 MiB (0.85-0.96x); malloc'ed outputs unchanged; at 4 MiB
@@ -218,18 +215,21 @@ static int reduce_peer(slices_t *j, uint64_t k, int q, bool first, bool last, bo
   return TCOLL_SUCCESS;
 }
 
-/* From 3 ranks, sums and products of the common dtypes: acc = this rank's elements, then op each
- * peer's in rank order, in one pass span by span (tc_host_combine_all), where one call per peer
- * read and wrote acc p - 1 times: the same operations in the same order, so the same bits (acc may
- * be this rank's own input, in place: each vector is read before it is written). False where it
- * does not apply (nothing written): more than FUSED_MAX ranks, other ops or dtypes. */
+/* Sums and products of the common dtypes: acc = this rank's elements, then op each peer's in rank
+ * order, in one pass span by span (tc_host_combine_all_to), where one call per peer read and wrote
+ * acc p - 1 times: the same operations in the same order, so the same bits (an output may be an
+ * input, in place: each vector is read before it is written). The result goes into the nout
+ * outputs outs[] (this rank's first). False where it does not apply (nothing written): more than
+ * FUSED_MAX ranks, other ops or dtypes. */
 #define FUSED_MAX 64
-static bool reduce_fused(slices_t *j, uint64_t k, int64_t t0, int64_t len, char *acc) {
+static bool reduce_fused(slices_t *j, uint64_t k, int64_t t0, int64_t len, char *const *outs,
+                         int nout, bool stream) {
   int p = j->g->p, me = j->g->me;
   bool prod;
-  if (p < 3 || p > FUSED_MAX || !tc_mpi_op_host(j->op, &prod)) return false;
+  if (p > FUSED_MAX || !tc_mpi_op_host(j->op, &prod)) return false;
   const char *in[FUSED_MAX], *slot[FUSED_MAX];
   char *at[FUSED_MAX];
+  void *zs[FUSED_MAX];
   for (int q = 0; q < p; q++) {
     in[q] = q == me ? j->src : tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_IN);
     slot[q] = piece_of(j, q, k, me);
@@ -242,26 +242,53 @@ static bool reduce_fused(slices_t *j, uint64_t k, int64_t t0, int64_t len, char 
       at[q == me ? 0 : x++] =
           (char *)(in[q] ? in[q] + (size_t)s.at * es : slot[q] + (size_t)s.u * es);
     }
-    if (!tc_host_combine_all(at, 0, p, acc + (size_t)s.u * es, s.m, j->dtype, prod, j->divisor))
+    for (int o = 0; o < nout; o++) zs[o] = outs[o] + (size_t)s.u * es;
+    if (!tc_host_combine_all_to(at, 0, p, zs, nout, s.m, j->dtype, prod, j->divisor, stream))
       return false; /* (at the first span: the dtype, the same for all) */
   } while (span_next(j, &s));
   return true;
 }
 
+/* All_reduce: a rank reduces its piece straight into the outputs of the peers that have theirs in
+ * the heap (one pass: reading the inputs, writing every rank's copy of the piece, as much traffic
+ * as a memcpy of the input), and those peers copy nothing out in the gather call (its word says
+ * the pieces are there). bench/heap-bench at 2 ranks, medians of three runs alternated with the
+ * peers reading each reduced piece from its owner's output (from 8 MiB before) or slot: 16 MiB
+ * 1.24-1.25x a memcpy of the input (1.40-1.47x), 4 MiB 172-181 us (232-269), 1 MiB 38-43 us
+ * (70), 256 KiB 12.1-12.8 us (13.8-14.0). Up to FUSED_MAX ranks (outs[] is that long). */
+static bool pushes(const slices_t *j) {
+  return j->kind == TC_SLICES_ALL_REDUCE && j->g->p <= FUSED_MAX;
+}
+
+/* Where the piece at t0 goes in each peer's output that lies in the heap (outs[]); how many. */
+static int push_targets(const slices_t *j, uint64_t k, int64_t t0, char **outs) {
+  int n = 0;
+  size_t at = (size_t)(dst_at(j, j->g->me, t0) - j->dst);
+  for (int q = 0; q < j->g->p && pushes(j); q++) {
+    const char *out = q == j->g->me ? NULL : tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_OUT);
+    if (out) outs[n++] = (char *)out + at;
+  }
+  return n;
+}
+
 /* This rank's piece of call k's chunk (elements [t0, t0 + len) of its block), reduced in rank
  * order (own (op) the first peer's, then (op) each further peer's, whatever the timing) into the
- * output, and into its slot of the next call, the gather call, whose parity every peer is done
- * reading (they published this call): all_reduce copies it there, reduce off the root reduces
- * straight into it (it has no output), the root keeps it. (Streaming the output through a bounce
- * buffer in cache, as a memcpy of 16 MiB does, took 1.15-1.4x the time on the CI machine.) */
+ * output (and the outputs it pushes into), and into its slot of the next call, the gather call,
+ * whose parity every peer is done reading (they published this call): all_reduce copies it there
+ * where peers read it from the slot, reduce off the root reduces straight into it (it has no
+ * output), the root keeps it. (Streaming the output through a bounce buffer in cache, as a memcpy
+ * of 16 MiB does, took 1.15-1.4x the time on the CI machine.) */
 static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   int me = j->g->me, first = me == 0 ? 1 : 0;
-  char *slot = piece_of(j, me, k + 1, me);
-  char *acc = j->kind == TC_SLICES_REDUCE && me != j->root ? slot : dst_at(j, me, t0);
+  char *slot = piece_of(j, me, k + 1, me), *outs[FUSED_MAX];
+  outs[0] = j->kind == TC_SLICES_REDUCE && me != j->root ? slot : dst_at(j, me, t0);
+  char *acc = outs[0];
+  int nout = 1 + push_targets(j, k, t0, outs + 1);
   int last = me == j->g->p - 1 ? me - 1 : j->g->p - 1;
   bool out_shared = j->calls.offset[TC_SHM_SHARED_OUT] != TC_HEAP_NONE;
-  bool streams = j->stream && (j->kind == TC_SLICES_REDUCE_SCATTER || out_shared);
-  bool fused = !streams && reduce_fused(j, k, t0, len, acc);
+  bool streams = j->stream && (j->kind == TC_SLICES_REDUCE_SCATTER || out_shared || nout > 1);
+  bool fused = (nout > 1 || (j->g->p >= 3 && !streams)) &&
+               reduce_fused(j, k, t0, len, outs, nout, streams);
   for (int q = first; !fused && q < j->g->p; q++) {
     bool stream = streams && q == last;
     int rc =
@@ -271,7 +298,8 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   if (streams) tc_stream_fence();
   if (j->divisor != 1.0 && !j->divide_last && !fused)
     tc_host_divide(acc, j->dtype, len, j->divisor);
-  /* (peers read an output in the heap in place) */
+  for (int o = 1; o < nout && !fused; o++) memcpy(outs[o], acc, (size_t)len * j->es);
+  /* (peers read an output in the heap in place, or were given the piece) */
   if (j->kind == TC_SLICES_ALL_REDUCE && !out_shared) memcpy(slot, acc, (size_t)len * j->es);
   return TCOLL_SUCCESS;
 }
@@ -292,6 +320,8 @@ static int take(tc_shm_run_t *r, int64_t i, uint64_t k) {
     int64_t len = chunk_len(j, me, c);
     return len ? reduce_piece(j, k, t0, len) : TCOLL_SUCCESS;
   }
+  if (pushes(j) && j->calls.offset[TC_SHM_SHARED_OUT] != TC_HEAP_NONE)
+    return TCOLL_SUCCESS; /* every peer reduced its piece into this output */
   for (int q = 0; q < j->g->p; q++) {
     if (q == me) continue;
     const char *out = tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_OUT);
@@ -328,7 +358,7 @@ int tc_shm_slices_build(tc_work_t *w, const tc_algo_call_t *c, tc_slices_kind_t 
   j->stream = in_bytes >= STREAM_MIN_BYTES && (j->divisor == 1.0 || j->divide_last) &&
               kind != TC_SLICES_REDUCE;
   j->calls.shared[TC_SHM_SHARED_IN] = (tc_shm_share_t){c->src, in_bytes};
-  if (kind == TC_SLICES_ALL_REDUCE && in_bytes >= SHARE_OUT_MIN_BYTES)
+  if (kind == TC_SLICES_ALL_REDUCE) /* (pushes: the peers write their pieces into it) */
     j->calls.shared[TC_SHM_SHARED_OUT] = (tc_shm_share_t){c->dst, in_bytes};
   int64_t chunks = (block_len(j, 0) + j->piece - 1) / j->piece;
   /* Reduce-scatter calls see every peer; gather calls too, but reduce's off the root see none */

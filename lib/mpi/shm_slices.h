@@ -10,9 +10,12 @@
  *   - reduce-scatter call: every rank copies its pieces for the others (not its own) into its slot
  *     and publishes; then rank b reduces piece b: its own input's piece, then every peer's in rank
  *     order (the same order whatever the timing), into its output;
- *   - all_reduce adds a gather call per chunk: rank b's reduced piece goes into its slot of the
- *     next call's parity as soon as it is made (the peers published this call, so they are done
- *     reading that parity), and once published every rank copies the others' pieces out;
+ *   - all_reduce adds a gather call per chunk: rank b reduces its piece straight into the
+ *     outputs of the peers whose outputs lie in the symmetric heap, and where its own output does
+ *     not lie there it copies the piece into its slot of the next call's parity (the peers
+ *     published this call, so they are done reading that parity); once the gather call is
+ *     published every rank whose output is not in the heap copies the others' pieces out (from
+ *     their outputs in the heap or their slots), the others have them already;
  *   - reduce does the same, but off the root the piece is reduced straight into the slot (there
  *     is no output), and only the root waits for the gather call and copies the pieces out.
  * Every element is reduced by one rank only, so all_reduce's result has the same bits on every
