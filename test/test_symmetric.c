@@ -763,13 +763,15 @@ END_TEST
 
 /* ---------------------------------------------------------------- 5b. pushed */
 
-/* Large all_reduces (from 8 MiB) reduce each rank's piece straight into the outputs of the peers
- * that have theirs in the heap, which then copy nothing out. Every way a rank's output can lie:
- * all in the heap (out of place, in place), heap on even ranks and malloc'ed on odd ones (both
- * directions: pushed to some peers, copied out by others), output views at offsets that differ by
- * rank (the pushes not streamed: the outputs' alignments differ) with the storage around them
- * untouched; SUM, AVG (the division in the same pass) and MAX (no one-pass loop: the piece copied
- * into the peers' outputs after it is reduced). Exact: small integers, AVG divided once in float. */
+/* All_reduces reduce each rank's piece straight into the outputs of the peers that have theirs in
+ * the heap, which then copy nothing out; where every rank's input and output lie there, the first
+ * call reduces a rank's whole block. At 9 MiB (streamed), every way a rank's tensors can lie: all
+ * in the heap (out of place, in place), heap on even ranks and malloc'ed on odd ones (pushed to
+ * some peers, copied out by others), every input in the heap but outputs only on even ranks (not
+ * the whole block at once), output views at offsets that differ by rank (the pushes not streamed:
+ * the outputs' alignments differ) with the storage around them untouched; SUM, AVG (the division
+ * in the same pass) and MAX (no one-pass loop: the piece copied into the peers' outputs after it
+ * is reduced). Exact: small integers, AVG divided once in float. */
 typedef struct op_ctx {
   const grp_t *g;
   tcoll_redop_t op;
@@ -781,23 +783,25 @@ static double want_op(int64_t i, const void *ctx) {
   return c->op == TCOLL_AVG ? (double)((float)sum / (float)c->g->n) : sum;
 }
 
-typedef enum { PUSH_ALL_HEAP, PUSH_PARITY, PUSH_VIEWS } push_case_t;
+typedef enum { PUSH_ALL_HEAP, PUSH_PARITY, PUSH_OUT_PARITY, PUSH_VIEWS } push_case_t;
 
 static void pushed_case(push_case_t how, bool inplace, tcoll_redop_t op, int salt) {
   int64_t n = ((int64_t)9 << 20) / 4 + 5; /* 9 MiB and a tail */
   int64_t off = how == PUSH_VIEWS ? 517 + 61 * t_rank : 0, total = off + n + (off ? 300 : 0);
   bool heap = how != PUSH_PARITY || t_rank % 2 == 0;
+  bool out_heap = heap && (how != PUSH_OUT_PARITY || t_rank % 2 == 0);
   char what[160];
   snprintf(what, sizeof what, "pushed: all_reduce (%s, %s, op %d)",
-           how == PUSH_ALL_HEAP ? "every rank's in the heap"
-           : how == PUSH_PARITY ? "heap on even ranks"
-                                : "views",
+           how == PUSH_ALL_HEAP     ? "every rank's in the heap"
+           : how == PUSH_PARITY     ? "heap on even ranks"
+           : how == PUSH_OUT_PARITY ? "inputs in the heap, outputs on even ranks"
+                                    : "views",
            inplace ? "in place" : "out of place", (int)op);
   int64_t tshape[1] = {total}, shape[1] = {n};
   tcoll_cache_release();
   tcoll_tensor_t in = make_tensor(heap, 1, shape);
-  tcoll_tensor_t big = inplace ? in : make_tensor(heap, 1, tshape);
-  if (heap && heap_room(tcoll_tensor_nbytes(&in) + (inplace ? 0 : tcoll_tensor_nbytes(&big))))
+  tcoll_tensor_t big = inplace ? in : make_tensor(out_heap, 1, tshape);
+  if (out_heap && heap_room(tcoll_tensor_nbytes(&in) + (inplace ? 0 : tcoll_tensor_nbytes(&big))))
     expect_place(what, big.data, true);
   tcoll_tensor_t out =
       inplace ? in : tcoll_tensor_make((float *)big.data + off, F32, 1, shape, TCOLL_HOST);
@@ -816,7 +820,7 @@ static void pushed_case(push_case_t how, bool inplace, tcoll_redop_t op, int sal
     grp_t mine = {.n = 1, .ranks = {t_rank}, .salt = g.salt};
     snprintf(w2, sizeof w2, "%s: input", what);
     check(w2, in.data, n, want_sum, &mine);
-    drop_tensor(&big, heap);
+    drop_tensor(&big, out_heap);
   }
   drop_tensor(&in, heap);
 }
@@ -830,6 +834,7 @@ START_TEST(pushed) {
     pushed_case(PUSH_ALL_HEAP, inplace, TCOLL_SUM, salt++);
     pushed_case(PUSH_PARITY, inplace, TCOLL_SUM, salt++);
   }
+  pushed_case(PUSH_OUT_PARITY, false, TCOLL_SUM, salt++);
   pushed_case(PUSH_VIEWS, false, TCOLL_SUM, salt++);
   pushed_case(PUSH_ALL_HEAP, false, TCOLL_AVG, salt++);
   pushed_case(PUSH_ALL_HEAP, true, TCOLL_MAX, salt++);

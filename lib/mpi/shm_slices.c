@@ -37,6 +37,7 @@ typedef struct slices {
   double divisor;
   bool divide_last; /* AVG: the last reduction divides in the same pass (tc_host_sum_divided) */
   bool stream;
+  bool whole; /* the first call reduced this rank's whole block (all_in_heap) */
 } slices_t;
 
 bool tc_shm_slices_supported(const tc_algo_query_t *q) {
@@ -304,6 +305,22 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   return TCOLL_SUCCESS;
 }
 
+/* Whether every rank's input (all_reduce: and output) lies in the heap, as call k's words say: then
+ * nothing goes through the slots, and the first call reduces this rank's whole block at once
+ * (straight into the outputs), the calls after it only keeping the ranks in step: one pass over
+ * the inputs rather than a chunk per call, each waiting for the slowest rank. Every rank reads the
+ * same words, so all decide alike. */
+static bool all_in_heap(const slices_t *j, uint64_t k) {
+  if (j->kind == TC_SLICES_REDUCE) return false; /* (off the root, the piece goes to a slot) */
+  bool out = j->kind == TC_SLICES_ALL_REDUCE;
+  if (out && !pushes(j)) return false;
+  for (int q = 0; q < j->g->p; q++)
+    if (!tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_IN) ||
+        (out && !tc_shm_peer_shared(j->g, q, k, TC_SHM_SHARED_OUT)))
+      return false;
+  return true;
+}
+
 /* Reduce-scatter call: this rank's piece of the chunk. Gather call: the peers' reduced pieces
  * copied out (reduce: by the root only). */
 static int take(tc_shm_run_t *r, int64_t i, uint64_t k) {
@@ -314,6 +331,11 @@ static int take(tc_shm_run_t *r, int64_t i, uint64_t k) {
   for (int q = 0; q < j->g->p; q++) {
     int rc = q == me ? TCOLL_SUCCESS : tc_shm_check_bytes(j->g, q, k, total_bytes(j));
     if (rc) return rc;
+  }
+  if (i == 0) j->whole = all_in_heap(j, k);
+  if (j->whole) {
+    int64_t len = block_len(j, me);
+    return i == 0 && len ? reduce_piece(j, k, 0, len) : TCOLL_SUCCESS;
   }
   int64_t c = call_chunk(j, i), t0 = c * j->piece;
   if (!gathers) {
