@@ -140,70 +140,75 @@ void tc_host_sum_divided(const void *x, const void *y, void *z, int64_t n, tcoll
  * nz outputs, then the tail element by element. Inputs of a few bytes (the small protocol's in-line
  * payloads) cost one short loop over the ranks. Streamed: the elements before the outputs' first
  * 16-byte boundary (the same for all) are done one by one. */
-#define ALL_LOOP(T, name, FLOATS)                                                                \
-  static inline __attribute__((always_inline))                                                   \
-  T name##_at(char *const *b, size_t off, int q, int64_t i) {                                    \
-    T v;                                                                                         \
-    memcpy(&v, b[q] + off + (size_t)i * sizeof(T), sizeof v);                                    \
-    return v;                                                                                    \
-  }                                                                                              \
-  static inline __attribute__((always_inline)) T name##_one_all(                                 \
-      char *const *b, size_t off, int m, int64_t i, int f, int post, T s) {                      \
-    T acc = name##_at(b, off, 0, i);                                                             \
-    for (int q = 1; q < m; q++) acc = ONE(name##_at(b, off, q, i), acc, f, s);                   \
-    return post == F_MUL ? acc * s : post == F_DIV ? acc / s : acc;                              \
-  }                                                                                              \
-  static inline __attribute__((always_inline)) void name##_all_form(                             \
-      char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n, int f, int post, T s,  \
-      bool stream) {                                                                             \
-    enum { W = 16 / sizeof(T) };                                                                 \
-    name##_vec sv;                                                                               \
-    for (int k = 0; k < W; k++) sv[k] = s;                                                       \
-    int64_t i = 0;                                                                               \
-    for (; stream && i < n && ((uintptr_t)(zs[0] + i) & 15); i++) {                              \
-      T v = name##_one_all(b, off, m, i, f, post, s);                                            \
-      for (int o = 0; o < nz; o++) zs[o][i] = v;                                                 \
-    }                                                                                            \
-    for (name##_vec a0, a1, v0, v1; i + 2 * W <= n; i += 2 * W) {                                \
-      memcpy(&a0, b[0] + off + (size_t)i * sizeof(T), 16);                                       \
-      memcpy(&a1, b[0] + off + (size_t)(i + W) * sizeof(T), 16);                                 \
-      for (int q = 1; q < m; q++) {                                                              \
-        memcpy(&v0, b[q] + off + (size_t)i * sizeof(T), 16);                                     \
-        memcpy(&v1, b[q] + off + (size_t)(i + W) * sizeof(T), 16);                               \
-        a0 = ONE(v0, a0, f, sv);                                                                 \
-        a1 = ONE(v1, a1, f, sv);                                                                 \
-      }                                                                                          \
-      a0 = post == F_MUL ? a0 * sv : post == F_DIV ? a0 / sv : a0;                               \
-      a1 = post == F_MUL ? a1 * sv : post == F_DIV ? a1 / sv : a1;                               \
-      for (int o = 0; o < nz; o++) {                                                             \
-        STORE16(zs[o] + i, a0, stream);                                                          \
-        STORE16(zs[o] + i + W, a1, stream);                                                      \
-      }                                                                                          \
-    }                                                                                            \
-    for (; i < n; i++) {                                                                         \
-      T v = name##_one_all(b, off, m, i, f, post, s);                                            \
-      for (int o = 0; o < nz; o++) zs[o][i] = v;                                                 \
-    }                                                                                            \
-  }                                                                                              \
-  /* (one output, not streamed: the small protocol's, with nz known here) */                     \
-  static inline __attribute__((always_inline)) void name##_all_shape(                            \
-      char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n, int f, int post, T s,  \
-      bool stream) {                                                                             \
-    if (nz == 1 && !stream)                                                                      \
-      name##_all_form(b, off, m, zs, 1, n, f, post, s, false);                                   \
-    else                                                                                         \
-      name##_all_form(b, off, m, zs, nz, n, f, post, s, stream && TC_CAN_STREAM);                \
-  }                                                                                              \
-  static void name##_all(char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n,     \
-                         int f, int post, T s, bool stream) {                                    \
-    if (f == F_PROD)                                                                             \
-      name##_all_shape(b, off, m, zs, nz, n, F_PROD, F_SUM, s, stream);                          \
-    else if (!FLOATS || post == F_SUM)                                                           \
-      name##_all_shape(b, off, m, zs, nz, n, F_SUM, F_SUM, s, stream);                           \
-    else if (post == F_MUL)                                                                      \
-      name##_all_shape(b, off, m, zs, nz, n, F_SUM, F_MUL, s, stream);                           \
-    else                                                                                         \
-      name##_all_shape(b, off, m, zs, nz, n, F_SUM, F_DIV, s, stream);                           \
+#define ALL_LOOP(T, name, FLOATS)                                                               \
+  static inline __attribute__((always_inline))                                                  \
+  T name##_at(char *const *b, size_t off, int q, int64_t i) {                                   \
+    T v;                                                                                        \
+    memcpy(&v, b[q] + off + (size_t)i * sizeof(T), sizeof v);                                   \
+    return v;                                                                                   \
+  }                                                                                             \
+  static inline __attribute__((always_inline))                                                  \
+  T name##_one_all(char *const *b, size_t off, int m, int64_t i, int f, int post, T s) {        \
+    T acc = name##_at(b, off, 0, i);                                                            \
+    for (int q = 1; q < m; q++) acc = ONE(name##_at(b, off, q, i), acc, f, s);                  \
+    return post == F_MUL ? acc * s : post == F_DIV ? acc / s : acc;                             \
+  }                                                                                             \
+  static inline __attribute__((always_inline)) void name##_all_form(                            \
+      char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n, int f, int post, T s, \
+      bool stream) {                                                                            \
+    enum { W = 16 / sizeof(T) };                                                                \
+    name##_vec sv;                                                                              \
+    for (int k = 0; k < W; k++) sv[k] = s;                                                      \
+    int64_t i = 0;                                                                              \
+    for (; stream && i < n && ((uintptr_t)(zs[0] + i) & 15); i++) {                             \
+      T v = name##_one_all(b, off, m, i, f, post, s);                                           \
+      for (int o = 0; o < nz; o++) zs[o][i] = v;                                                \
+    }                                                                                           \
+    for (name##_vec a0, a1, v0, v1; i + 2 * W <= n; i += 2 * W) {                               \
+      memcpy(&a0, b[0] + off + (size_t)i * sizeof(T), 16);                                      \
+      memcpy(&a1, b[0] + off + (size_t)(i + W) * sizeof(T), 16);                                \
+      for (int q = 1; q < m; q++) {                                                             \
+        memcpy(&v0, b[q] + off + (size_t)i * sizeof(T), 16);                                    \
+        memcpy(&v1, b[q] + off + (size_t)(i + W) * sizeof(T), 16);                              \
+        a0 = ONE(v0, a0, f, sv);                                                                \
+        a1 = ONE(v1, a1, f, sv);                                                                \
+      }                                                                                         \
+      a0 = post == F_MUL ? a0 * sv : post == F_DIV ? a0 / sv : a0;                              \
+      a1 = post == F_MUL ? a1 * sv : post == F_DIV ? a1 / sv : a1;                              \
+      for (int o = 0; o < nz; o++) {                                                            \
+        STORE16(zs[o] + i, a0, stream);                                                         \
+        STORE16(zs[o] + i + W, a1, stream);                                                     \
+      }                                                                                         \
+    }                                                                                           \
+    for (; i < n; i++) {                                                                        \
+      T v = name##_one_all(b, off, m, i, f, post, s);                                           \
+      for (int o = 0; o < nz; o++) zs[o][i] = v;                                                \
+    }                                                                                           \
+  }                                                                                             \
+  /* FORM(f, post): the loop for those forms; the forms chosen outside the loop */              \
+  static inline __attribute__((always_inline)) void name##_all_forms(                           \
+      char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n, int f, int post, T s, \
+      bool stream) {                                                                            \
+    if (f == F_PROD)                                                                            \
+      name##_all_form(b, off, m, zs, nz, n, F_PROD, F_SUM, s, stream);                          \
+    else if (!FLOATS || post == F_SUM)                                                          \
+      name##_all_form(b, off, m, zs, nz, n, F_SUM, F_SUM, s, stream);                           \
+    else if (post == F_MUL)                                                                     \
+      name##_all_form(b, off, m, zs, nz, n, F_SUM, F_MUL, s, stream);                           \
+    else                                                                                        \
+      name##_all_form(b, off, m, zs, nz, n, F_SUM, F_DIV, s, stream);                           \
+  }                                                                                             \
+  /* (one output, not streamed: the small protocol's, every call; nz known here) */             \
+  static void name##_all1(char *const *b, size_t off, int m, T *z, int64_t n, int f, int post,  \
+                          T s) {                                                                \
+    name##_all_forms(b, off, m, &z, 1, n, f, post, s, false);                                   \
+  }                                                                                             \
+  static void name##_all(char *const *b, size_t off, int m, T *const *zs, int nz, int64_t n,    \
+                         int f, int post, T s, bool stream) {                                   \
+    if (stream)                                                                                 \
+      name##_all_forms(b, off, m, zs, nz, n, f, post, s, TC_CAN_STREAM);                        \
+    else                                                                                        \
+      name##_all_forms(b, off, m, zs, nz, n, f, post, s, false);                                \
   }
 ALL_LOOP(float, f32, true)
 ALL_LOOP(double, f64, true)
@@ -217,12 +222,23 @@ static bool same_alignment(void *const *zs, int nz) {
   return true;
 }
 
-bool tc_host_combine_all_to(char *const *bases, size_t off, int m, void *const *zs, int nz,
-                            int64_t n, tcoll_dtype_t d, bool prod, double divisor, bool stream) {
+/* The forms of a combine-all (f, post) and its factor s; false where it does not apply. */
+static inline __attribute__((always_inline)) bool all_forms(tcoll_dtype_t d, bool prod,
+                                                            double divisor, int *f, int *post,
+                                                            double *s) {
   if (divisor != 1.0 && (prod || (d != TCOLL_FLOAT32 && d != TCOLL_FLOAT64))) return false;
   bool times = false;
-  double s = divisor == 1.0 ? 1.0 : divided_by(divisor, &times);
-  int f = prod ? F_PROD : F_SUM, post = divisor == 1.0 ? F_SUM : times ? F_MUL : F_DIV;
+  *s = divisor == 1.0 ? 1.0 : divided_by(divisor, &times);
+  *f = prod ? F_PROD : F_SUM;
+  *post = divisor == 1.0 ? F_SUM : times ? F_MUL : F_DIV;
+  return true;
+}
+
+bool tc_host_combine_all_to(char *const *bases, size_t off, int m, void *const *zs, int nz,
+                            int64_t n, tcoll_dtype_t d, bool prod, double divisor, bool stream) {
+  int f, post;
+  double s;
+  if (!all_forms(d, prod, divisor, &f, &post, &s)) return false;
   stream = stream && same_alignment(zs, nz);
   switch (d) {
   case TCOLL_FLOAT32:
@@ -243,7 +259,16 @@ bool tc_host_combine_all_to(char *const *bases, size_t off, int m, void *const *
 
 bool tc_host_combine_all(char *const *bases, size_t off, int m, void *z, int64_t n, tcoll_dtype_t d,
                          bool prod, double divisor) {
-  return tc_host_combine_all_to(bases, off, m, &z, 1, n, d, prod, divisor, false);
+  int f, post;
+  double s;
+  if (!all_forms(d, prod, divisor, &f, &post, &s)) return false;
+  switch (d) {
+  case TCOLL_FLOAT32: f32_all1(bases, off, m, z, n, f, post, (float)s); return true;
+  case TCOLL_FLOAT64: f64_all1(bases, off, m, z, n, f, post, s); return true;
+  case TCOLL_INT32: u32_all1(bases, off, m, z, n, f, F_SUM, 1); return true;
+  case TCOLL_INT64: u64_all1(bases, off, m, z, n, f, F_SUM, 1); return true;
+  default: return false;
+  }
 }
 
 /* The half-precision dtypes, element by element in float: EXPR combines the element v with the

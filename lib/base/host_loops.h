@@ -30,7 +30,8 @@ bool tc_host_combine_all(char *const *bases, size_t off, int m, void *z, int64_t
                          bool prod, double divisor);
 /* The same result stored into each of nz outputs zs[0..nz) in the one pass (all_reduce's reduced
  * slice into every rank's output in the symmetric heap), each apart from every input or one of
- * them itself (each vector is read from every input before any is stored); streamed as tc_host_combine where stream and the outputs share their alignment. */
+ * them itself (each vector is read from every input before any is stored); streamed as
+ * tc_host_combine where stream and the outputs share their alignment. */
 bool tc_host_combine_all_to(char *const *bases, size_t off, int m, void *const *zs, int nz,
                             int64_t n, tcoll_dtype_t d, bool prod, double divisor, bool stream);
 /* buf[i] /= divisor for floating dtypes: AVG divides after the sum, as a division (by a power of

@@ -288,8 +288,8 @@ static int reduce_piece(slices_t *j, uint64_t k, int64_t t0, int64_t len) {
   int last = me == j->g->p - 1 ? me - 1 : j->g->p - 1;
   bool out_shared = j->calls.offset[TC_SHM_SHARED_OUT] != TC_HEAP_NONE;
   bool streams = j->stream && (j->kind == TC_SLICES_REDUCE_SCATTER || out_shared || nout > 1);
-  bool fused = (nout > 1 || (j->g->p >= 3 && !streams)) &&
-               reduce_fused(j, k, t0, len, outs, nout, streams);
+  bool fused =
+      (nout > 1 || (j->g->p >= 3 && !streams)) && reduce_fused(j, k, t0, len, outs, nout, streams);
   for (int q = first; !fused && q < j->g->p; q++) {
     bool stream = streams && q == last;
     int rc =
