@@ -34,6 +34,14 @@ TC_COLD void tc_poll_pause(int *polls) {
   sched_yield();
 }
 
+static bool test_yield;
+
+void tc_set_test_yield(bool on) { __atomic_store_n(&test_yield, on, __ATOMIC_RELAXED); }
+
+void tc_test_pause(void) {
+  if (__atomic_load_n(&test_yield, __ATOMIC_RELAXED) || tc_cfg.wait_yield) sched_yield();
+}
+
 int tc_wait_driving(MPI_Request *req, double deadline) {
   for (int polls = 0;;) {
     int done = 0, rc = PMPI_Test(req, &done, MPI_STATUS_IGNORE);

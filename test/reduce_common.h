@@ -5,7 +5,8 @@
  * rank's WORLD rank (so that a reduction over the wrong members shows) and G the group size. The
  * expected result is a serial reference over the members' ids (rref), never the code under test.
  * The formulas keep every value and every partial result an exact small integer (or half
- * integer) in every dtype: |sums| <= 80, products <= 81 (bfloat16 is exact up to 256), AVG inputs
+ * integer) in every dtype: |sums| <= 80, products <= 81 at any group size (bfloat16 is exact up
+ * to 256), AVG inputs
  * are a(i) + G*id so that the sum divides exactly by G, premul scalars are powers of two. */
 #ifndef T_REDUCE_COMMON_H
 #define T_REDUCE_COMMON_H
@@ -65,8 +66,8 @@ static inline tcoll_redop_t kop(int k, tcoll_redop_t premul) {
 static inline double rv(tcoll_dtype_t d, int k, int64_t i, int id, int G) {
   if (d == TCOLL_BOOL) return (double)((i >> (id % 8)) & 1); /* every 0/1 combination over i */
   switch (k) {
-  case K_PROD: {
-    double m = (double)((i + 2 * id) % 3 + 1);
+  case K_PROD: { /* (magnitudes above 1 from ids 0-3 only: products stay <= 81 at any G) */
+    double m = id < 4 ? (double)((i + 2 * id) % 3 + 1) : 1.0;
     if (dt_signed(d) && (i + id) % 4 == 1) m = -m;
     if ((i * 7 + id) % 29 == 0) m = 0;
     return m;

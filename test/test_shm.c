@@ -5,13 +5,17 @@
  * and op; sizes across its limit; many calls in flight on two communicators; segments freed with
  * their communicator; the fallback to the literal MPI mapping (tcoll_last_algorithm "mpi") at 1
  * rank, with TCOLL_SHM=0 (the -noshm runs) and with a segment too small for it
- * (TCOLL_SHM_BYTES=4K: the -tiny runs), with the same results; device tensors.
+ * (TCOLL_SHM_BYTES=4K: the -tiny runs), with the same results; device tensors; a tcoll_test that
+ * finds the call in progress yields the core where ranks outnumber cores, and only there.
  *
  * Every test that sets the algorithm puts back the setting it found ("auto": the suite is not
  * among test/meson.build's algo_suites). */
+#define _GNU_SOURCE /* sched_getaffinity, RTLD_NEXT */
 #include "algo_util.h"
 #include "reduce_common.h"
 
+#include <dlfcn.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -779,6 +783,76 @@ START_TEST(device_tensors) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- tests that yield */
+
+/* sched_yield, counted per thread (the library's calls resolve to this one): what a tcoll_test
+ * loop gives up of the core. */
+static __thread long yields;
+int sched_yield(void) {
+  static int (*real)(void);
+  if (!real) real = (int (*)(void))dlsym(RTLD_NEXT, "sched_yield");
+  yields++;
+  return real ? real() : 0;
+}
+
+/* Whether this node's ranks outnumber its cores, as the library reads it (lib/base/cores.c), or
+ * TCOLL_WAIT=yield asks every wait to give the core up. */
+static bool node_crowded(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"};
+  int local = t_size;
+  for (size_t i = 0; i < T_LEN(vars); i++)
+    if (getenv(vars[i]) && atoi(getenv(vars[i])) > local) local = atoi(getenv(vars[i]));
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 0 && online < cores) cores = (int)online;
+  if (cores == 1 && online > 1) cores = (int)online;
+  const char *wait = getenv("TCOLL_WAIT");
+  return local > cores || (wait && !strcmp(wait, "yield"));
+}
+
+/* A program that polls tcoll_test while rank 0 arrives 20 ms late: where ranks outnumber cores,
+ * each test that finds the shm call in progress yields the core once (a loop of tests would
+ * otherwise keep the late rank off it for a time slice per poll, as Open MPI's MPI_Test does not:
+ * mpi_yield_when_idle); where every rank has a core, tests never yield (a system call per poll
+ * for nothing). */
+START_TEST(test_yields_when_crowded) {
+  if (!shm_expected(t_size)) return;
+  t_save_algo();
+  t_set_algo("all_reduce:shm");
+  bool crowded = node_crowded();
+  for (int round = 0; round < 3; round++) {
+    int64_t n = 4;
+    tcoll_tensor_t x = t_host(TCOLL_FLOAT64, 1, &n), y = t_host(TCOLL_FLOAT64, 1, &n);
+    for (int j = 0; j < n; j++) ((double *)x.data)[j] = t_rank + j;
+    if (t_rank == 0) usleep(20000);
+    T_OK(tcoll_all_reduce(&x, TCOLL_SUM, NULL, &y));
+    T_EXPECT(is_shm(tcoll_last_algorithm()), "the call ran \"%s\"", tcoll_last_algorithm());
+    long before = yields, in_progress = 0;
+    int rc;
+    while ((rc = tcoll_test(y.data)) == TCOLL_IN_PROGRESS) in_progress++;
+    long yielded = yields - before;
+    T_EXPECT(rc == TCOLL_SUCCESS, "tcoll_test: %s", tcoll_last_error());
+    if (crowded)
+      T_EXPECT(yielded >= in_progress,
+               "round %d: %ld tests found the call in progress, %ld yields (a crowded node: one "
+               "each expected)",
+               round, in_progress, yielded);
+    else
+      T_EXPECT(yielded == 0,
+               "round %d: %ld yields in %ld tests that found the call in progress (a core per "
+               "rank: none expected)",
+               round, yielded, in_progress);
+    double want = t_size * (t_size - 1) / 2.0;
+    T_EXPECT(((double *)y.data)[0] == want, "round %d: %g, expected %g", round,
+             ((double *)y.data)[0], want);
+    tcoll_tensor_free(&x);
+    tcoll_tensor_free(&y);
+  }
+  t_restore_algo();
+}
+END_TEST
+
 Suite *t_suite(void) {
   Suite *s = suite_create("shm");
   TCase *tc = t_tcase("shm");
@@ -792,6 +866,7 @@ Suite *t_suite(void) {
   tcase_add_test(tc, reduce_broadcast_mixed);
   tcase_add_test(tc, post_wait_late_ranks);
   tcase_add_test(tc, size_disagreement_found);
+  tcase_add_test(tc, test_yields_when_crowded);
   suite_add_tcase(s, tc);
   return s;
 }

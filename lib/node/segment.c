@@ -184,9 +184,12 @@ static tc_node_seg_t *make(const group_t *c, char *why, size_t len, bool *severa
   return s;
 }
 
-/* Spin rather than yield in waits where every rank of the node has a core of its own. */
+/* Spin rather than yield in waits where every rank of the node has a core of its own; where they
+ * have not, a test that finds its work in progress yields too (drive.h). */
 static void choose_spin(const tc_node_seg_t *s) {
-  if (!tc_cfg.wait_yield && !node_oversubscribed(s->p)) tc_set_spin(SPIN_POLLS);
+  bool crowded = node_oversubscribed(s->p);
+  if (!tc_cfg.wait_yield && !crowded) tc_set_spin(SPIN_POLLS);
+  if (crowded) tc_set_test_yield(true);
 }
 
 tc_node_seg_t *tc_node_seg_make(MPI_Comm ctrl, int size, int rank, char *why, size_t len) {

@@ -1,4 +1,5 @@
 /* The public face of the registry: wait, test, wait_all, pending_count. */
+#include "../drive.h"
 #include "registry.h"
 #include "trace.h"
 
@@ -55,7 +56,9 @@ int tcoll_wait_timeout(const void *buffer, double seconds) {
 
 int tcoll_test(const void *buffer) {
   TC_ENTER("tcoll_test");
-  return tc_wait_ptr(buffer, 0.0, false);
+  int rc = tc_wait_ptr(buffer, 0.0, false);
+  if (rc == TCOLL_IN_PROGRESS) tc_test_pause();
+  return rc;
 }
 
 int tcoll_query(const void *buffer) {
