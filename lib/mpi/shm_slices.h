@@ -21,7 +21,9 @@
  * Every element is reduced by one rank only, so all_reduce's result has the same bits on every
  * rank.
  * Consecutive chunks alternate the two slots: a rank copies chunk c + 1 in while its peers still
- * reduce chunk c.
+ * reduce chunk c. Where every rank's input (all_reduce: and output) lies in the symmetric heap,
+ * nothing goes through the slots: the first call reduces each rank's whole block, and the calls
+ * after it only keep the ranks in step.
  *
  * Along a dim other than 0 (reduce_scatter), a block is interleaved runs: the copies in and the
  * reduction read them where they lie, walking the runs with no division per run, and
