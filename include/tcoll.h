@@ -409,7 +409,10 @@ TCOLL_API int tcoll_wait_tensor(const tcoll_tensor_t *t);
 /* seconds <= 0: no deadline. TCOLL_ERR_TIMEOUT leaves the work pending: a later wait
  * completes it. */
 TCOLL_API int tcoll_wait_timeout(const void *buffer, double seconds);
-/* TCOLL_SUCCESS (done, now popped, or nothing pending), TCOLL_IN_PROGRESS, or an error. */
+/* TCOLL_SUCCESS (done, now popped, or nothing pending), TCOLL_IN_PROGRESS, or an error. Where
+ * this node's ranks outnumber its cores (or TCOLL_WAIT=yield), a test that returns
+ * TCOLL_IN_PROGRESS first yields the core once, as MPI_Test does there, so that a loop of tests
+ * does not keep the ranks it waits for from running. */
 TCOLL_API int tcoll_test(const void *buffer);
 /* TCOLL_SUCCESS if the work on buffer is already complete (or nothing is pending),
  * TCOLL_IN_PROGRESS otherwise. Never calls MPI and never advances anything (unlike tcoll_test):
